@@ -1,0 +1,87 @@
+"""Reading models defensively and writing every output atomically.
+
+Outputs are written to a temporary file in the destination folder and renamed into place, so a
+crash never leaves a half-written file, and the input model is never opened for writing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import TrtfuseError
+
+
+def _atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise TrtfuseError(f"output folder does not exist: {folder}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    return _atomic_write(path, write)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def check_not_same_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Refuse to overwrite the input model with an output."""
+    src, dst = Path(src), Path(dst)
+    if dst.exists() and src.exists() and os.path.samefile(src, dst):
+        raise TrtfuseError(f"refusing to overwrite the input model {src}: choose another output path")
+
+
+def load_model(path: str | os.PathLike, check: bool = True):
+    """Load an ONNX model, turning every way it can be broken into a one-line TrtfuseError."""
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise TrtfuseError(f"no such model file: {path}")
+    try:
+        model = onnx.load(str(path), load_external_data=True)
+    except Exception as exc:  # protobuf raises DecodeError and others on truncated files
+        raise TrtfuseError(f"cannot parse {path} as ONNX ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'truncated or not an ONNX file'})") from None
+    if len(model.graph.node) == 0:
+        raise TrtfuseError(f"{path} holds no graph nodes (truncated or not an ONNX model)")
+    if check:
+        try:
+            onnx.checker.check_model(model)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TrtfuseError(f"{path} is not a valid ONNX model: {first}") from None
+    return model
+
+
+def save_model(model, path: str | os.PathLike, check: bool = True) -> Path:
+    """Validate with onnx.checker, then write atomically."""
+    import onnx
+
+    if check:
+        onnx.checker.check_model(model)
+    data = model.SerializeToString()
+    return atomic_write_bytes(path, data)

@@ -1,0 +1,100 @@
+"""The single source of truth for every trtfuse plugin op.
+
+The rewrite pass builds ONNX nodes from these specs, the CPU executor dispatches on them, the kernel
+launchers read their inputs in this order, and the TensorRT registration declares exactly these
+fields. Nothing else lists input names or attributes: change an op here and everything follows.
+
+TensorRT ONNX parser rules that shape this (see ../shared/notes/tensorrt-facts.md):
+  * node.op_type == plugin name; STRING attribute `plugin_namespace` names the namespace, and the
+    node's domain is the namespace too (tried by TensorRT >= 10.10);
+  * every registered attribute is present on the node; only INT / INTS attributes (STRING gets a NUL);
+  * every node input, initializers included, becomes a plugin input tensor, in node-input order,
+    which is also the AOT kernel's pointer-argument order;
+  * a plugin has a fixed number of inputs, so "conv" and "conv + residual" are two ops of one family
+    sharing the attributes, the golden reference and the kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+NAMESPACE = "trtfuse"
+DOMAIN = NAMESPACE  # ONNX domain of plugin nodes; opset_import needs ("trtfuse", OPSET_VERSION)
+OPSET_VERSION = 1
+PLUGIN_VERSION = "1"  # Quickly Deployable Plugins are always version "1"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # numpy dtype name: "int8", "float32"
+    doc: str
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    name: str
+    kind: str  # "INT" or "INTS"
+    doc: str
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    attributes: tuple[AttrSpec, ...]
+    doc: str
+    # Attributes the TensorRT parser consumes itself; present on the node, not declared in `register`.
+    parser_attributes: tuple[str, ...] = field(default=("plugin_namespace", "aot"))
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.inputs)
+
+    @property
+    def attribute_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.attributes)
+
+
+_CONV_ATTRS = (
+    AttrSpec("in_channels", "INT", "C, logical input channels"),
+    AttrSpec("out_channels", "INT", "K, logical output channels"),
+    AttrSpec("kernel_shape", "INTS", "[R, S]"),
+    AttrSpec("strides", "INTS", "[stride_h, stride_w]"),
+    AttrSpec("pads", "INTS", "ONNX order [pad_top, pad_left, pad_bottom, pad_right]"),
+    AttrSpec("relu", "INT", "1: clamp at zero before requantizing"),
+)
+
+_X = TensorSpec("x", "int8", "activation [N, C, H, W]; physical format CHW32 (CHW4 when C <= 4)")
+_W = TensorSpec("weight", "int8", "packed GEMM B matrix [K_pad, KG_pad] (see trtfuse.plugins.layout)")
+_SCALE = TensorSpec("scale", "float32", "[K_pad] x_scale * w_scale[k]; zero for padding channels")
+_BIAS = TensorSpec("bias", "float32", "[K_pad] folded BN/conv bias; zero for padding channels")
+_OUT_SCALE = TensorSpec("out_scale", "float32", "[1] scale of the int8 output")
+_RES = TensorSpec("residual", "int8", "shortcut [N, K, OH, OW]; physical format CHW32")
+_RES_SCALE = TensorSpec("residual_scale", "float32", "[1] scale of the int8 shortcut")
+_Y = TensorSpec("y", "int8", "output [N, K, OH, OW]; physical format CHW32, padding channels zero")
+
+FUSED_CONV = OpSpec(
+    name="FusedConv",
+    inputs=(_X, _W, _SCALE, _BIAS, _OUT_SCALE),
+    outputs=(_Y,),
+    attributes=_CONV_ATTRS,
+    doc="y = requant(relu?(conv(x, w) * scale + bias) / out_scale)",
+)
+
+FUSED_CONV_ADD = OpSpec(
+    name="FusedConvAdd",
+    inputs=(_X, _W, _SCALE, _BIAS, _OUT_SCALE, _RES, _RES_SCALE),
+    outputs=(_Y,),
+    attributes=_CONV_ATTRS,
+    doc="y = requant(relu?(conv(x, w) * scale + bias + residual * residual_scale) / out_scale)",
+)
+
+OPS: dict[str, OpSpec] = {op.name: op for op in (FUSED_CONV, FUSED_CONV_ADD)}
+
+
+def op_for_node(op_type: str, domain: str | None = None) -> OpSpec | None:
+    if domain not in (None, "", DOMAIN):
+        return None
+    return OPS.get(op_type)

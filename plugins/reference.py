@@ -1,0 +1,85 @@
+"""Golden reference of the fused INT8 convolution op (docs/ops.md), exact and in numpy.
+
+The convolution is computed in float64 on integer values: every product and partial sum is an
+integer below 2^53 (|acc| <= 128 * 128 * KG, KG <= 2^20 here), so float64 BLAS is exact and fast.
+The epilogue then runs in float32, one IEEE-rounded operation at a time, in the order docs/ops.md
+fixes; a GPU kernel that does the same operations without FMA contraction matches bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import conv_output_hw, unpack_weight
+
+
+def conv_int8_accumulate(x: np.ndarray, w: np.ndarray, strides=(1, 1), pads=(0, 0, 0, 0)) -> np.ndarray:
+    """int8 x [N, C, H, W] (*) int8 w [K, C, R, S] -> int32-valued accumulators [N, K, OH, OW] (int64)."""
+    n, c, h, wd = x.shape
+    k, c2, r, s = w.shape
+    if c != c2:
+        raise ValueError(f"input has {c} channels, weight expects {c2}")
+    oh, ow = conv_output_hw(h, wd, (r, s), strides, pads)
+    xp = np.zeros((n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]), dtype=np.float64)
+    xp[:, :, pads[0] : pads[0] + h, pads[1] : pads[1] + wd] = x
+    sh, sw = strides
+    # im2col as a strided view: [N, OH, OW, C, R, S]
+    st = xp.strides
+    cols = np.lib.stride_tricks.as_strided(
+        xp, shape=(n, oh, ow, c, r, s), strides=(st[0], st[2] * sh, st[3] * sw, st[1], st[2], st[3]), writeable=False
+    )
+    acc = cols.reshape(n * oh * ow, c * r * s) @ w.reshape(k, c * r * s).astype(np.float64).T
+    return acc.reshape(n, oh, ow, k).transpose(0, 3, 1, 2).astype(np.int64)
+
+
+def requantize_epilogue(
+    acc: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    out_scale: float,
+    residual: np.ndarray | None = None,
+    residual_scale: float | None = None,
+    relu: bool = True,
+) -> np.ndarray:
+    """acc [N, K, OH, OW] -> int8, in float32: scale, bias, (+ residual * residual_scale), ReLU, / out_scale,
+    round half to even, saturate to [-128, 127]."""
+    k = acc.shape[1]
+    f32 = np.float32
+    y = acc.astype(f32) * scale[:k].astype(f32).reshape(1, k, 1, 1)
+    y = y + bias[:k].astype(f32).reshape(1, k, 1, 1)
+    if residual is not None:
+        y = y + residual.astype(f32) * f32(residual_scale)
+    if relu:
+        y = np.maximum(y, f32(0))
+    y = y / f32(out_scale)
+    return np.clip(np.rint(y), -128, 127).astype(np.int8)
+
+
+def fused_conv_int8(
+    x: np.ndarray,
+    weight_packed: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    out_scale,
+    residual: np.ndarray | None = None,
+    residual_scale=None,
+    *,
+    in_channels: int,
+    out_channels: int,
+    kernel_shape,
+    strides,
+    pads,
+    relu: int,
+) -> np.ndarray:
+    """The op as its ONNX node states it: logical NCHW int8 in, logical NCHW int8 out."""
+    w = unpack_weight(weight_packed, out_channels, in_channels, kernel_shape)
+    acc = conv_int8_accumulate(x, w, tuple(strides), tuple(pads))
+    return requantize_epilogue(
+        acc,
+        np.asarray(scale, np.float32),
+        np.asarray(bias, np.float32),
+        float(np.asarray(out_scale).reshape(-1)[0]),
+        residual,
+        None if residual_scale is None else float(np.asarray(residual_scale).reshape(-1)[0]),
+        bool(relu),
+    )
