@@ -1,5 +1,25 @@
-"""CLI for trtfuse.bench (filled in by its issue)."""
+"""`trtfuse bench <what>`: benchmarks. Each lives in its own module exposing
+`add_arguments(parser)` and `run(args) -> int`; results go to bench/results/ as JSON."""
+
+import importlib
+
+BENCHMARKS = {
+    "kernels": ("trtfuse.bench.kernels", "time the fused INT8 conv kernels per ResNet-50 layer (GPU)"),
+    "splitk": ("trtfuse.bench.splitk", "time MatMul/Gemm plain vs split-K rewrite on a shape sweep (GPU)"),
+}
 
 
 def register(sub) -> None:
-    pass
+    p = sub.add_parser("bench", help="run a benchmark and record JSON under bench/results/")
+    bsub = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+    for name, (module, help_text) in BENCHMARKS.items():
+        bp = bsub.add_parser(name, help=help_text)
+        bp.add_argument("--json", action="store_true", help="print the records as JSON instead of a table")
+        bp.add_argument("-o", "--output", help="results file (default: bench/results/<name>-<device>-<date>.json)")
+        bp.set_defaults(func=lambda args, module=module: importlib.import_module(module).run(args))
+        bp.set_defaults(_add_arguments_from=module)
+        try:
+            importlib.import_module(module).add_arguments(bp)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# One command for the test suite on a fresh machine: makes .venv, installs trtfuse[test], runs pytest.
+# GPU and TensorRT tests skip themselves, saying why, where there is no GPU or no TensorRT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test]'
+exec .venv/bin/python -m pytest -ra "$@"
