@@ -57,8 +57,10 @@ struct ActivationIterator {
       const int m = m0 + row0 + i * ROWS_PER_PASS;
       const int n = m / sh.OHW, pix = m - n * sh.OHW;
       const int oh = pix / p.OW, ow = pix - oh * p.OW;
-      ih0[i] = m < sh.M ? oh * p.stride_h - p.pad_top : -PAD_TAP;  // an invalid row reads zeros
-      iw0[i] = ow * p.stride_w - p.pad_left;
+      // A row past M reads zeros: both coordinates far negative, so even a padding tap (r = PAD_TAP)
+      // cannot bring it back in range.
+      ih0[i] = m < sh.M ? oh * p.stride_h - p.pad_top : -PAD_TAP;
+      iw0[i] = m < sh.M ? ow * p.stride_w - p.pad_left : -PAD_TAP;
       base[i] = ((n * sh.CB * p.H + ih0[i]) * p.W + iw0[i]) * VEC;
     }
   }
