@@ -59,15 +59,16 @@ def graph_time_ms(torch, fn, reps: int) -> float:
     with torch.cuda.graph(graph, stream=stream):
         for _ in range(inner):
             fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start.record(stream)
+    with torch.cuda.stream(stream):  # replay and events on one stream
         graph.replay()
-        stop.record(stream)
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / inner)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            start.record(stream)
+            graph.replay()
+            stop.record(stream)
+            stop.synchronize()
+            times.append(start.elapsed_time(stop) / inner)
     return statistics.median(times)
 
 
