@@ -86,11 +86,21 @@ class DeviceParams:
     def from_json(cls, path: str) -> "DeviceParams":
         try:
             with open(path) as f:
-                return cls.from_dict(json.load(f))
+                data = json.load(f)
         except OSError as exc:
             raise TrtfuseError(f"cannot read split-K device parameters {path}: {exc.strerror}") from None
         except json.JSONDecodeError as exc:
             raise TrtfuseError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}") from None
+        if isinstance(data, dict) and data.get("benchmark") == "splitk":
+            # a `trtfuse bench splitk` results file: its fitted constants, CUDA-graph timings first
+            fitted = data.get("fitted") or {}
+            timing = "graph_us" if "graph_us" in fitted else "us"
+            if timing not in fitted:
+                raise TrtfuseError(f"{path} holds no fitted split-K parameters")
+            data = fitted[timing]["params"]
+        if not isinstance(data, dict):
+            raise TrtfuseError(f"{path} does not hold split-K device parameters")
+        return cls.from_dict(data)
 
 
 # NVIDIA H200 of this workplace (shared/anchors/h200-peers-2026-11-21.json): 132 SMs, 4.25 TB/s measured
@@ -260,3 +270,43 @@ def decide(p: GemmProblem, dev: DeviceParams, fused: bool = False) -> Decision:
             best.total_us,
         )
     return Decision(best.splits, f"predicted {best.total_us:.1f} us with {best.splits} splits vs {plain:.1f} us plain", plain, best.total_us)
+
+
+# The constants above that are assumptions rather than measurements, and the values `fit` tries for them.
+FIT_GRID = {
+    "tile": (16, 32, 64, 128),
+    "kernel_overhead_us": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0),
+    "sm_dram_share": (1.0, 2.0, 4.0, 8.0, 16.0),  # sm_dram_bytes_per_s = share * dram_bytes_per_s / sms
+}
+
+
+def predict_us(p: GemmProblem, dev: DeviceParams, splits: int) -> float:
+    """Predicted time of the plain GEMM (splits == 1) or of the rewrite with `splits` slices."""
+    return (predict_plain(p, dev) if splits == 1 else predict_split(p, dev, splits)).total_us
+
+
+def fit(observations, base: DeviceParams) -> tuple[DeviceParams, float]:
+    """Grid-search the assumed constants (FIT_GRID) against measurements; keep the measured ones.
+
+    observations: (GemmProblem, splits, measured_us) with splits == 1 for the plain GEMM. Minimises the
+    RMS of log(predicted / measured), so a 2x miss on a 5 us kernel weighs as much as one on a 5 ms one.
+    Returns the fitted parameters and that RMS (0.1 ~ predictions within 10%).
+    """
+    obs = [(p, s, t) for p, s, t in observations if t and t > 0]
+    if not obs:
+        raise TrtfuseError("no timings to fit the split-K cost model to")
+    best: tuple[float, DeviceParams] | None = None
+    for tile in FIT_GRID["tile"]:
+        for overhead in FIT_GRID["kernel_overhead_us"]:
+            for share in FIT_GRID["sm_dram_share"]:
+                dev = base.replace(
+                    tile_m=tile,
+                    tile_n=tile,
+                    kernel_overhead_us=overhead,
+                    sm_dram_bytes_per_s=share * base.dram_bytes_per_s / base.sms,
+                )
+                err = math.sqrt(sum(math.log(predict_us(p, dev, s) / t) ** 2 for p, s, t in obs) / len(obs))
+                if best is None or err < best[0]:
+                    best = (err, dev)
+    err, dev = best
+    return dev.replace(name=f"{base.name}-fitted", source=f"fit to {len(obs)} timings from `trtfuse bench splitk`"), err

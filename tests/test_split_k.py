@@ -377,3 +377,92 @@ def test_property_random_gemm(m, n, k, splits, trans_a, trans_b, bias, b_const, 
     bias_shape = None if shape is None else tuple({"M": m, "N": n}.get(d, d) for d in shape)
     model, feeds = gemm_model(m, n, k, trans_a, trans_b, bias_shape, b_const, c_const, 17, alpha, beta, seed)
     assert_split_equal(model, feeds, splits)
+
+
+# ---- bench/splitk.py: everything but the GPU timing ---------------------------------------------------
+
+
+def test_bench_sweep_covers_the_issue_shapes():
+    from trtfuse.bench.splitk import sweep_shapes
+
+    shapes = sweep_shapes()
+    assert 40 <= len(shapes) <= 80 and len({s.name for s in shapes}) == len(shapes)
+    assert {s.m for s in shapes} >= {1, 512} and {s.n for s in shapes} >= {256, 4096} and {s.k for s in shapes} >= {512, 16384}
+    assert any((s.m, s.n, s.k, s.bias) == (49, 448, 2016, False) for s in shapes)
+    assert {s.m for s in shapes if (s.n, s.k) == (1000, 2048)} == {1, 2, 4, 8}
+    assert len(sweep_shapes(quick=True)) < len(shapes)
+
+
+def test_bench_split_counts_and_names():
+    from trtfuse.bench.splitk import default_output, device_slug, params_for_device, splits_to_time
+
+    assert splits_to_time(512) == [2, 4] and splits_to_time(16384) == [2, 4, 8, 16, 32]
+    assert device_slug("NVIDIA H200") == "nvidia-h200"
+    assert default_output("NVIDIA H200", "2026-11-22").name == "splitk-nvidia-h200-2026-11-22.json"
+    assert params_for_device("NVIDIA H100 80GB HBM3", None).name == "h100"
+    assert params_for_device("NVIDIA H200", None).name == "h200"
+
+
+def test_bench_judges_decisions():
+    from trtfuse.bench.splitk import judge
+
+    assert judge(0, 10.0, {2: 12.0, 4: 9.5}, 0.1) is True  # 5% gain is below the 10% threshold
+    assert judge(0, 10.0, {2: 12.0, 4: 8.0}, 0.1) is False  # missed a 25% gain
+    assert judge(4, 10.0, {2: 12.0, 4: 8.0}, 0.1) is True
+    assert judge(2, 10.0, {2: 12.0, 4: 8.0}, 0.1) is False
+    assert judge(0, None, {}, 0.1) is None
+
+
+def _synthetic_records(true_params, dtype="float32"):
+    from trtfuse.bench.splitk import splits_to_time, sweep_shapes
+    from trtfuse.graph_passes.cost_model import predict_us
+
+    records = []
+    for shape in sweep_shapes(quick=True):
+        p = shape.problem(dtype)
+        plain = predict_us(p, true_params, 1)
+        for s in splits_to_time(shape.k):
+            t = predict_us(p, true_params, s)
+            records.append(
+                {"name": shape.name, "M": shape.m, "N": shape.n, "K": shape.k, "bias": shape.bias, "splits": s,
+                 "plain_us": plain, "rewritten_us": t, "plain_graph_us": None, "rewritten_graph_us": None}
+            )
+    return records
+
+
+def test_bench_fit_recovers_the_constants_that_made_the_timings():
+    from trtfuse.bench.splitk import observations, summarize
+    from trtfuse.graph_passes.cost_model import fit
+
+    truth = H200.replace(tile_m=64, tile_n=64, kernel_overhead_us=1.5, sm_dram_bytes_per_s=8 * H200.dram_bytes_per_s / H200.sms)
+    records = _synthetic_records(truth)
+    fitted, err = fit(list(observations(records, "float32", "us")), H200)
+    assert err < 1e-9
+    assert (fitted.tile_m, fitted.kernel_overhead_us, round(fitted.sm_dram_bytes_per_s)) == (64, 1.5, round(truth.sm_dram_bytes_per_s))
+    rows = summarize(records, fitted, "float32", "us")
+    assert all(r["decision_right"] for r in rows)
+
+
+def test_bench_results_file_feeds_the_pass(tmp_path):
+    fitted = H200.replace(name="h200-fitted", kernel_overhead_us=0.5)
+    path = tmp_path / "splitk-nvidia-h200-2026-11-22.json"
+    path.write_text(json.dumps({"benchmark": "splitk", "fitted": {"us": {"params": fitted.to_dict()}}}))
+    assert device_params(str(path)) == fitted
+    model, _ = matmul_model((1, 49, 2016), (2016, 448), True, 17)
+    assert split_k(model, "auto", device=str(path)).nodes[0].action == "rewrite"
+
+
+def test_bench_without_torch_is_a_clear_error():
+    import argparse
+    import importlib.util
+
+    from trtfuse.bench import splitk
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+    parser = argparse.ArgumentParser()
+    splitk.add_arguments(parser)
+    args = parser.parse_args([])
+    args.output, args.json = None, False
+    with pytest.raises(TrtfuseError, match="PyTorch"):
+        splitk.run(args)
