@@ -428,3 +428,29 @@ def split_k(model, splits: SplitMode = "auto", device: str | DeviceParams | None
     if emit == "plugin" and not any(imp.domain == DOMAIN for imp in result.opset_import):
         result.opset_import.append(onnx.helper.make_opsetid(DOMAIN, OPSET_VERSION))
     return SplitKResult(result, reports)
+
+
+def add_split_k_arguments(parser) -> None:
+    """The split-K options of `trtfuse rewrite`, in one place for whichever command runs the pass."""
+    parser.add_argument(
+        "--split-k",
+        default="off",
+        metavar="auto|off|N",
+        help="split MatMul/Gemm along K: auto (cost model), off (default), or N splits on every eligible node",
+    )
+    parser.add_argument(
+        "--split-k-emit",
+        choices=("rewrite", "plugin"),
+        default="rewrite",
+        help="rewrite: standard ONNX ops; plugin: trtfuse::SplitKGemm nodes (need the split-K kernel to run)",
+    )
+    parser.add_argument(
+        "--split-k-params",
+        default="h200",
+        metavar="DEVICE|JSON",
+        help="cost-model parameters for auto: h200 (default), h100, a JSON of DeviceParams or a bench splitk results file",
+    )
+
+
+def split_k_from_args(model, args) -> SplitKResult:
+    return split_k(model, args.split_k, device=args.split_k_params, emit=args.split_k_emit)

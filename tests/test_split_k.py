@@ -466,3 +466,19 @@ def test_bench_without_torch_is_a_clear_error():
     args.output, args.json = None, False
     with pytest.raises(TrtfuseError, match="PyTorch"):
         splitk.run(args)
+
+
+def test_cli_options_reach_the_pass():
+    import argparse
+
+    from trtfuse.graph_passes.split_k import add_split_k_arguments, split_k_from_args
+
+    parser = argparse.ArgumentParser()
+    add_split_k_arguments(parser)
+    model, feeds = matmul_model((3, 64), (64, 5), True, 17)
+    assert split_k_from_args(model, parser.parse_args([])).nodes == []
+    result = split_k_from_args(model, parser.parse_args(["--split-k", "4"]))
+    assert result.nodes[0].splits == 4
+    assert split_k_from_args(model, parser.parse_args(["--split-k", "4", "--split-k-emit", "plugin"])).nodes[0].action == "plugin"
+    with pytest.raises(TrtfuseError, match="split count"):
+        split_k_from_args(model, parser.parse_args(["--split-k", "1"]))
