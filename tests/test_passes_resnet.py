@@ -80,5 +80,5 @@ def test_resnet18_int8_agrees_with_fp32_on_heldout_images(mode):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input": held})[0]
     got = CpuExecutor(out).run({"input": held})[out.graph.output[0].name]
     cos = cosine_rows(got, want)
-    # measured 0.99x on this model (docs/passes.md); int8 is close to, not equal to, fp32
+    # measured min 0.977 (residual) / 0.979 (all), mean 0.990 on this 64x64 build; int8 is close, not equal
     assert cos.min() > 0.95, cos
