@@ -1,5 +1,114 @@
-"""CLI for trtfuse.calib (filled in by its issue)."""
+"""`trtfuse calibrate` and `trtfuse evaluate`."""
+
+from __future__ import annotations
+
+import argparse
+
+DATA_HELP = "a folder of JPEG/PNG images (optional val_map.txt labels), a .npy/.npz batch, or 'default' (embedded photos)"
 
 
 def register(sub) -> None:
-    pass
+    p = sub.add_parser("calibrate", help="compute INT8 activation scales for a model (scales JSON for `rewrite --scales`)",
+                       description="Run the fp32 model on the CPU over calibration images, histogram every activation "
+                                   "the rewrite needs, and pick each tensor's INT8 scale.")
+    p.add_argument("model", help="the fp32 ONNX model (never modified)")
+    p.add_argument("--data", default="default", help=DATA_HELP + " (default: default, calib split)")
+    p.add_argument("--count", type=int, default=512, help="number of calibration images (default 512)")
+    p.add_argument("--method", default="entropy", choices=["max", "percentile", "entropy", "mse"],
+                   help="threshold method (default entropy)")
+    p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile (default 99.99)")
+    p.add_argument("--fuse", default="residual", choices=["residual", "all"],
+                   help="the rewrite's fuse mode, which decides the tensors it needs (default residual)")
+    p.add_argument("--tensors", default="auto", choices=["auto", "rewrite", "broad"],
+                   help="tensor set: the rewrite's list (rewrite), every Conv/BN/Add/Relu/pool activation (broad), "
+                        "or the rewrite's list when available (auto, default)")
+    p.add_argument("--batch", type=int, default=32, help="images per ONNX Runtime run (default 32)")
+    p.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads (default 2)")
+    p.add_argument("-o", "--output", required=True, help="scales JSON to write")
+    p.add_argument("--cache", help="also write a TensorRT-style calibration cache text file")
+    p.add_argument("--cache-version", default="8601", help="TensorRT version number in the cache header (default 8601)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run_calibrate)
+
+    e = sub.add_parser("evaluate", help="compare an INT8 rewritten model with its fp32 original",
+                       description="Run both models on held-out images: logit cosine, top-1 agreement, top-1 accuracy "
+                                   "(with labels), and the SQNR of every fused layer.")
+    e.add_argument("fp32", help="the fp32 ONNX model")
+    e.add_argument("int8", help="the rewritten INT8 model (plugin nodes run on trtfuse's CPU executor)")
+    e.add_argument("--data", default="default", help=DATA_HELP + " (default: default, heldout split)")
+    e.add_argument("--count", type=int, default=64, help="number of images (default 64)")
+    e.add_argument("--batch", type=int, default=8, help="images per run (default 8)")
+    e.add_argument("--no-layers", action="store_true", help="skip the per-layer SQNR table (faster)")
+    e.add_argument("-o", "--output", help="write the report as JSON")
+    e.add_argument("--json", action="store_true", help="print the report as JSON")
+    e.set_defaults(func=run_evaluate)
+
+
+def _positive(name: str, value: int) -> None:
+    from trtfuse.errors import TrtfuseError
+
+    if value < 1:
+        raise TrtfuseError(f"{name} must be at least 1, got {value}")
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from trtfuse.io import atomic_write_json, atomic_write_text, check_not_same_file, load_model
+    from trtfuse.ui import print_json, print_table
+
+    from .calibrate import calibrate, check_method
+    from .data import load_data
+    from .scales import calibration_cache_text
+    from .stats import input_name_and_size
+
+    _positive("--count", args.count)
+    _positive("--batch", args.batch)
+    _positive("--threads", args.threads)
+    check_method(args.method, args.percentile)
+    check_not_same_file(args.model, args.output)
+    if args.cache:
+        check_not_same_file(args.model, args.cache)
+    model = load_model(args.model)
+    _, size = input_name_and_size(model)
+    images = load_data(args.data, args.count, size=size or 224, split="calib")
+    doc = calibrate(args.model, images, args.method, args.percentile, args.fuse, args.tensors, args.batch,
+                    args.threads, show_progress=not args.json, model=model)
+    atomic_write_json(args.output, doc)
+    if args.cache:
+        atomic_write_text(args.cache, calibration_cache_text(doc["activations"], args.method, args.cache_version))
+    meta = doc["metadata"]
+    summary = {"tensors": meta["tensors"], "selection": meta["selection"], "method": meta["method"],
+               "images": meta["images"], "seconds": meta["seconds"], "output": args.output, "cache": args.cache,
+               "data": meta["data"]}
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"data: {meta['data']}")
+        print_table(["tensors", "selection", "method", "images", "seconds", "output"],
+                    [[meta["tensors"], meta["selection"], meta["method"] + (f" {args.percentile}" if args.method == "percentile" else ""),
+                      meta["images"], f"{meta['seconds']:.1f}", args.output + (f" (+ cache {args.cache})" if args.cache else "")]])
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from trtfuse.io import atomic_write_json, load_model
+    from trtfuse.ui import print_json
+
+    from .data import load_data
+    from .evaluate import evaluate, print_report
+    from .stats import input_name_and_size
+
+    _positive("--count", args.count)
+    _positive("--batch", args.batch)
+    fp32 = load_model(args.fp32)
+    int8 = load_model(args.int8, check=False)
+    _, size = input_name_and_size(fp32)
+    images = load_data(args.data, args.count, size=size or 224, split="heldout")
+    report = evaluate(fp32, int8, images, batch_size=args.batch, layers=not args.no_layers, show_progress=not args.json)
+    report["fp32_model"], report["int8_model"] = args.fp32, args.int8
+    if args.output:
+        atomic_write_json(args.output, report)
+    if args.json:
+        print_json(report)
+    else:
+        print_report(report)
+    return 0

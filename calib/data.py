@@ -7,6 +7,11 @@ and evaluation sets disjoint: they are drawn from different photographs.
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
 import numpy as np
 
 # MLPerf ResNet-50 / torchvision ImageNet normalisation, RGB order.
@@ -77,3 +82,169 @@ def default_images(count: int, size: int = 224, seed: int = 0, split: str = "cal
             view = view[:, ::-1]
         out[i] = preprocess_mlperf(np.ascontiguousarray(view), size)
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loaders: what `--data` names (a folder of images, a .npy/.npz file, or "default"), as one object that
+# hands out preprocessed NCHW float32 batches.
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".JPEG", ".JPG", ".PNG")
+
+
+@dataclass
+class ImageSet:
+    """Images ready for the model: `count` images of [3, size, size] float32, optionally labelled.
+
+    `batches` produces arrays lazily so a folder of thousands of JPEGs is never decoded at once.
+    `description` says in one line what was loaded and how it was interpreted.
+    """
+
+    count: int
+    size: int
+    description: str
+    labels: np.ndarray | None
+    _get: Callable[[int, int], np.ndarray]
+
+    def batches(self, batch_size: int) -> Iterator[np.ndarray]:
+        for start in range(0, self.count, batch_size):
+            yield self._get(start, min(self.count, start + batch_size))
+
+    def all(self) -> np.ndarray:
+        return self._get(0, self.count)
+
+
+def _fail(message: str):
+    from trtfuse.errors import TrtfuseError
+
+    raise TrtfuseError(message)
+
+
+def read_image(path: Path) -> np.ndarray:
+    """A JPEG/PNG file -> HWC uint8 RGB; one-line error when it cannot be decoded."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            return np.asarray(im.convert("RGB"), dtype=np.uint8)
+    except Exception as exc:
+        _fail(f"cannot read image {path}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'unreadable'}")
+
+
+def read_val_map(path: Path) -> dict[str, int]:
+    """MLPerf `val_map.txt`: one `filename label` pair per line."""
+    labels: dict[str, int] = {}
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+            _fail(f"{path}:{lineno}: expected 'filename label', got {line.strip()!r}")
+        labels[parts[0]] = int(parts[1])
+    return labels
+
+
+def load_image_folder(folder: str | os.PathLike, count: int | None = None, size: int = 224) -> ImageSet:
+    """JPEG/PNG files of a folder (sorted by name, not recursive), MLPerf-preprocessed on demand.
+
+    A `val_map.txt` beside the images (MLPerf ImageNet layout) supplies labels; with one present,
+    every selected image must have an entry.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        _fail(f"no such data folder: {folder}")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in IMAGE_SUFFIXES)
+    if not files:
+        _fail(f"no JPEG or PNG images in {folder}")
+    if count is not None:
+        files = files[:count]
+    labels = None
+    val_map = folder / "val_map.txt"
+    if val_map.is_file():
+        table = read_val_map(val_map)
+        missing = [p.name for p in files if p.name not in table]
+        if missing:
+            _fail(f"{val_map} has no label for {missing[0]} ({len(missing)} of {len(files)} images unlabelled)")
+        labels = np.array([table[p.name] for p in files], dtype=np.int64)
+
+    def get(start: int, stop: int) -> np.ndarray:
+        return np.stack([preprocess_mlperf(read_image(p), size) for p in files[start:stop]])
+
+    what = f"{len(files)} images from {folder}" + (" with val_map.txt labels" if labels is not None else "")
+    return ImageSet(len(files), size, what + ", MLPerf preprocessing", labels, get)
+
+
+def _as_nchw_float(arr: np.ndarray, source: str, size: int | None) -> tuple[np.ndarray, str]:
+    """Accept preprocessed NCHW float32 or raw NHWC uint8 (then MLPerf-preprocess); say which it was."""
+    if arr.ndim == 3:
+        arr = arr[None]
+    if arr.ndim != 4:
+        _fail(f"{source}: expected a 4-D batch (N,3,H,W float or N,H,W,3 uint8), got shape {tuple(arr.shape)}")
+    if arr.dtype == np.uint8:
+        if arr.shape[-1] != 3:
+            _fail(f"{source}: uint8 data must be raw images N,H,W,3 (RGB), got shape {tuple(arr.shape)}")
+        target = size or 224
+        out = np.stack([preprocess_mlperf(np.ascontiguousarray(img), target) for img in arr])
+        return out, f"raw HWC uint8 images, MLPerf-preprocessed to {target}x{target}"
+    if arr.dtype.kind != "f":
+        _fail(f"{source}: dtype {arr.dtype} is neither float (preprocessed NCHW) nor uint8 (raw NHWC)")
+    if arr.shape[1] != 3:
+        _fail(f"{source}: float data must be preprocessed NCHW with 3 channels, got shape {tuple(arr.shape)}")
+    if size is not None and arr.shape[2:] != (size, size):
+        _fail(f"{source}: images are {arr.shape[2]}x{arr.shape[3]}, the model expects {size}x{size}")
+    return np.ascontiguousarray(arr, dtype=np.float32), "preprocessed NCHW float, used as is"
+
+
+def load_array_file(path: str | os.PathLike, count: int | None = None, size: int | None = None) -> ImageSet:
+    """A .npy batch, or a .npz whose arrays are batches (concatenated in key order; a `labels` key
+    holding a 1-D integer array supplies labels)."""
+    path = Path(path)
+    if not path.is_file():
+        _fail(f"no such data file: {path}")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        _fail(f"cannot read {path} as numpy data: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    labels = None
+    if isinstance(loaded, np.ndarray):
+        arrays = [loaded]
+    else:
+        with loaded:
+            keys = sorted(loaded.files)
+            if "labels" in keys:
+                labels = np.asarray(loaded["labels"]).astype(np.int64).reshape(-1)
+                keys.remove("labels")
+            arrays = [loaded[k] for k in keys]
+        if not arrays:
+            _fail(f"{path} holds no image arrays")
+    converted = [_as_nchw_float(a, f"{path}", size) for a in arrays]
+    data = np.concatenate([c[0] for c in converted])
+    if len(data) == 0:
+        _fail(f"{path} holds no images")
+    if labels is not None and len(labels) != len(data):
+        _fail(f"{path}: {len(labels)} labels for {len(data)} images")
+    if count is not None:
+        data = data[:count]
+        labels = None if labels is None else labels[:count]
+    what = f"{len(data)} images from {path} ({converted[0][1]})"
+    return ImageSet(len(data), data.shape[2], what, labels, lambda a, b: data[a:b])
+
+
+def load_default(count: int, size: int = 224, split: str = "calib", seed: int = 0) -> ImageSet:
+    data = default_images(count, size=size, seed=seed, split=split)
+    photos = _CALIB_PHOTOS if split == "calib" else _HELDOUT_PHOTOS
+    what = f"{count} embedded default views ({split} split: crops/flips of {len(photos)} scikit-image photos)"
+    return ImageSet(count, size, what, None, lambda a, b: data[a:b])
+
+
+def load_data(spec: str, count: int | None = None, size: int = 224, split: str = "calib") -> ImageSet:
+    """`--data` as the CLI takes it: `default`, a folder of images, or a .npy/.npz file."""
+    if spec == "default":
+        return load_default(512 if count is None else count, size=size, split=split)
+    path = Path(spec)
+    if path.is_dir():
+        return load_image_folder(path, count, size)
+    if path.suffix in (".npy", ".npz"):
+        return load_array_file(path, count, size)
+    if not path.exists():
+        _fail(f"--data {spec}: no such file or folder (give a folder of images, a .npy/.npz file, or 'default')")
+    _fail(f"--data {spec}: not a folder, .npy or .npz file")

@@ -15,6 +15,7 @@ from .tactics import ConvShape, Tactic, choose, TACTICS_BY_ID
 
 SOURCE = "fused_conv.cu"
 ENTRY = "trtfuse_fused_conv"
+ENTRY_SPLIT_K = "trtfuse_fused_conv_splitk"
 
 
 class ConvParamsStruct(ctypes.Structure):
@@ -81,5 +82,5 @@ class ConvLaunch:
                              K=sh.k, OH=oh, OW=ow, R=sh.r, S=sh.s, stride_h=sh.stride[0], stride_w=sh.stride[1],
                              pad_top=sh.pads[0], pad_left=sh.pads[1], relu=int(relu), splits=self.splits)
         smem = t.shared_bytes(sh.c, (sh.r, sh.s))
-        fn = module_for(t).function(ENTRY, smem)
+        fn = module_for(t).function(ENTRY_SPLIT_K if self.splits > 1 else ENTRY, smem)
         cd.launch(fn, self.grid, (t.threads, 1, 1), smem, stream, [ctypes.addressof(p)])

@@ -49,7 +49,10 @@ def gpu_available() -> tuple[bool, str]:
         drv = _driver()
     except TrtfuseError as exc:
         return False, str(exc)
-    err, = drv.cuInit(0)
+    try:
+        err, = drv.cuInit(0)
+    except Exception as exc:  # no libcuda.so at all (a CPU-only machine)
+        return False, f"no NVIDIA driver ({type(exc).__name__})"
     if err != drv.CUresult.CUDA_SUCCESS:
         return False, f"no CUDA driver/GPU (cuInit: {err.name})"
     err, count = drv.cuDeviceGetCount()

@@ -25,6 +25,7 @@ class Tactic:
     wn: int
     stages: int
     vec: int
+    min_blocks: int = 1  # CTAs per SM the register budget must allow (__launch_bounds__)
 
     @property
     def threads(self) -> int:
@@ -32,11 +33,11 @@ class Tactic:
 
     @property
     def name(self) -> str:
-        return f"t{self.id}_{self.bm}x{self.bn}_w{self.wm}x{self.wn}_s{self.stages}_v{self.vec}"
+        return f"t{self.id}_{self.bm}x{self.bn}_w{self.wm}x{self.wn}_s{self.stages}_v{self.vec}_b{self.min_blocks}"
 
     def defines(self) -> dict[str, int]:
         return {"TF_BM": self.bm, "TF_BN": self.bn, "TF_WM": self.wm, "TF_WN": self.wn,
-                "TF_STAGES": self.stages, "TF_VEC": self.vec}
+                "TF_STAGES": self.stages, "TF_VEC": self.vec, "TF_MINB": self.min_blocks}
 
     def shared_bytes(self, in_channels: int, kernel_shape) -> int:
         """Dynamic shared memory: pipeline ring + output/residual staging tile + tap table."""
@@ -47,12 +48,13 @@ class Tactic:
 
 
 TACTICS: tuple[Tactic, ...] = (
-    Tactic(1, 128, 128, 2, 4, 4, 32),
-    Tactic(2, 128, 64, 2, 2, 4, 32),
-    Tactic(3, 64, 128, 2, 2, 4, 32),
-    Tactic(4, 64, 64, 2, 2, 4, 32),
-    Tactic(6, 128, 64, 2, 2, 4, 4),
-    Tactic(7, 64, 64, 2, 2, 4, 4),
+    Tactic(1, 128, 128, 2, 4, 4, 32, 2),
+    Tactic(2, 128, 64, 2, 2, 4, 32, 2),
+    Tactic(3, 64, 128, 2, 2, 4, 32, 2),
+    Tactic(4, 64, 64, 2, 2, 4, 32, 3),
+    Tactic(5, 128, 128, 2, 4, 3, 32, 1),
+    Tactic(6, 128, 64, 2, 2, 4, 4, 2),
+    Tactic(7, 64, 64, 2, 2, 4, 4, 3),
 )
 TACTICS_BY_ID = {t.id: t for t in TACTICS}
 

@@ -7,7 +7,8 @@
 //   grid.x = output tiles (N-tile fastest, so CTAs sharing an activation tile run together and hit
 //   L2), grid.y = split-K slices.
 //
-// Compile-time configuration (one NVRTC compile per tactic): TF_BM TF_BN TF_WM TF_WN TF_STAGES TF_VEC.
+// Compile-time configuration (one NVRTC compile per tactic): TF_BM TF_BN TF_WM TF_WN TF_STAGES TF_VEC,
+// TF_MINB (CTAs per SM the register allocation must allow).
 #include "conv_epilogue.cuh"
 #include "conv_iterators.cuh"
 
@@ -43,7 +44,7 @@ struct WarpMma {
   }
 };
 
-template <int BM, int BN, int WM, int WN, int STAGES, int VEC>
+template <int BM, int BN, int WM, int WN, int STAGES, int VEC, bool SPLIT_K>
 __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
   constexpr int NTHREADS = WM * WN * 32;
   using Mma = WarpMma<BM, BN, WM, WN>;
@@ -58,11 +59,12 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wm = warp / WN, wn = warp % WN;
   const int n_tiles = (sh.Kpad + BN - 1) / BN;
   const int m0 = (blockIdx.x / n_tiles) * BM, n0 = (blockIdx.x % n_tiles) * BN;
-  const int kt_begin = blockIdx.y * sh.ktiles / p.splits, kt_end = (blockIdx.y + 1) * sh.ktiles / p.splits;
+  const int splits = SPLIT_K ? p.splits : 1;
+  const int kt_begin = blockIdx.y * sh.ktiles / splits, kt_end = (blockIdx.y + 1) * sh.ktiles / splits;
   const bool has_res = p.residual != nullptr;
 
   // The residual tile streams in while the main loop runs (its own cp.async group, the oldest).
-  if (has_res && p.splits == 1) Out::template prefetch_residual<NTHREADS>(sOut, p, sh, m0, n0, tid);
+  if (has_res && !SPLIT_K) Out::template prefetch_residual<NTHREADS>(sOut, p, sh, m0, n0, tid);
   cp_async_commit();
   build_tap_table<VEC>(taps, p, sh, tid, NTHREADS);
   __syncthreads();
@@ -108,7 +110,7 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
 
   // ---- split-K: integer partial sums meet in the workspace; the last slice to arrive finishes ----
   const int g = lane / 4, t2 = (lane % 4) * 2;
-  if (p.splits > 1) {
+  if (SPLIT_K) {  // compiled separately: the no-split kernel keeps these registers free
     __shared__ int s_is_last;
 #pragma unroll
     for (int mi = 0; mi < Mma::MT; ++mi)
@@ -121,7 +123,7 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
         }
     __threadfence();
     __syncthreads();
-    if (tid == 0) s_is_last = atomicAdd(p.counters + blockIdx.x, 1) == p.splits - 1;
+    if (tid == 0) s_is_last = atomicAdd(p.counters + blockIdx.x, 1) == splits - 1;
     __syncthreads();
     if (!s_is_last) return;
     __threadfence();
@@ -187,12 +189,19 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
 #define TF_STAGES 4
 #define TF_VEC 32
 #endif
+#ifndef TF_MINB
+#define TF_MINB 1
+#endif
 
 #define TF_THREADS (TF_WM * TF_WN * 32)
 
-// General entry: every feature (residual optional, split-K), used by the Python launcher.
-extern "C" __global__ void __launch_bounds__(TF_THREADS, 1) trtfuse_fused_conv(const trtfuse::ConvParams p) {
-  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC>(p);
+// General entries (residual optional), used by the Python launcher; split-K is its own kernel.
+extern "C" __global__ void __launch_bounds__(TF_THREADS, TF_MINB) trtfuse_fused_conv(const trtfuse::ConvParams p) {
+  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, false>(p);
+}
+// Split-K runs few, long CTAs: it gets the full register file rather than spill.
+extern "C" __global__ void __launch_bounds__(TF_THREADS, 1) trtfuse_fused_conv_splitk(const trtfuse::ConvParams p) {
+  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, true>(p);
 }
 
 // TensorRT AOT entries: node inputs in order, then int32 extra args, then the output (no split-K,
@@ -203,17 +212,17 @@ extern "C" __global__ void __launch_bounds__(TF_THREADS, 1) trtfuse_fused_conv(c
   p.stride_w = sw; p.pad_top = pt; p.pad_left = pl; p.relu = relu; p.splits = 1; p.workspace = nullptr;     \
   p.counters = nullptr;
 
-extern "C" __global__ void __launch_bounds__(TF_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(TF_THREADS, TF_MINB)
     trtfuse_fused_conv_aot(const int8_t* x, const int8_t* w, const float* scale, const float* bias,
                            const float* out_scale, TF_INT_ARGS, int8_t* y) {
   trtfuse::ConvParams p;
   p.x = x; p.w = w; p.scale = scale; p.bias = bias; p.out_scale = out_scale; p.residual = nullptr;
   p.residual_scale = nullptr; p.y = y;
   TF_FILL_INTS(p)
-  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC>(p);
+  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, false>(p);
 }
 
-extern "C" __global__ void __launch_bounds__(TF_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(TF_THREADS, TF_MINB)
     trtfuse_fused_conv_add_aot(const int8_t* x, const int8_t* w, const float* scale, const float* bias,
                                const float* out_scale, const int8_t* residual, const float* residual_scale,
                                TF_INT_ARGS, int8_t* y) {
@@ -221,5 +230,5 @@ extern "C" __global__ void __launch_bounds__(TF_THREADS, 1)
   p.x = x; p.w = w; p.scale = scale; p.bias = bias; p.out_scale = out_scale; p.residual = residual;
   p.residual_scale = residual_scale; p.y = y;
   TF_FILL_INTS(p)
-  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC>(p);
+  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, false>(p);
 }

@@ -1,0 +1,76 @@
+"""Calibration end to end: model + images -> histograms (one pass) -> thresholds -> scales document."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from trtfuse.errors import TrtfuseError
+
+from .calibrators import METHODS, amax_to_scale, compute_amax
+from .scales import file_sha256, scales_document
+from .stats import AbsHistogram, collect_statistics, input_name_and_size
+from .tensors import activation_tensors
+
+
+def check_method(method: str, percentile: float) -> None:
+    if method not in METHODS:
+        raise TrtfuseError(f"unknown calibration method {method!r}; choose from {', '.join(METHODS)}")
+    if not 0.0 < percentile <= 100.0:
+        raise TrtfuseError(f"--percentile must be in (0, 100], got {percentile}")
+
+
+def scales_from_histograms(hists: dict[str, AbsHistogram], method: str, percentile: float = 99.99):
+    """({tensor: scale}, {tensor: amax}) for one method; the histograms are reused, not consumed."""
+    check_method(method, percentile)
+    amax = {name: compute_amax(h, method, percentile) for name, h in hists.items()}
+    return {name: amax_to_scale(a) for name, a in amax.items()}, amax
+
+
+def model_image_size(model, images) -> None:
+    _, size = input_name_and_size(model)
+    if size is not None and images.size != size:
+        raise TrtfuseError(f"the model takes {size}x{size} images, the data is {images.size}x{images.size}")
+
+
+def gather_statistics(model, images, fuse_mode: str = "residual", selection: str = "auto",
+                      batch_size: int = 32, threads: int = 2, show_progress: bool = True):
+    """(histograms, selection used, seconds) for every activation the rewrite needs."""
+    model_image_size(model, images)
+    tensors, used = activation_tensors(model, fuse_mode, selection)
+    if not tensors:
+        raise TrtfuseError("the model has no activation tensors to calibrate (no Conv/Add/Relu/... nodes)")
+    start = time.perf_counter()
+    hists = collect_statistics(model, images, tensors, batch_size=batch_size, threads=threads,
+                               show_progress=show_progress)
+    return hists, used, time.perf_counter() - start
+
+
+def calibrate(model_path: str | Path, images, method: str = "entropy", percentile: float = 99.99,
+              fuse_mode: str = "residual", selection: str = "auto", batch_size: int = 32,
+              threads: int = 2, show_progress: bool = True, model=None) -> dict:
+    """The scales document (see trtfuse.calib.scales) for the model at `model_path`."""
+    from trtfuse import __version__
+    from trtfuse.io import load_model
+
+    check_method(method, percentile)
+    start = time.perf_counter()
+    model = model if model is not None else load_model(model_path)
+    hists, used, stat_seconds = gather_statistics(model, images, fuse_mode, selection, batch_size, threads,
+                                                  show_progress)
+    scales, amax = scales_from_histograms(hists, method, percentile)
+    metadata = {
+        "method": method,
+        "percentile": percentile if method == "percentile" else None,
+        "images": images.count,
+        "data": images.description,
+        "model": str(model_path),
+        "model_sha256": file_sha256(model_path),
+        "tensors": len(scales),
+        "selection": used,
+        "fuse_mode": fuse_mode,
+        "statistics_seconds": round(stat_seconds, 3),
+        "seconds": round(time.perf_counter() - start, 3),
+        "trtfuse": __version__,
+    }
+    return scales_document(scales, amax, metadata)
