@@ -266,21 +266,20 @@ def test_conv_weights_are_kaiming_normal_fan_out():
 @pytest.mark.slow
 def test_resnet50_224_activations_are_realistic_and_top1_varies():
     """The real default model: block outputs keep sane ranges on held-out photos, logits spread, top-1 varies."""
+    from trtfuse.models.activation_stats import block_output_stats, logit_summary
+
     model = load_cached_model("resnet50", batch=None)
-    blocks = [n.name for n in ops(model, "Relu") if n.name.startswith("layer") and n.name.endswith(".relu3")]
-    assert len(blocks) == 16
-    images = default_images(12, size=224, split="heldout")
-    logits, *acts = run_ort(with_outputs(model, [f"{b}.out" for b in blocks]), images)
-    for name, act in zip(blocks, acts):
-        assert 0.2 < act.std() < 5.0, (name, act.std())
-        assert 0.2 < (act > 0).mean() < 0.95, (name, (act > 0).mean())
-        assert np.isfinite(act).all() and act.max() < 100.0, name
+    stats, logits = block_output_stats(model, default_images(12, size=224, split="heldout"))
+    assert [s["block"] for s in stats] == [f"layer{i}.{j}.relu3" for i, n in enumerate((3, 4, 6, 3), 1) for j in range(n)]
+    for s in stats:
+        assert 0.2 < s["std"] < 5.0, s
+        assert 0.2 < s["positive"] < 0.95, s
+        assert s["max"] < 100.0, s
+    assert np.isfinite(logits).all()
+    summary = logit_summary(logits)
     assert logits.std(axis=1).min() > 1.0  # per image, classes are far from equal
-    top1 = logits.argmax(axis=1)
-    assert len(set(top1.tolist())) >= len(images) // 2, top1
-    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probs /= probs.sum(axis=1, keepdims=True)
-    assert probs.max(axis=1).mean() > 0.05  # far from the uniform 0.001
+    assert summary["distinct_top1"] >= 6, logits.argmax(axis=1)
+    assert summary["mean_top_probability"] > 0.05  # far from the uniform 0.001
 
 
 # --- cache ----------------------------------------------------------------------------------------------
