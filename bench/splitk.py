@@ -61,7 +61,7 @@ def sweep_shapes(quick: bool = False) -> list[Shape]:
     return shapes
 
 
-def splits_to_time(k: int, candidates=(2, 4, 8, 16, 32)) -> list[int]:
+def splits_to_time(k: int, candidates=(2, 4, 8, 16, 32, 64)) -> list[int]:
     return [s for s in candidates if padded_k(k, s) // s >= MIN_K_TIMED]
 
 
@@ -132,6 +132,17 @@ def observations(records: list[dict], dtype: str, timing: str):
             yield p, 1, r[f"plain_{timing}"]
         if r[f"rewritten_{timing}"]:
             yield p, r["splits"], r[f"rewritten_{timing}"]
+
+
+def fit_to_records(records: list[dict], params: DeviceParams, dtype: str, timing: str) -> dict:
+    """cost_model.fit on these timings, scored first by the decisions it gets right."""
+
+    def right(dev: DeviceParams) -> int:
+        return sum(r["decision_right"] is True for r in summarize(records, dev, dtype, timing))
+
+    fitted_params, log_rms = fit(list(observations(records, dtype, timing)), params, right)
+    judged = sum(r["decision_right"] is not None for r in summarize(records, fitted_params, dtype, timing))
+    return {"params": fitted_params.to_dict(), "log_rms_error": log_rms, "decisions_right": right(fitted_params), "decisions_judged": judged}
 
 
 # ---- PyTorch side (imported lazily) -------------------------------------------------------------------
@@ -310,7 +321,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32")
     parser.add_argument("--tf32", action="store_true", help="let float32 GEMMs use TF32 tensor cores (default: IEEE fp32)")
     parser.add_argument("--quick", action="store_true", help="a 12-shape grid instead of 72 (plus the seed and classifier shapes)")
-    parser.add_argument("--splits", default="2,4,8,16,32", help="split counts to time, comma-separated (default 2,4,8,16,32)")
+    parser.add_argument("--splits", default="2,4,8,16,32,64", help="split counts to time, comma-separated (default 2,4,8,16,32,64: all that auto may pick)")
     parser.add_argument("--reps", type=int, default=400, help="most timed calls per measurement (default 400)")
     parser.add_argument("--budget", type=float, default=0.15, help="seconds of timing per measurement at most, roughly (default 0.15)")
     parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph timings")
@@ -352,14 +363,7 @@ def run(args) -> int:
     summaries, fitted = {}, {}
     for timing in timings:
         summaries[timing] = summarize(records, params, args.dtype, timing)
-        fitted_params, log_rms = fit(list(observations(records, args.dtype, timing)), params)
-        fitted_rows = summarize(records, fitted_params, args.dtype, timing)
-        fitted[timing] = {
-            "params": fitted_params.to_dict(),
-            "log_rms_error": log_rms,
-            "decisions_right": sum(r["decision_right"] is True for r in fitted_rows),
-            "decisions_judged": sum(r["decision_right"] is not None for r in fitted_rows),
-        }
+        fitted[timing] = fit_to_records(records, params, args.dtype, timing)
     result = {
         "benchmark": "splitk",
         "device": device_name,

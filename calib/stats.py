@@ -14,6 +14,7 @@ The exact absmax is tracked alongside, so `max` calibration never depends on the
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -164,7 +165,7 @@ def padded_batches(images, batch_size: int, pad: bool):
         yield batch, real
 
 
-def collect_statistics(model, images, tensors: list[str], batch_size: int = 32, threads: int = 2,
+def collect_statistics(model, images, tensors: list[str], batch_size: int = 8, threads: int = 2,
                        bins: int = DEFAULT_BINS, show_progress: bool = True) -> dict[str, AbsHistogram]:
     """Run the fp32 model over `images` (a trtfuse.calib.data.ImageSet) once; histogram every tensor."""
     from trtfuse.ui import progress
@@ -174,13 +175,26 @@ def collect_statistics(model, images, tensors: list[str], batch_size: int = 32, 
     session = make_session(model_with_outputs(model, tensors), threads)
     hists = {name: AbsHistogram(bins) for name in tensors}
     scratch = Scratch()
+
+    def accumulate(values, real):
+        for name, value in zip(tensors, values):
+            hists[name].add(value[:real], scratch)
+
+    # Histograms of batch k are built on a worker thread while ONNX Runtime runs batch k+1: numpy's
+    # ufuncs and ORT both release the GIL, so the two overlap instead of leaving a core idle.
     bar = progress(total=images.count, desc="calibrating", enabled=show_progress, unit="img")
-    try:
-        for batch, real in padded_batches(images, fixed_batch or batch_size, fixed_batch is not None):
-            values = session.run(tensors, {input_name: batch})
-            for name, value in zip(tensors, values):
-                hists[name].add(value[:real], scratch)
-            bar.update(real)
-    finally:
-        bar.close()
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        pending = None
+        try:
+            for batch, real in padded_batches(images, fixed_batch or batch_size, fixed_batch is not None):
+                values = session.run(tensors, {input_name: batch})
+                if pending is not None:
+                    pending.result()
+                    bar.update(pending_count)
+                pending, pending_count = worker.submit(accumulate, values, real), real
+            if pending is not None:
+                pending.result()
+                bar.update(pending_count)
+        finally:
+            bar.close()
     return hists

@@ -274,7 +274,8 @@ def decide(p: GemmProblem, dev: DeviceParams, fused: bool = False) -> Decision:
 
 # The constants above that are assumptions rather than measurements, and the values `fit` tries for them.
 FIT_GRID = {
-    "tile": (16, 32, 64, 128),
+    "tile_m": (16, 32, 64, 128),
+    "tile_n": (32, 64, 128, 256),
     "kernel_overhead_us": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0),
     "sm_dram_share": (1.0, 2.0, 4.0, 8.0, 16.0),  # sm_dram_bytes_per_s = share * dram_bytes_per_s / sms
 }
@@ -285,28 +286,31 @@ def predict_us(p: GemmProblem, dev: DeviceParams, splits: int) -> float:
     return (predict_plain(p, dev) if splits == 1 else predict_split(p, dev, splits)).total_us
 
 
-def fit(observations, base: DeviceParams) -> tuple[DeviceParams, float]:
+def fit(observations, base: DeviceParams, decisions_right=None) -> tuple[DeviceParams, float]:
     """Grid-search the assumed constants (FIT_GRID) against measurements; keep the measured ones.
 
-    observations: (GemmProblem, splits, measured_us) with splits == 1 for the plain GEMM. Minimises the
-    RMS of log(predicted / measured), so a 2x miss on a 5 us kernel weighs as much as one on a 5 ms one.
-    Returns the fitted parameters and that RMS (0.1 ~ predictions within 10%).
+    observations: (GemmProblem, splits, measured_us) with splits == 1 for the plain GEMM. The score is
+    first `decisions_right(params)` (how many measured shapes `auto` would judge right; what the model
+    is for), then the RMS of log(predicted / measured), so a 2x miss on a 5 us kernel weighs as much as
+    one on a 5 ms one. Returns the fitted parameters and their RMS (0.1 ~ predictions within 10%).
     """
     obs = [(p, s, t) for p, s, t in observations if t and t > 0]
     if not obs:
         raise TrtfuseError("no timings to fit the split-K cost model to")
-    best: tuple[float, DeviceParams] | None = None
-    for tile in FIT_GRID["tile"]:
-        for overhead in FIT_GRID["kernel_overhead_us"]:
-            for share in FIT_GRID["sm_dram_share"]:
-                dev = base.replace(
-                    tile_m=tile,
-                    tile_n=tile,
-                    kernel_overhead_us=overhead,
-                    sm_dram_bytes_per_s=share * base.dram_bytes_per_s / base.sms,
-                )
-                err = math.sqrt(sum(math.log(predict_us(p, dev, s) / t) ** 2 for p, s, t in obs) / len(obs))
-                if best is None or err < best[0]:
-                    best = (err, dev)
-    err, dev = best
+    best: tuple[tuple[float, float], DeviceParams] | None = None
+    for tile_m in FIT_GRID["tile_m"]:
+        for tile_n in FIT_GRID["tile_n"]:
+            for overhead in FIT_GRID["kernel_overhead_us"]:
+                for share in FIT_GRID["sm_dram_share"]:
+                    dev = base.replace(
+                        tile_m=tile_m,
+                        tile_n=tile_n,
+                        kernel_overhead_us=overhead,
+                        sm_dram_bytes_per_s=share * base.dram_bytes_per_s / base.sms,
+                    )
+                    err = math.sqrt(sum(math.log(predict_us(p, dev, s) / t) ** 2 for p, s, t in obs) / len(obs))
+                    score = (-(decisions_right(dev) if decisions_right else 0), err)
+                    if best is None or score < best[0]:
+                        best = (score, dev)
+    (_, err), dev = best
     return dev.replace(name=f"{base.name}-fitted", source=f"fit to {len(obs)} timings from `trtfuse bench splitk`"), err

@@ -396,7 +396,7 @@ def test_bench_sweep_covers_the_issue_shapes():
 def test_bench_split_counts_and_names():
     from trtfuse.bench.splitk import default_output, device_slug, params_for_device, splits_to_time
 
-    assert splits_to_time(512) == [2, 4] and splits_to_time(16384) == [2, 4, 8, 16, 32]
+    assert splits_to_time(512) == [2, 4] and splits_to_time(16384) == [2, 4, 8, 16, 32, 64] and splits_to_time(2048) == [2, 4, 8, 16]
     assert device_slug("NVIDIA H200") == "nvidia-h200"
     assert default_output("NVIDIA H200", "2026-11-22").name == "splitk-nvidia-h200-2026-11-22.json"
     assert params_for_device("NVIDIA H100 80GB HBM3", None).name == "h100"
