@@ -1,5 +1,100 @@
-"""CLI for trtfuse.graph_passes (filled in by its issue)."""
+"""`trtfuse rewrite IN.onnx -o OUT.onnx [--fuse residual|all] [--scales F] [--report F] [--json]`."""
+
+from __future__ import annotations
+
+FUSE_CHOICES = ("residual", "all")  # = fuse_residual.FUSE_MODES, kept import-free
 
 
 def register(sub) -> None:
-    pass
+    p = sub.add_parser(
+        "rewrite",
+        help="fold BN and fuse residual blocks into int8 plugin nodes",
+        description="Fold BatchNormalization into Conv, then replace each Conv->Add->ReLU residual block (or, with "
+        "--fuse all, every Conv(+Add)(+ReLU)) by one int8 FusedConv/FusedConvAdd node, with Quantize/Dequantize "
+        "at the boundary to the rest of the graph. Prints every candidate, fused or rejected, and why.",
+    )
+    p.add_argument("model", help="input ONNX model (never modified)")
+    p.add_argument("-o", "--output", required=True, help="rewritten ONNX model to write (atomically)")
+    p.add_argument("--fuse", choices=FUSE_CHOICES, default="residual",
+                   help="residual: residual blocks only (default); all: every conv of the trunk")
+    p.add_argument("--scales", metavar="F", help="activation scales JSON (trtfuse-scales-v1); default: a max pass "
+                   "over default calibration images")
+    p.add_argument("--calib-images", type=int, default=8, metavar="N",
+                   help="images for the max pass when --scales is not given (default 8)")
+    p.add_argument("--report", metavar="F", help="write the candidate table as JSON")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
+    from .split_k import add_split_k_arguments
+
+    add_split_k_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import os
+    import time
+
+    from trtfuse.errors import TrtfuseError
+    from trtfuse.io import atomic_write_json, check_not_same_file, load_model, save_model
+    from trtfuse.ui import print_json, print_table, progress
+
+    from .pipeline import PASSES, max_pass_scales, rewrite
+    from .report import FUSED, REJECTED
+    from .scales import load_scales
+    from .split_k import split_k_from_args
+
+    if os.path.isdir(args.output):
+        raise TrtfuseError(f"output {args.output} is a directory: give a file name")
+    check_not_same_file(args.model, args.output)
+    if args.report:
+        check_not_same_file(args.model, args.report)
+    if args.calib_images < 1:
+        raise TrtfuseError("--calib-images must be at least 1")
+    start = time.perf_counter()
+    model = load_model(args.model)
+    if args.scales:
+        scales, scales_source = load_scales(args.scales), args.scales
+    else:
+        with progress(total=1, desc="max-pass scales", unit="pass") as bar:
+            scales = max_pass_scales(model, args.fuse, count=args.calib_images)
+            bar.update(1)
+        scales_source = f"max pass over {args.calib_images} default calibration images"
+    rewritten, report = rewrite(model, args.fuse, scales, passes=PASSES)
+    split_k_nodes = split_k_from_args(rewritten, args)  # last: it only touches MatMul/Gemm
+    rewritten = split_k_nodes.model
+    try:
+        save_model(rewritten, args.output)
+    except TrtfuseError:
+        raise
+    except Exception as exc:  # a checker failure here is our bug, but say it in one line
+        raise TrtfuseError(f"rewritten model failed onnx.checker: {str(exc).strip().splitlines()[0]}") from None
+    seconds = time.perf_counter() - start
+
+    rows = [c.as_dict() for c in report]
+    plugin_ops = [n.op_type for n in rewritten.graph.node if n.domain == "trtfuse"]
+    summary = {
+        "input": args.model,
+        "output": args.output,
+        "fuse": args.fuse,
+        "scales": scales_source,
+        "fused_residual_blocks": sum(c.status == FUSED and c.kind.startswith("residual") for c in report),
+        "projection_shortcuts": sum(c.status == FUSED and c.kind == "residual-projection" for c in report),
+        "plugin_nodes": len(plugin_ops),
+        "rejected": sum(c.status == REJECTED for c in report),
+        "split_k_nodes": split_k_nodes.changed,
+        "nodes_before": len(model.graph.node),
+        "nodes_after": len(rewritten.graph.node),
+        "seconds": round(seconds, 2),
+    }
+    split_rows = [vars(r) for r in split_k_nodes.nodes]
+    if args.report:
+        atomic_write_json(args.report, {"summary": summary, "candidates": rows, "split_k": split_rows})
+    if args.json:
+        print_json({"summary": summary, "candidates": rows, "split_k": split_rows})
+    else:
+        print_table(["pass", "kind", "nodes", "status", "op / reason"], [c.row() for c in report])
+        if split_rows:
+            print()
+            print_table(["split-K node", "op", "shapes", "splits", "action", "reason"], [list(r.values()) for r in split_rows])
+        print()
+        print_table(list(summary), [list(summary.values())])
+    return 0

@@ -1,5 +1,82 @@
-"""CLI for trtfuse.models (filled in by its issue)."""
+"""`trtfuse models ARCH -o OUT.onnx [options]`: write a ResNet ONNX model built here (no download)."""
+
+from __future__ import annotations
+
+ARCH_CHOICES = ("resnet18", "resnet34", "resnet50", "resnet101")  # = resnet.ARCHITECTURES, kept import-free
 
 
 def register(sub) -> None:
-    pass
+    p = sub.add_parser(
+        "models",
+        help="build a ResNet ONNX model with synthetic, BN-re-estimated weights",
+        description="Build ResNet-18/34/50/101 (torchvision v1.5 topology) as ONNX with deterministic synthetic "
+        "weights whose BN statistics are re-estimated on natural images. Every variant computes the same function.",
+    )
+    p.add_argument("arch", choices=ARCH_CHOICES, help="architecture")
+    p.add_argument("-o", "--output", required=True, help="ONNX file to write (atomically)")
+    p.add_argument("--opset", type=int, default=13, help="ONNX opset, 13..21 (default 13; 17 is the other common one)")
+    batch = p.add_mutually_exclusive_group()
+    batch.add_argument("--batch", type=int, default=1, metavar="N", help="static batch size (default 1)")
+    batch.add_argument("--dynamic-batch", action="store_true", help='dynamic batch dimension, dim_param "N"')
+    p.add_argument("--fold-bn", action="store_true", help="fold BatchNormalization into Conv bias (as torch.onnx export does)")
+    p.add_argument("--classifier", choices=("gemm", "matmul"), default="gemm", help="fc as Gemm(transB=1) (default) or MatMul+Add")
+    p.add_argument("--pool", choices=("gap", "reducemean"), default="gap", help="GlobalAveragePool+Flatten (default) or ReduceMean over H,W")
+    p.add_argument("--image-size", type=int, default=224, help="input height = width, a multiple of 32, >= 32 (default 224)")
+    p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    p.add_argument("--bn-images", type=int, help="natural images for BN re-estimation (default: the library's, 32)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import os
+    import time
+
+    from trtfuse.errors import TrtfuseError
+    from trtfuse.io import save_model
+    from trtfuse.ui import print_json, print_table, progress
+
+    from .builder import build
+    from .resnet import count_parameters, resnet_spec
+
+    # Fail before the build, not after it.
+    if os.path.isdir(args.output):
+        raise TrtfuseError(f"output {args.output} is a directory: give a file name")
+    folder = os.path.dirname(args.output) or "."
+    if not os.path.isdir(folder):
+        raise TrtfuseError(f"output folder does not exist: {folder}")
+    options = dict(
+        opset=args.opset,
+        batch=None if args.dynamic_batch else args.batch,
+        fold_bn=args.fold_bn,
+        classifier=args.classifier,
+        pool=args.pool,
+        image_size=args.image_size,
+        seed=args.seed,
+    )
+    if args.bn_images is not None:
+        options["bn_images"] = args.bn_images
+    start = time.perf_counter()
+    units = len(resnet_spec(args.arch).conv_units())
+    with progress(total=units, desc=f"{args.arch}: BN statistics", unit="layer") as bar:
+        model = build(args.arch, progress=lambda: bar.update(1), **options)
+    save_model(model, args.output, check=False)  # build() ran the full checker already
+    seconds = time.perf_counter() - start
+
+    summary = {
+        "arch": args.arch,
+        "params": count_parameters(model),
+        "nodes": len(model.graph.node),
+        "convs": sum(n.op_type == "Conv" for n in model.graph.node),
+        "bn": "folded" if args.fold_bn else "explicit",
+        "opset": args.opset,
+        "batch": "N (dynamic)" if args.dynamic_batch else args.batch,
+        "image_size": args.image_size,
+        "file": args.output,
+        "seconds": round(seconds, 2),
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        print_table(list(summary), [list(summary.values())])
+    return 0

@@ -91,7 +91,20 @@ FUSED_CONV_ADD = OpSpec(
     doc="y = requant(relu?(conv(x, w) * scale + bias + residual * residual_scale) / out_scale)",
 )
 
-OPS: dict[str, OpSpec] = {op.name: op for op in (FUSED_CONV, FUSED_CONV_ADD)}
+# Split-K GEMM (graph_passes/split_k.py, emit="plugin"; docs/split_k.md). Its kernel is not written yet.
+SPLIT_K_GEMM = OpSpec(
+    name="SplitKGemm",
+    inputs=(
+        TensorSpec("a", "float32", "[..., M, K] row-major; every leading dim is more GEMM rows"),
+        TensorSpec("weight", "float32", "[K, N] row-major: Gemm's B with transB applied and alpha folded in"),
+        TensorSpec("bias", "float32", "[N] beta * C broadcast over rows; zeros when the GEMM has no bias"),
+    ),
+    outputs=(TensorSpec("y", "float32", "[..., M, N]"),),
+    attributes=(AttrSpec("splits", "INT", "S: K is cut into S slices of ceil(K/S), the last one shorter"),),
+    doc="y = sum over s = 0..S-1, in that order, of a[..., K_s] @ weight[K_s, :], then + bias once",
+)
+
+OPS: dict[str, OpSpec] = {op.name: op for op in (FUSED_CONV, FUSED_CONV_ADD, SPLIT_K_GEMM)}
 
 
 def op_for_node(op_type: str, domain: str | None = None) -> OpSpec | None:

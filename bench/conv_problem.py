@@ -1,0 +1,111 @@
+"""A fused-conv problem on fresh random data: host operands, golden output, and one kernel run with
+the output poisoned first. Shared by the GPU tests and `trtfuse bench kernels`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..plugins.layout import channel_vector, pack_nchwv, pack_weight, round_up, unpack_chw32
+from ..plugins.reference import conv_int8_accumulate, requantize_epilogue
+from ..plugins.tactics import ConvShape
+
+POISON = 0x5A  # an int8 value (90) the kernel must overwrite everywhere
+
+
+@dataclass
+class ConvProblem:
+    shape: ConvShape
+    x: np.ndarray  # int8 logical NCHW
+    w: np.ndarray  # int8 [K, C, R, S]
+    scale: np.ndarray  # float32 [Kpad]
+    bias: np.ndarray
+    out_scale: np.ndarray  # float32 [1]
+    residual: np.ndarray | None
+    residual_scale: np.ndarray | None
+    relu: bool
+
+    @classmethod
+    def random(cls, shape: ConvShape, has_residual: bool, relu: bool = True, seed=None) -> "ConvProblem":
+        rng = np.random.default_rng(seed)
+        kp = round_up(shape.k, 32)
+        oh, ow = shape.out_hw
+        x = rng.integers(-128, 128, (shape.n, shape.c, shape.h, shape.w), dtype=np.int8)
+        w = rng.integers(-127, 128, (shape.k, shape.c, shape.r, shape.s), dtype=np.int8)
+        # Scales sized so outputs spread over the int8 range and saturate at the tails.
+        std = 128 * 73 * np.sqrt(shape.c * shape.r * shape.s)
+        scale = np.zeros(kp, np.float32)
+        scale[: shape.k] = rng.uniform(0.5, 1.5, shape.k) / std
+        bias = np.zeros(kp, np.float32)
+        bias[: shape.k] = rng.normal(0, 0.3, shape.k)
+        res = rng.integers(-128, 128, (shape.n, shape.k, oh, ow), dtype=np.int8) if has_residual else None
+        return cls(shape, x, w, scale, bias, np.array([rng.uniform(0.01, 0.03)], np.float32), res,
+                   np.array([rng.uniform(0.002, 0.01)], np.float32) if has_residual else None, relu)
+
+    def accumulate(self, device: str = "cpu") -> np.ndarray:
+        sh = self.shape
+        if device == "cuda":  # exact too: float64 on integer values, just faster for batch 256
+            import torch
+
+            xp = torch.nn.functional.pad(torch.from_numpy(self.x).cuda().double(),
+                                         (sh.pads[1], sh.pads[3], sh.pads[0], sh.pads[2]))
+            acc = torch.nn.functional.conv2d(xp, torch.from_numpy(self.w).cuda().double(), stride=sh.stride)
+            return acc.round().long().cpu().numpy()
+        return conv_int8_accumulate(self.x, self.w, sh.stride, sh.pads)
+
+    def golden(self, device: str = "cpu") -> np.ndarray:
+        return requantize_epilogue(self.accumulate(device), self.scale, self.bias, float(self.out_scale[0]),
+                                   self.residual, None if self.residual_scale is None else float(self.residual_scale[0]),
+                                   self.relu)
+
+
+class DeviceConv:
+    """The problem's operands on the GPU in kernel layouts, and a launch that poisons y first."""
+
+    def __init__(self, problem: ConvProblem, launch):
+        from ..plugins import cuda_driver as cd
+
+        self.p, self.launch_plan = problem, launch
+        sh = problem.shape
+        oh, ow = sh.out_hw
+        self.kp = round_up(sh.k, 32)
+        self.x = cd.DeviceBuffer.from_array(pack_nchwv(problem.x, channel_vector(sh.c)))
+        self.w = cd.DeviceBuffer.from_array(pack_weight(problem.w))
+        self.scale = cd.DeviceBuffer.from_array(problem.scale)
+        self.bias = cd.DeviceBuffer.from_array(problem.bias)
+        self.out_scale = cd.DeviceBuffer.from_array(problem.out_scale)
+        self.res = cd.DeviceBuffer.from_array(pack_nchwv(problem.residual, 32)) if problem.residual is not None else None
+        self.res_scale = cd.DeviceBuffer.from_array(problem.residual_scale) if problem.residual is not None else None
+        self.y_shape = (sh.n, self.kp // 32, oh, ow, 32)
+        self.y = cd.DeviceBuffer(int(np.prod(self.y_shape)))
+        self.ws = None
+        if launch.workspace_bytes:
+            self.ws = cd.DeviceBuffer(launch.workspace_bytes)
+            self.ws.fill(0)
+
+    def run(self, stream=None) -> None:
+        self.launch_plan.launch(self.x.ptr, self.w.ptr, self.scale.ptr, self.bias.ptr, self.out_scale.ptr, self.y.ptr,
+                                residual=self.res.ptr if self.res else 0,
+                                residual_scale=self.res_scale.ptr if self.res_scale else 0, relu=self.p.relu,
+                                workspace=self.ws.ptr if self.ws else 0, stream=stream)
+
+    def run_checked(self) -> np.ndarray:
+        """Poison y, launch, synchronize; return (logical int8 output, raw CHW32 output)."""
+        from ..plugins import cuda_driver as cd
+
+        self.y.fill(POISON)
+        self.run()
+        cd.check(cd._driver().cuCtxSynchronize())
+        raw = self.y.download(self.y_shape, np.int8)
+        return unpack_chw32(raw, self.p.shape.k), raw
+
+
+def compare(out: np.ndarray, ref: np.ndarray) -> dict:
+    diff = np.abs(out.astype(np.int32) - ref.astype(np.int32))
+    return {"elements": int(ref.size), "exact_fraction": float((diff == 0).mean()), "max_abs_diff": int(diff.max(initial=0))}
+
+
+def passes_lsb_rule(stats: dict) -> bool:
+    """docs/ops.md: >= 99.9% of elements exact and none off by more than 1."""
+    return stats["exact_fraction"] >= 0.999 and stats["max_abs_diff"] <= 1

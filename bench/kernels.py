@@ -1,0 +1,263 @@
+"""`trtfuse bench kernels`: the fused INT8 conv per ResNet-50 layer (and seed 000's shapes) against
+our own unfused pair, cuBLASLt int8 GEMM (torch._int_mm, no epilogue), cuDNN fp16 conv(+add+relu)
+channels_last, and the memory/compute floors. Each figure is the median over CUDA-graph replays
+(many launches per replay, so launch overhead is out), timed with CUDA events. Every layer is
+first checked against the golden semantics on fresh random data with the output poisoned.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import statistics
+import sys
+
+import numpy as np
+
+from ..errors import TrtfuseError
+from ..ui import print_json, print_table, progress
+
+INT8_PEAK_TOPS = 1979.0  # H100/H200 SXM dense int8 (datasheet)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 256], help="batch sizes (default 1 8 256)")
+    p.add_argument("--layers", choices=["resnet50", "seed000", "all"], default="all")
+    p.add_argument("--filter", help="only layers whose name contains this text")
+    p.add_argument("--autotune", action="store_true", help="time every tactic and split count, keep the best")
+    p.add_argument("--no-baselines", action="store_true", help="time only our kernels")
+    p.add_argument("--reps", type=int, default=15, help="timed graph replays per figure")
+    p.add_argument("--roofline", help="write a roofline PNG here")
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise TrtfuseError("trtfuse bench kernels needs PyTorch with CUDA (for baselines and timing)") from None
+    if not torch.cuda.is_available():
+        raise TrtfuseError("trtfuse bench kernels needs a CUDA GPU")
+    return torch
+
+
+def graph_time_ms(torch, fn, reps: int) -> float:
+    """Median ms of one fn() call: fn captured `inner` times in a CUDA graph, replays timed by events."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(stream)
+    with torch.cuda.stream(stream):
+        fn()
+    stop.record(stream)
+    stop.synchronize()
+    inner = int(min(200, max(2, 2.0 / max(start.elapsed_time(stop), 1e-3))))  # ~2 ms per replay
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(inner):
+            fn()
+    with torch.cuda.stream(stream):  # replay and events on one stream
+        graph.replay()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            start.record(stream)
+            graph.replay()
+            stop.record(stream)
+            stop.synchronize()
+            times.append(start.elapsed_time(stop) / inner)
+    return statistics.median(times)
+
+
+def copy_bandwidth_tbps(torch) -> float:
+    """Device-to-device copy, bytes read + written, as the memory ceiling."""
+    a = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    ms = graph_time_ms(torch, lambda: b.copy_(a), 5)
+    del a, b
+    return 2 * (2 << 30) / (ms * 1e-3) / 1e12
+
+
+def golden_on_device(torch, problem):
+    """docs/ops.md semantics with torch on the GPU: float64 conv on integer values (exact), then the
+    float32 epilogue one correctly rounded op at a time (PyTorch's CUDA mul/add/div are IEEE; round
+    is half-to-even). tests/test_conv_kernel_gpu.py shows it equals the numpy reference."""
+    sh = problem.shape
+    x = torch.nn.functional.pad(torch.from_numpy(problem.x).cuda().double(), (sh.pads[1], sh.pads[3], sh.pads[0], sh.pads[2]))
+    acc = torch.nn.functional.conv2d(x, torch.from_numpy(problem.w).cuda().double(), stride=sh.stride).round().long()
+    k = sh.k
+    v = acc.float() * torch.from_numpy(problem.scale[:k]).cuda().view(1, k, 1, 1)
+    v = v + torch.from_numpy(problem.bias[:k]).cuda().view(1, k, 1, 1)
+    if problem.residual is not None:
+        v = v + torch.from_numpy(problem.residual).cuda().float() * float(problem.residual_scale[0])
+    if problem.relu:
+        v = torch.clamp_min(v, 0.0)
+    v = v / float(problem.out_scale[0])
+    return torch.round(v).clamp(-128, 127).to(torch.int8)
+
+
+def bench_layer(torch, name, shape, has_res, args, bw_tbps):
+    from ..plugins.conv import ConvLaunch
+    from ..plugins.elementwise import add_relu_requant
+    from ..plugins.layout import channel_vector, pack_nchwv, pack_weight, round_up
+    from ..plugins.tactics import candidate_tactics, choose
+    from .conv_problem import POISON, ConvProblem, compare, passes_lsb_rule
+
+    problem = ConvProblem.random(shape, has_res)
+    m, n_pad, kg = shape.gemm
+    oh, ow = shape.out_hw
+    kp = round_up(shape.k, 32)
+    dev = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()
+    x = dev(pack_nchwv(problem.x, channel_vector(shape.c)))
+    w = dev(pack_weight(problem.w))
+    scale, bias, out_scale = dev(problem.scale), dev(problem.bias), dev(problem.out_scale)
+    res = dev(pack_nchwv(problem.residual, 32)) if has_res else None
+    res_scale = dev(problem.residual_scale) if has_res else None
+    y = torch.empty((shape.n, kp // 32, oh, ow, 32), dtype=torch.int8, device="cuda")
+    cur = lambda: torch.cuda.current_stream().cuda_stream
+
+    def make_run(plan, relu=True, with_res=True, out=y):
+        ws = torch.zeros(max(plan.workspace_bytes, 4), dtype=torch.uint8, device="cuda")
+        r = res if with_res else None
+        rs = res_scale if with_res else None
+        return lambda: plan.launch(x.data_ptr(), w.data_ptr(), scale.data_ptr(), bias.data_ptr(), out_scale.data_ptr(),
+                                   out.data_ptr(), residual=r.data_ptr() if r is not None else 0,
+                                   residual_scale=rs.data_ptr() if rs is not None else 0, relu=relu,
+                                   workspace=ws.data_ptr() if plan.workspace_bytes else 0, stream=cur())
+
+    heuristic_tactic, heuristic_splits = choose(shape)
+    plans = [ConvLaunch(shape, heuristic_tactic, heuristic_splits)]
+    if args.autotune:
+        ktiles = math.ceil(kg / 64)
+        for t in candidate_tactics(shape):
+            for s in (1, 2, 4, 8):
+                if s <= max(1, ktiles // 2) and not (t == heuristic_tactic and s == heuristic_splits):
+                    plans.append(ConvLaunch(shape, t, s))
+    timed = [(graph_time_ms(torch, make_run(p), args.reps), p) for p in plans]
+    ours_ms, best = min(timed, key=lambda tp: tp[0])
+
+    # Correctness of the chosen plan on this layer's data, output poisoned first.
+    y.fill_(POISON)
+    make_run(best)()
+    torch.cuda.synchronize()
+    out = y.permute(0, 1, 4, 2, 3).reshape(shape.n, kp, oh, ow)
+    golden = golden_on_device(torch, problem)
+    diff = (out[:, : shape.k].int() - golden.int()).abs()
+    stats = {"exact_fraction": float((diff == 0).float().mean()), "max_abs_diff": int(diff.max())}
+    pad_zero = bool((out[:, shape.k :] == 0).all())
+    correct = passes_lsb_rule(stats) and pad_zero
+
+    rec = {"layer": name, "batch": shape.n, "M": m, "N": shape.k, "K": shape.c * shape.r * shape.s, "K_gemm": kg,
+           "residual": has_res, "tactic": best.tactic.name, "splits": best.splits,
+           "heuristic": f"{heuristic_tactic.name}/s{heuristic_splits}", "heuristic_ms": timed[0][0],
+           "ours_ms": ours_ms, "correct": correct, **stats}
+    bytes_moved = x.numel() + w.numel() + y.numel() + (res.numel() if has_res else 0)
+    rec["floor_memory_ms"] = bytes_moved / (bw_tbps * 1e12) * 1e3
+    rec["floor_compute_ms"] = 2.0 * m * shape.k * shape.c * shape.r * shape.s / (INT8_PEAK_TOPS * 1e12) * 1e3
+    rec["floor_ms"] = max(rec["floor_memory_ms"], rec["floor_compute_ms"])
+    rec["ours_tops"] = 2.0 * m * shape.k * shape.c * shape.r * shape.s / (ours_ms * 1e-3) / 1e12
+
+    rec["unfused_ms"] = rec["cublaslt_int8_ms"] = rec["cudnn_fp16_ms"] = None
+    if has_res:  # our own unfused pair: conv(+scale, bias, requant) then add + ReLU + requant
+        t_buf = torch.empty_like(y)
+        conv_only = make_run(ConvLaunch(shape, best.tactic, best.splits), relu=False, with_res=False, out=t_buf)
+        t_scale = dev(np.array([0.05], np.float32))
+
+        def unfused():
+            conv_only()
+            add_relu_requant(t_buf.data_ptr(), t_scale.data_ptr(), res.data_ptr(), res_scale.data_ptr(),
+                             out_scale.data_ptr(), True, y.numel(), y.data_ptr(), stream=cur())
+
+        rec["unfused_ms"] = graph_time_ms(torch, unfused, args.reps)
+    if not args.no_baselines:
+        if m > 16 and kg % 8 == 0 and kp % 8 == 0:
+            a_mat = torch.randint(-128, 128, (m, kg), dtype=torch.int8, device="cuda")
+            b_mat = w.t()  # [KG, Kpad] column-major: cuBLASLt's preferred TN int8 layout
+            rec["cublaslt_int8_ms"] = graph_time_ms(torch, lambda: torch._int_mm(a_mat, b_mat), args.reps)
+            del a_mat
+        torch.backends.cudnn.benchmark = True
+        xf = torch.randn(shape.n, shape.c, shape.h, shape.w, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
+        wf = torch.randn(shape.k, shape.c, shape.r, shape.s, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
+        rf = torch.randn(shape.n, shape.k, oh, ow, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last) if has_res else None
+        pad = (shape.pads[1], shape.pads[3], shape.pads[0], shape.pads[2])
+        sym = shape.pads[0] == shape.pads[2] and shape.pads[1] == shape.pads[3]
+
+        def cudnn():
+            inp = xf if sym else torch.nn.functional.pad(xf, pad)
+            out_f = torch.nn.functional.conv2d(inp, wf, stride=shape.stride, padding=(shape.pads[0], shape.pads[1]) if sym else 0)
+            if rf is not None:
+                out_f = out_f + rf
+            return torch.relu_(out_f)
+
+        rec["cudnn_fp16_ms"] = graph_time_ms(torch, cudnn, args.reps)
+    return rec
+
+
+def run(args) -> int:
+    torch = _torch()
+    from ..plugins import cuda_driver as cd
+    from .layers import edge_layers, resnet50_layers, seed000_layers
+
+    torch.cuda.init()
+    cd.context()
+    device = torch.cuda.get_device_name()
+    bw = copy_bandwidth_tbps(torch)
+    layers = []
+    if args.layers in ("resnet50", "all"):
+        for b in args.batch:
+            layers += resnet50_layers(b)
+    if args.layers in ("seed000", "all"):
+        layers += seed000_layers()
+    if args.filter:
+        layers = [entry for entry in layers if args.filter in entry[0]]
+    records = []
+    for name, shape, has_res in progress(layers, desc="layers", unit="layer"):
+        rec = bench_layer(torch, name, shape, has_res, args, bw)
+        rec["device"] = device
+        records.append(rec)
+        torch.cuda.empty_cache()
+    date = datetime.date.today().isoformat()
+    result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),
+              "copy_bandwidth_tbps": bw, "int8_peak_tops": INT8_PEAK_TOPS, "records": records}
+    from ..io import atomic_write_json
+
+    path = args.output or f"bench/results/kernels-{device.replace(' ', '_')}-{date}.json"
+    atomic_write_json(path, result)
+    if args.roofline:
+        _roofline(records, bw, args.roofline, device)
+    if args.json:
+        print_json(result)
+    else:
+        fmt = lambda v: "-" if v is None else f"{v:.4f}"
+        print_table(["layer", "batch", "tactic", "ours_ms", "unfused", "cublasLt", "cudnn16", "floor", "x floor", "ok"],
+                    [[r["layer"], r["batch"], f"{r['tactic'].split('_')[0]}/s{r['splits']}", fmt(r["ours_ms"]),
+                      fmt(r["unfused_ms"]), fmt(r["cublaslt_int8_ms"]), fmt(r["cudnn_fp16_ms"]), fmt(r["floor_ms"]),
+                      f"{r['ours_ms'] / r['floor_ms']:.2f}", "yes" if r["correct"] else "NO"] for r in records])
+        print(f"copy bandwidth {bw:.2f} TB/s; results: {path}")
+    return 0 if all(r["correct"] for r in records) else 1
+
+
+def _roofline(records, bw_tbps, path, device) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    xs = np.logspace(0, 4, 200)
+    ax.loglog(xs, np.minimum(INT8_PEAK_TOPS, xs * bw_tbps), "k-", lw=1, label="roofline (int8 peak, copy BW)")
+    for batch, marker in ((1, "o"), (8, "s"), (256, "^")):
+        pts = [r for r in records if r["batch"] == batch and not r["layer"].startswith("seed")]
+        if pts:
+            ai = [2.0 * r["M"] * r["N"] * r["K"] / (r["floor_memory_ms"] * 1e-3 * bw_tbps * 1e12) for r in pts]
+            ax.scatter(ai, [r["ours_tops"] for r in pts], marker=marker, label=f"ResNet-50 layers, batch {batch}")
+    ax.set_xlabel("arithmetic intensity (int8 ops / byte moved)")
+    ax.set_ylabel("TOPS")
+    ax.set_title(f"trtfuse fused INT8 conv, {device}")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

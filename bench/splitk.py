@@ -1,0 +1,407 @@
+"""`trtfuse bench splitk`: a GEMM plain vs as the split-K rewrite runs it, on a sweep of shapes, in PyTorch.
+
+Each shape is a Gemm with a constant weight B [K, N] (as a classifier or linear layer holds it) and,
+for most shapes, a bias [N]. The two computations are the op sequences the ONNX graphs run:
+
+  plain:      torch.addmm(bias, A, B)  (Gemm: bias fused in the GEMM's epilogue)  or  A @ B
+  rewritten:  exactly what graph_passes/split_k.py emits for that node -
+              Pad K (when K % S != 0) -> Reshape [M, S, K0] -> Transpose [S, M, K0] (materialized, as the
+              graph's Transpose node is; with M == 1 a Reshape only) -> MatMul with the pre-split constant
+              [S, K0, N] -> ReduceSum over S -> + bias.
+
+Times are medians of CUDA-event timings, both eagerly (one launch per op, as an un-fused runtime
+would) and replayed from a CUDA graph of 20 calls (no launch gaps: closer to a TensorRT engine).
+Each record says what the cost model's `auto` chose and whether that was right: declining is right when
+no timed split count was at least `min_gain` faster; splitting is right when the chosen split was faster.
+The cost model's assumed constants are then fitted to the timings (graph_passes/cost_model.fit) and the
+fitted parameters are written into the results, ready for `--split-k-params`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from trtfuse.errors import TrtfuseError
+from trtfuse.graph_passes.cost_model import DEVICES, DeviceParams, GemmProblem, decide, device_params, fit, padded_k, predict_us
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+CALLS_PER_GRAPH = 20
+MIN_K_TIMED = 128  # split counts that leave less K per split than this are not timed
+MAX_REL_ERR = {"float32": 1e-4, "float16": 2e-2}
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    m: int
+    n: int
+    k: int
+    bias: bool = True
+
+    def problem(self, dtype: str) -> GemmProblem:
+        return GemmProblem(m=self.m, n=self.n, k=self.k, dtype=dtype, has_bias=self.bias)
+
+
+def sweep_shapes(quick: bool = False) -> list[Shape]:
+    """The grid (M 1..512, N 256..4096, K 512..16384), seed 001's example and ResNet-50's classifier."""
+    ms = (1, 16, 256) if quick else (1, 4, 16, 64, 256, 512)
+    ns = (256, 4096) if quick else (256, 1024, 4096)
+    ks = (2048, 16384) if quick else (512, 2048, 8192, 16384)
+    shapes = [Shape(f"grid m{m} n{n} k{k}", m, n, k) for m in ms for n in ns for k in ks]
+    shapes.append(Shape("seed001 [1,49,2016]x[2016,448]", 49, 448, 2016, bias=False))
+    shapes += [Shape(f"resnet50 fc b{b}", b, 1000, 2048) for b in (1, 2, 4, 8)]
+    return shapes
+
+
+def splits_to_time(k: int, candidates=(2, 4, 8, 16, 32, 64)) -> list[int]:
+    return [s for s in candidates if padded_k(k, s) // s >= MIN_K_TIMED]
+
+
+def device_slug(device_name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-") or "unknown"
+
+
+def params_for_device(device_name: str, override: str | None) -> DeviceParams:
+    if override:
+        return device_params(override)
+    for key, params in DEVICES.items():
+        if key in device_name.lower():
+            return params
+    return DEVICES["h200"]
+
+
+def default_output(device_name: str, date: str) -> Path:
+    return RESULTS_DIR / f"splitk-{device_slug(device_name)}-{date}.json"
+
+
+def judge(decision_splits: int, plain_us: float | None, rewritten_us: dict[int, float], min_gain: float) -> bool | None:
+    """Was `auto`'s choice right for these timings? See the module docstring."""
+    if not rewritten_us or plain_us is None:
+        return None
+    if decision_splits <= 1:
+        return min(rewritten_us.values()) * (1.0 + min_gain) > plain_us
+    if decision_splits not in rewritten_us:
+        return None
+    return rewritten_us[decision_splits] < plain_us
+
+
+def summarize(records: list[dict], params: DeviceParams, dtype: str, timing: str) -> list[dict]:
+    """One row per shape: the best measured split, auto's choice under `params`, and whether it was right."""
+    by_shape: dict[tuple, list[dict]] = {}
+    for r in records:
+        by_shape.setdefault((r["name"], r["M"], r["N"], r["K"], r["bias"]), []).append(r)
+    rows = []
+    for (name, m, n, k, bias), recs in by_shape.items():
+        plain = recs[0][f"plain_{timing}"]
+        rewritten = {r["splits"]: r[f"rewritten_{timing}"] for r in recs if r[f"rewritten_{timing}"] is not None}
+        decision = decide(Shape(name, m, n, k, bias).problem(dtype), params)
+        best_s = min(rewritten, key=rewritten.get) if rewritten else None
+        rows.append(
+            {
+                "name": name,
+                "M": m,
+                "N": n,
+                "K": k,
+                "bias": bias,
+                "auto_decision": decision.splits,
+                "best_splits": best_s,
+                "plain_us": plain,
+                "best_rewritten_us": rewritten.get(best_s),
+                "best_speedup": (plain / rewritten[best_s]) if best_s and plain else None,
+                "decision_right": judge(decision.splits, plain, rewritten, params.min_gain),
+            }
+        )
+    return rows
+
+
+def observations(records: list[dict], dtype: str, timing: str):
+    """(GemmProblem, splits, measured_us) for cost_model.fit: the plain GEMM once per shape, then each split."""
+    seen = set()
+    for r in records:
+        p = Shape(r["name"], r["M"], r["N"], r["K"], r["bias"]).problem(dtype)
+        if r["name"] not in seen and r[f"plain_{timing}"]:
+            seen.add(r["name"])
+            yield p, 1, r[f"plain_{timing}"]
+        if r[f"rewritten_{timing}"]:
+            yield p, r["splits"], r[f"rewritten_{timing}"]
+
+
+def fit_to_records(records: list[dict], params: DeviceParams, dtype: str, timing: str) -> dict:
+    """cost_model.fit on these timings, scored first by the decisions it gets right."""
+
+    def right(dev: DeviceParams) -> int:
+        return sum(r["decision_right"] is True for r in summarize(records, dev, dtype, timing))
+
+    fitted_params, log_rms = fit(list(observations(records, dtype, timing)), params, right)
+    judged = sum(r["decision_right"] is not None for r in summarize(records, fitted_params, dtype, timing))
+    return {"params": fitted_params.to_dict(), "log_rms_error": log_rms, "decisions_right": right(fitted_params), "decisions_judged": judged}
+
+
+# ---- PyTorch side (imported lazily) -------------------------------------------------------------------
+
+
+def _import_torch(device: str):
+    try:
+        import torch
+    except ImportError:
+        raise TrtfuseError("`trtfuse bench splitk` needs PyTorch (pip install torch); it is not installed here") from None
+    if device == "cuda" and not torch.cuda.is_available():
+        raise TrtfuseError("`trtfuse bench splitk` needs a CUDA GPU visible to PyTorch (or pass --device cpu)")
+    return torch
+
+
+def _set_fp32_matmul(torch, tf32: bool) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+
+
+def make_plain(torch, a, w, bias):
+    if bias is None:
+        return lambda: torch.matmul(a, w)
+    return lambda: torch.addmm(bias, a, w)
+
+
+def make_rewritten(torch, a, w, bias, splits: int):
+    """The rewrite's op sequence; B is a constant, so it is padded and split here once, like the initializer."""
+    m, k = a.shape
+    n = w.shape[1]
+    kp = padded_k(k, splits)
+    k0 = kp // splits
+    w_split = torch.nn.functional.pad(w, (0, 0, 0, kp - k)).reshape(splits, k0, n).contiguous()
+    pad = kp - k
+
+    def run():
+        x = torch.nn.functional.pad(a, (0, pad)) if pad else a  # Pad
+        if m == 1:
+            x = x.reshape(splits, 1, k0)  # Reshape only: the transpose would move a size-1 axis
+        else:
+            x = x.reshape(m, splits, k0).transpose(0, 1).contiguous()  # Reshape + Transpose
+        y = torch.matmul(x, w_split).sum(dim=0)  # batched MatMul + ReduceSum(axis -3)
+        return y + bias if bias is not None else y  # Add, once
+
+    return run
+
+
+def _reps_for(estimate_us: float, budget_s: float, max_reps: int) -> int:
+    return int(max(20, min(max_reps, budget_s * 1e6 / max(estimate_us, 1.0))))
+
+
+def time_eager(torch, fn, device: str, max_reps: int, budget_s: float) -> float:
+    """Median microseconds of one call."""
+    for _ in range(5):
+        fn()
+    if device == "cpu":
+        t0 = time.perf_counter()
+        fn()
+        reps = _reps_for((time.perf_counter() - t0) * 1e6, budget_s, max_reps)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(times)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    reps = _reps_for(start.elapsed_time(end) * 1e3, budget_s, max_reps)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+
+
+def time_graph(torch, fn, max_reps: int, budget_s: float) -> float:
+    """Median microseconds of one call, replayed from a CUDA graph of CALLS_PER_GRAPH calls."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # allocations settle before capture, as the CUDA-graph docs ask
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS_PER_GRAPH):
+            fn()
+    for _ in range(3):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    reps = _reps_for(start.elapsed_time(end) * 1e3, budget_s, max(10, max_reps // CALLS_PER_GRAPH))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        s.record()
+        graph.replay()
+        e.record()
+    torch.cuda.synchronize()
+    median = statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)) / CALLS_PER_GRAPH
+    del graph
+    return median
+
+
+def measure_shape(torch, shape: Shape, args, params: DeviceParams, candidates) -> list[dict]:
+    dtype = getattr(torch, args.dtype)
+    gen = torch.Generator(device=args.device).manual_seed(0)
+    a = torch.randn(shape.m, shape.k, device=args.device, dtype=dtype, generator=gen)
+    w = torch.randn(shape.k, shape.n, device=args.device, dtype=dtype, generator=gen) / math.sqrt(shape.k)
+    bias = torch.randn(shape.n, device=args.device, dtype=dtype, generator=gen) if shape.bias else None
+    use_graphs = args.device == "cuda" and not args.no_graphs
+    plain = make_plain(torch, a, w, bias)
+    want = plain().double()
+    plain_eager = time_eager(torch, plain, args.device, args.reps, args.budget)
+    plain_graph = time_graph(torch, plain, args.reps, args.budget) if use_graphs else None
+    problem = shape.problem(args.dtype)
+    decision = decide(problem, params)
+    records = []
+    for splits in candidates:
+        rewritten = make_rewritten(torch, a, w, bias, splits)
+        got = rewritten().double()
+        err = float((got - want).abs().max() / want.abs().max().clamp_min(1e-30))
+        if err > MAX_REL_ERR[args.dtype]:
+            raise TrtfuseError(f"{shape.name}, {splits} splits: rewritten result differs from plain (max rel err {err:.2g})")
+        eager = time_eager(torch, rewritten, args.device, args.reps, args.budget)
+        graph = time_graph(torch, rewritten, args.reps, args.budget) if use_graphs else None
+        records.append(
+            {
+                "name": shape.name,
+                "M": shape.m,
+                "N": shape.n,
+                "K": shape.k,
+                "bias": shape.bias,
+                "splits": splits,
+                "plain_us": plain_eager,
+                "rewritten_us": eager,
+                "speedup": plain_eager / eager,
+                "plain_graph_us": plain_graph,
+                "rewritten_graph_us": graph,
+                "speedup_graph": (plain_graph / graph) if use_graphs else None,
+                "auto_decision": decision.splits,
+                "auto_reason": decision.reason,
+                "predicted_plain_us": predict_us(problem, params, 1),
+                "predicted_rewritten_us": predict_us(problem, params, splits),
+                "max_rel_err": err,
+            }
+        )
+    for r in records:
+        r["auto_right"] = judge(decision.splits, r["plain_us"], {x["splits"]: x["rewritten_us"] for x in records}, params.min_gain)
+        if use_graphs:
+            r["auto_right_graph"] = judge(
+                decision.splits, r["plain_graph_us"], {x["splits"]: x["rewritten_graph_us"] for x in records}, params.min_gain
+            )
+    return records
+
+
+# ---- CLI -----------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="where PyTorch runs the GEMMs (default cuda)")
+    parser.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    parser.add_argument("--tf32", action="store_true", help="let float32 GEMMs use TF32 tensor cores (default: IEEE fp32)")
+    parser.add_argument("--quick", action="store_true", help="a 12-shape grid instead of 72 (plus the seed and classifier shapes)")
+    parser.add_argument("--splits", default="2,4,8,16,32,64", help="split counts to time, comma-separated (default 2,4,8,16,32,64: all that auto may pick)")
+    parser.add_argument("--reps", type=int, default=400, help="most timed calls per measurement (default 400)")
+    parser.add_argument("--budget", type=float, default=0.15, help="seconds of timing per measurement at most, roughly (default 0.15)")
+    parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph timings")
+    parser.add_argument("--params", help="cost-model parameters: h200, h100 or a JSON file (default: by device name)")
+
+
+def _parse_splits(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(sorted({int(s) for s in text.split(",") if s.strip()}))
+    except ValueError:
+        raise TrtfuseError(f"--splits takes comma-separated integers, not '{text}'") from None
+    if not values or min(values) < 2:
+        raise TrtfuseError("--splits needs split counts >= 2")
+    return values
+
+
+def run(args) -> int:
+    from trtfuse.io import atomic_write_json
+    from trtfuse.ui import print_json, print_table, progress
+
+    candidates = _parse_splits(args.splits)
+    if args.reps < 20 or args.budget <= 0:
+        raise TrtfuseError("--reps must be >= 20 and --budget positive")
+    torch = _import_torch(args.device)
+    _set_fp32_matmul(torch, args.tf32)
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else f"cpu-{torch.get_num_threads()}t"
+    params = params_for_device(device_name, args.params)
+    date = datetime.date.today().isoformat()
+    out_path = Path(args.output) if args.output else default_output(device_name, date)
+    if not args.output:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+
+    records: list[dict] = []
+    shapes = sweep_shapes(args.quick)
+    for shape in progress(shapes, desc="splitk", unit="shape"):
+        records += measure_shape(torch, shape, args, params, splits_to_time(shape.k, candidates))
+
+    timings = ["us"] + (["graph_us"] if records and records[0]["plain_graph_us"] is not None else [])
+    summaries, fitted = {}, {}
+    for timing in timings:
+        summaries[timing] = summarize(records, params, args.dtype, timing)
+        fitted[timing] = fit_to_records(records, params, args.dtype, timing)
+    result = {
+        "benchmark": "splitk",
+        "device": device_name,
+        "date": date,
+        "command": shlex.join(["trtfuse"] + sys.argv[1:]) if Path(sys.argv[0]).name == "trtfuse" else shlex.join(sys.argv),
+        "torch": torch.__version__,
+        "dtype": args.dtype,
+        "tf32": args.tf32,
+        "calls_per_graph": CALLS_PER_GRAPH,
+        "cost_model": params.to_dict(),
+        "records": records,
+        "per_shape": summaries,
+        "fitted": fitted,
+    }
+    atomic_write_json(out_path, result)
+    if args.json:
+        print_json(result)
+        return 0
+    for timing in timings:
+        label = "eager" if timing == "us" else f"CUDA graph of {CALLS_PER_GRAPH} calls"
+        rows = summaries[timing]
+        print(f"\nsplit-K on {device_name}, {args.dtype}, timing: {label} (cost model '{params.name}')")
+        print_table(
+            ["shape", "M", "N", "K", "auto", "best S", "plain us", "best split us", "speedup", "auto right"],
+            [
+                [r["name"], r["M"], r["N"], r["K"], r["auto_decision"], r["best_splits"], r["plain_us"], r["best_rewritten_us"], r["best_speedup"], r["decision_right"]]
+                for r in rows
+            ],
+        )
+        judged = [r for r in rows if r["decision_right"] is not None]
+        wrong = [r["name"] for r in judged if not r["decision_right"]]
+        print(f"cost model right on {len(judged) - len(wrong)}/{len(judged)} shapes" + (f"; wrong: {', '.join(wrong)}" if wrong else ""))
+        f = fitted[timing]
+        fp = f["params"]
+        print(
+            f"fitted constants: tile {fp['tile_m']}x{fp['tile_n']}, kernel overhead {fp['kernel_overhead_us']} us, "
+            f"per-SM DRAM {fp['sm_dram_bytes_per_s'] / 1e9:.0f} GB/s (log-RMS error {f['log_rms_error']:.2f}); "
+            f"with them right on {f['decisions_right']}/{f['decisions_judged']}"
+        )
+    print(f"\nwrote {out_path}")
+    return 0

@@ -1,0 +1,86 @@
+"""Python API of the fused INT8 conv kernel: launch on a stream from device pointers.
+
+Used alike by the tests, `trtfuse bench kernels`, the GPU runner and TensorRT's JIT `impl`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+
+from . import cuda_driver as cd
+from .nvrtc import compile_kernel
+from .tactics import ConvShape, Tactic, choose, TACTICS_BY_ID
+
+SOURCE = "fused_conv.cu"
+ENTRY = "trtfuse_fused_conv"
+ENTRY_SPLIT_K = "trtfuse_fused_conv_splitk"
+
+
+class ConvParamsStruct(ctypes.Structure):
+    """Mirror of trtfuse::ConvParams (plugins/kernels/conv_params.cuh); same field order."""
+
+    _fields_ = [(n, ctypes.c_uint64) for n in ("x", "w", "scale", "bias", "out_scale", "residual",
+                                               "residual_scale", "y", "workspace", "counters")] + [
+        (n, ctypes.c_int32) for n in ("N", "C", "H", "W", "K", "OH", "OW", "R", "S", "stride_h", "stride_w",
+                                      "pad_top", "pad_left", "relu", "splits")]
+
+
+_modules: dict[tuple[int, str], cd.Module] = {}
+
+
+def module_for(tactic: Tactic, arch: str | None = None) -> cd.Module:
+    arch = arch or cd.compute_capability()
+    key = (tactic.id, arch)
+    if key not in _modules:
+        _modules[key] = cd.Module(compile_kernel(SOURCE, tactic.defines(), arch, "cubin").image)
+    return _modules[key]
+
+
+@dataclass
+class ConvLaunch:
+    """A planned launch: shape, tactic, split count and the split-K workspace it needs."""
+
+    shape: ConvShape
+    tactic: Tactic
+    splits: int = 1
+
+    @classmethod
+    def plan(cls, shape: ConvShape, tactic_id: int | None = None, splits: int | None = None) -> "ConvLaunch":
+        if tactic_id is None:
+            t, s = choose(shape)
+        else:
+            t, s = TACTICS_BY_ID[tactic_id], 1
+            if t.vec != shape.vec:
+                raise ValueError(f"tactic {t.name} reads vec {t.vec}, shape needs {shape.vec}")
+        return cls(shape, t, splits if splits is not None else s)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        m, n, _ = self.shape.gemm
+        return math.ceil(m / self.tactic.bm) * math.ceil(n / self.tactic.bn), self.splits, 1
+
+    @property
+    def workspace_bytes(self) -> int:
+        """int32 partial sums [M][Kpad] + one counter per output tile; zero-initialised once."""
+        if self.splits == 1:
+            return 0
+        m, n, _ = self.shape.gemm
+        return 4 * m * n + 4 * self.grid[0]
+
+    def launch(self, x: int, w: int, scale: int, bias: int, out_scale: int, y: int, *, residual: int = 0,
+               residual_scale: int = 0, relu: bool = True, workspace: int = 0, stream=None) -> None:
+        sh, t = self.shape, self.tactic
+        if self.splits > 1 and not workspace:
+            raise ValueError("split-K launch needs a zeroed workspace of workspace_bytes")
+        m, n, _ = sh.gemm
+        oh, ow = sh.out_hw
+        p = ConvParamsStruct(x=x, w=w, scale=scale, bias=bias, out_scale=out_scale, residual=residual,
+                             residual_scale=residual_scale, y=y, workspace=workspace,
+                             counters=workspace + 4 * m * n if workspace else 0, N=sh.n, C=sh.c, H=sh.h, W=sh.w,
+                             K=sh.k, OH=oh, OW=ow, R=sh.r, S=sh.s, stride_h=sh.stride[0], stride_w=sh.stride[1],
+                             pad_top=sh.pads[0], pad_left=sh.pads[1], relu=int(relu), splits=self.splits)
+        smem = t.shared_bytes(sh.c, (sh.r, sh.s))
+        fn = module_for(t).function(ENTRY_SPLIT_K if self.splits > 1 else ENTRY, smem)
+        cd.launch(fn, self.grid, (t.threads, 1, 1), smem, stream, [ctypes.addressof(p)])

@@ -1,0 +1,175 @@
+"""The little of the CUDA driver API trtfuse needs, through cuda-python (cuda.bindings.driver):
+the primary context, device buffers, streams, events and loaded modules. Everything that launches
+our kernels (tests, benchmarks, the GPU runner, TensorRT's JIT `impl`) goes through here."""
+
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+
+import numpy as np
+
+from ..errors import TrtfuseError
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        raise TrtfuseError("cuda-python is not installed: pip install 'trtfuse[gpu]'") from None
+    return driver
+
+
+def check(result):
+    """Unpack a cuda-python (err, *values) tuple, raising on error."""
+    drv = _driver()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, name = drv.cuGetErrorName(err)
+        raise RuntimeError(f"CUDA driver error {name.decode() if name else err}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@lru_cache(maxsize=None)
+def context(device_ordinal: int = 0):
+    """Retain and make current the device's primary context (shared with PyTorch/CuPy)."""
+    drv = _driver()
+    check(drv.cuInit(0))
+    dev = check(drv.cuDeviceGet(device_ordinal))
+    ctx = check(drv.cuDevicePrimaryCtxRetain(dev))
+    check(drv.cuCtxSetCurrent(ctx))
+    return ctx
+
+
+def gpu_available() -> tuple[bool, str]:
+    """(available, reason) without raising: for tests that skip cleanly."""
+    try:
+        drv = _driver()
+    except TrtfuseError as exc:
+        return False, str(exc)
+    try:
+        err, = drv.cuInit(0)
+    except Exception as exc:  # no libcuda.so at all (a CPU-only machine)
+        return False, f"no NVIDIA driver ({type(exc).__name__})"
+    if err != drv.CUresult.CUDA_SUCCESS:
+        return False, f"no CUDA driver/GPU (cuInit: {err.name})"
+    err, count = drv.cuDeviceGetCount()
+    if err != drv.CUresult.CUDA_SUCCESS or count == 0:
+        return False, "no CUDA device"
+    return True, ""
+
+
+def device_attribute(name: str, device_ordinal: int = 0) -> int:
+    drv = _driver()
+    context(device_ordinal)
+    attr = getattr(drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+    return check(drv.cuDeviceGetAttribute(attr, check(drv.cuDeviceGet(device_ordinal))))
+
+
+def compute_capability(device_ordinal: int = 0) -> str:
+    return f"sm_{device_attribute('COMPUTE_CAPABILITY_MAJOR', device_ordinal)}{device_attribute('COMPUTE_CAPABILITY_MINOR', device_ordinal)}"
+
+
+def device_name(device_ordinal: int = 0) -> str:
+    drv = _driver()
+    context(device_ordinal)
+    name = check(drv.cuDeviceGetName(256, check(drv.cuDeviceGet(device_ordinal))))
+    return name.split(b"\0")[0].decode()
+
+
+class DeviceBuffer:
+    """Owned device memory: upload numpy, download numpy, fill bytes."""
+
+    def __init__(self, nbytes: int):
+        context()
+        self.nbytes = max(int(nbytes), 1)
+        self.ptr = int(check(_driver().cuMemAlloc(self.nbytes)))
+
+    @classmethod
+    def from_array(cls, array: np.ndarray, stream=None) -> "DeviceBuffer":
+        array = np.ascontiguousarray(array)
+        buf = cls(array.nbytes)
+        buf.upload(array)
+        return buf
+
+    def upload(self, array: np.ndarray) -> None:
+        array = np.ascontiguousarray(array)
+        assert array.nbytes <= self.nbytes
+        check(_driver().cuMemcpyHtoD(self.ptr, array.ctypes.data, array.nbytes))
+
+    def download(self, shape, dtype) -> np.ndarray:
+        out = np.empty(shape, dtype=dtype)
+        check(_driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
+        return out
+
+    def fill(self, byte: int) -> None:
+        check(_driver().cuMemsetD8(self.ptr, byte & 0xFF, self.nbytes))
+
+    def free(self) -> None:
+        if self.ptr:
+            check(_driver().cuMemFree(self.ptr))
+            self.ptr = 0
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+class Module:
+    """A loaded cubin/PTX image and its functions."""
+
+    def __init__(self, image: bytes):
+        context()
+        self.module = check(_driver().cuModuleLoadData(image))
+        self._functions = {}
+
+    def function(self, name: str, dynamic_smem: int = 0):
+        drv = _driver()
+        fn = self._functions.get(name)
+        if fn is None:
+            fn = check(drv.cuModuleGetFunction(self.module, name.encode()))
+            self._functions[name] = fn
+        if dynamic_smem > 48 * 1024:  # above 48 KB a kernel must opt in
+            check(drv.cuFuncSetAttribute(fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic_smem))
+        return fn
+
+
+def launch(fn, grid, block, shared_bytes: int, stream, arg_pointers: list[int]) -> None:
+    """cuLaunchKernel with kernelParams given as host addresses of each argument's bytes."""
+    drv = _driver()
+    params = (ctypes.c_void_p * len(arg_pointers))(*arg_pointers)
+    check(drv.cuLaunchKernel(fn, *grid, *block, shared_bytes, stream or 0, ctypes.addressof(params), 0))
+
+
+class Stream:
+    def __init__(self):
+        context()
+        self.handle = check(_driver().cuStreamCreate(0))
+
+    def synchronize(self) -> None:
+        check(_driver().cuStreamSynchronize(self.handle))
+
+
+class Timer:
+    """CUDA events around a region on a stream; milliseconds."""
+
+    def __init__(self):
+        drv = _driver()
+        context()
+        self.start = check(drv.cuEventCreate(0))
+        self.stop = check(drv.cuEventCreate(0))
+
+    def time(self, fn, stream, reps: int) -> list[float]:
+        drv = _driver()
+        out = []
+        for _ in range(reps):
+            check(drv.cuEventRecord(self.start, stream))
+            fn()
+            check(drv.cuEventRecord(self.stop, stream))
+            check(drv.cuEventSynchronize(self.stop))
+            out.append(check(drv.cuEventElapsedTime(self.start, self.stop)))
+        return out

@@ -1,0 +1,72 @@
+// The fused epilogue (docs/ops.md): int32 accumulators -> scale, bias, + residual * residual_scale,
+// ReLU, / out_scale, round half to even, saturate -> int8 CHW32.
+//
+// The output tile is staged in shared memory (rows of BN + 16 bytes: the 16-byte pad spreads the
+// 8 rows an MMA fragment touches over distinct banks and keeps 16-byte alignment), then written
+// back as whole 16-byte vectors, consecutive threads taking consecutive halves of consecutive
+// pixels' 32-channel vectors, so a warp stores 512 contiguous bytes. The residual tile is copied
+// into the same staging buffer first: each thread reads its residual element and overwrites it
+// with its output element in place.
+#pragma once
+#include "conv_params.cuh"
+#include "mma_sm80.cuh"
+
+namespace trtfuse {
+
+template <int BM, int BN>
+struct OutputTile {
+  static constexpr int STRIDE = BN + 16;
+  static constexpr int BYTES = BM * STRIDE;
+
+  // Visit every 16-byte vector of the tile with its global CHW32 address (nullptr: outside tensor).
+  template <int NTHREADS, typename F>
+  __device__ __forceinline__ static void for_each_vector(const ConvParams& p, const ConvShape& sh, int m0, int n0,
+                                                         int tid, int8_t* gbase, F&& f) {
+    constexpr int VECTORS = BM * BN / 16;
+    static_assert(VECTORS % NTHREADS == 0, "output tile must split evenly over threads");
+#pragma unroll
+    for (int v = tid; v < VECTORS; v += NTHREADS) {
+      const int block32 = v / (BM * 2), rem = v % (BM * 2);
+      const int row = rem / 2, half = rem % 2;
+      const int col = block32 * 32 + half * 16;
+      const int m = m0 + row, chan = n0 + col;
+      int8_t* g = nullptr;
+      if (m < sh.M && chan < sh.Kpad) {
+        const int n = m / sh.OHW, pix = m - n * sh.OHW;
+        g = gbase + ((size_t)(n * (sh.Kpad / 32) + chan / 32) * sh.OHW + pix) * 32 + half * 16;
+      }
+      f(row * STRIDE + col, g);
+    }
+  }
+
+  template <int NTHREADS>
+  __device__ __forceinline__ static void prefetch_residual(int8_t* tile, const ConvParams& p, const ConvShape& sh,
+                                                           int m0, int n0, int tid) {
+    for_each_vector<NTHREADS>(p, sh, m0, n0, tid, const_cast<int8_t*>(p.residual), [&](int s, int8_t* g) {
+      cp_async_16(smem_u32(tile + s), g ? g : p.residual, g != nullptr);
+    });
+  }
+
+  template <int NTHREADS>
+  __device__ __forceinline__ static void store(const int8_t* tile, const ConvParams& p, const ConvShape& sh, int m0,
+                                               int n0, int tid) {
+    for_each_vector<NTHREADS>(p, sh, m0, n0, tid, p.y, [&](int s, int8_t* g) {
+      if (g) *reinterpret_cast<int4*>(g) = *reinterpret_cast<const int4*>(tile + s);
+    });
+  }
+};
+
+// One element, exactly as docs/ops.md orders it; __f*_rn forbid FMA contraction.
+__device__ __forceinline__ int8_t requantize(int acc, float scale, float bias, float res_term, bool has_res,
+                                             bool relu, float out_scale) {
+  float v = __fmul_rn(__int2float_rn(acc), scale);
+  v = __fadd_rn(v, bias);
+  if (has_res) v = __fadd_rn(v, res_term);
+  if (relu) v = fmaxf(v, 0.0f);
+  v = __fdiv_rn(v, out_scale);
+  int q = __float2int_rn(v);
+  q = min(127, max(-128, q));
+  return static_cast<int8_t>(q);
+}
+
+}  // namespace trtfuse

@@ -1,0 +1,234 @@
+// Implicit-GEMM INT8 convolution on tensor cores with the fused BN + residual + ReLU + requantize
+// epilogue, CHW32 in and out (docs/ops.md, plugins/kernels/README.md).
+//
+//   GEMM M = N*OH*OW (output pixels), GEMM N = K (output channels), GEMM K = KGpad (taps x channels)
+//   CTA tile BM x BN x 64; WM x WN warps, each a (BM/WM) x (BN/WN) tile of m16n8k32 MMAs;
+//   STAGES-deep cp.async ring (global -> shared), fragments double buffered (shared -> registers);
+//   grid.x = output tiles (N-tile fastest, so CTAs sharing an activation tile run together and hit
+//   L2), grid.y = split-K slices.
+//
+// Compile-time configuration (one NVRTC compile per tactic): TF_BM TF_BN TF_WM TF_WN TF_STAGES TF_VEC,
+// TF_MINB (CTAs per SM the register allocation must allow).
+#include "conv_epilogue.cuh"
+#include "conv_iterators.cuh"
+
+namespace trtfuse {
+
+template <int BM, int BN, int WM, int WN>
+struct WarpMma {
+  static constexpr int MT = BM / WM / 16, NT = BN / WN / 8;
+  static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
+  uint32_t a[2][MT][4], b[2][NT][2];
+
+  // Fragments for k32 step `ks` (0 or 1) of a 64-byte stage, into buffer `buf`.
+  __device__ __forceinline__ void load(int buf, const int8_t* sa, const int8_t* sb, int wm, int wn, int lane, int ks) {
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+      const int row = wm * (BM / WM) + mi * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+      ldmatrix_x4(a[buf][mi], smem_u32(sa + swizzle_64B(row, 2 * ks + lane / 16)));
+    }
+#pragma unroll
+    for (int nj = 0; nj < NT; nj += 2) {
+      const int row = wn * (BN / WN) + nj * 8 + (lane % 8) + (lane / 16) * 8;
+      uint32_t r[4];
+      ldmatrix_x4(r, smem_u32(sb + swizzle_64B(row, 2 * ks + (lane / 8) % 2)));
+      b[buf][nj][0] = r[0]; b[buf][nj][1] = r[1]; b[buf][nj + 1][0] = r[2]; b[buf][nj + 1][1] = r[3];
+    }
+  }
+
+  __device__ __forceinline__ void mma(int buf, int (&acc)[MT][NT][4]) {
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NT; ++ni) mma_s8_16832(acc[mi][ni], a[buf][mi], b[buf][ni]);
+  }
+};
+
+template <int BM, int BN, int WM, int WN, int STAGES, int VEC, bool SPLIT_K>
+__device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
+  constexpr int NTHREADS = WM * WN * 32;
+  using Mma = WarpMma<BM, BN, WM, WN>;
+  using Out = OutputTile<BM, BN>;
+  extern __shared__ __align__(128) int8_t smem[];
+  int8_t* sA = smem;                          // STAGES x BM x 64
+  int8_t* sB = sA + STAGES * BM * 64;         // STAGES x BN x 64
+  int8_t* sOut = sB + STAGES * BN * 64;       // residual in, output out
+  Tap* taps = reinterpret_cast<Tap*>(sOut + Out::BYTES);
+
+  const ConvShape sh = ConvShape::make<VEC>(p);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wm = warp / WN, wn = warp % WN;
+  const int n_tiles = (sh.Kpad + BN - 1) / BN;
+  const int m0 = (blockIdx.x / n_tiles) * BM, n0 = (blockIdx.x % n_tiles) * BN;
+  const int splits = SPLIT_K ? p.splits : 1;
+  const int kt_begin = blockIdx.y * sh.ktiles / splits, kt_end = (blockIdx.y + 1) * sh.ktiles / splits;
+  const bool has_res = p.residual != nullptr;
+
+  // The residual tile streams in while the main loop runs (its own cp.async group, the oldest).
+  if (has_res && !SPLIT_K) Out::template prefetch_residual<NTHREADS>(sOut, p, sh, m0, n0, tid);
+  cp_async_commit();
+  build_tap_table<VEC>(taps, p, sh, tid, NTHREADS);
+  __syncthreads();
+
+  const ActivationIterator<BM, NTHREADS, VEC> a_iter(p, sh, m0, tid);
+  const WeightIterator<BN, NTHREADS> b_iter(p, sh, n0, tid);
+  int acc[Mma::MT][Mma::NT][4];
+#pragma unroll
+  for (int i = 0; i < Mma::MT; ++i)
+#pragma unroll
+    for (int j = 0; j < Mma::NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0;
+
+  // ---- main loop: STAGES-1 tiles in flight while the tensor cores eat the oldest ----
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (kt_begin + s < kt_end) {
+      a_iter.load(sA + s * BM * 64, taps, p, kt_begin + s);
+      b_iter.load(sB + s * BN * 64, sh, kt_begin + s);
+    }
+    cp_async_commit();
+  }
+  Mma mma;
+  int read_stage = 0, write_stage = STAGES - 1;
+  for (int kt = kt_begin; kt < kt_end; ++kt) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // tile kt landed for every thread; stage write_stage is no longer read
+    if (kt + STAGES - 1 < kt_end) {
+      a_iter.load(sA + write_stage * BM * 64, taps, p, kt + STAGES - 1);
+      b_iter.load(sB + write_stage * BN * 64, sh, kt + STAGES - 1);
+    }
+    cp_async_commit();
+    const int8_t* a = sA + read_stage * BM * 64;
+    const int8_t* b = sB + read_stage * BN * 64;
+    mma.load(0, a, b, wm, wn, lane, 0);
+    mma.load(1, a, b, wm, wn, lane, 1);  // second k32 step's fragments in flight during the first MMAs
+    mma.mma(0, acc);
+    mma.mma(1, acc);
+    read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
+    write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // ---- split-K: integer partial sums meet in the workspace; the last slice to arrive finishes ----
+  const int g = lane / 4, t2 = (lane % 4) * 2;
+  if (SPLIT_K) {  // compiled separately: the no-split kernel keeps these registers free
+    __shared__ int s_is_last;
+#pragma unroll
+    for (int mi = 0; mi < Mma::MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < Mma::NT; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int m = m0 + wm * (BM / WM) + mi * 16 + g + (e / 2) * 8, ch = n0 + wn * (BN / WN) + ni * 8 + t2 + e % 2;
+          if (m < sh.M && ch < sh.Kpad) atomicAdd(p.workspace + (size_t)m * sh.Kpad + ch, acc[mi][ni][e]);
+        }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) s_is_last = atomicAdd(p.counters + blockIdx.x, 1) == splits - 1;
+    __syncthreads();
+    if (!s_is_last) return;
+    __threadfence();
+#pragma unroll
+    for (int mi = 0; mi < Mma::MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < Mma::NT; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int m = m0 + wm * (BM / WM) + mi * 16 + g + (e / 2) * 8, ch = n0 + wn * (BN / WN) + ni * 8 + t2 + e % 2;
+          if (m < sh.M && ch < sh.Kpad) {
+            int* cell = p.workspace + (size_t)m * sh.Kpad + ch;
+            acc[mi][ni][e] = __ldcg(cell);
+            *cell = 0;  // leave the workspace zeroed for the next launch (and CUDA graph replays)
+          }
+        }
+    if (tid == 0) p.counters[blockIdx.x] = 0;
+    if (has_res) {
+      Out::template prefetch_residual<NTHREADS>(sOut, p, sh, m0, n0, tid);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+    }
+  }
+
+  // ---- epilogue: requantize into the staging tile, then coalesced 16-byte stores ----
+  const float out_scale = *p.out_scale;
+  const float res_scale = has_res ? *p.residual_scale : 0.0f;
+#pragma unroll
+  for (int ni = 0; ni < Mma::NT; ++ni) {
+    const int col = wn * (BN / WN) + ni * 8 + t2;
+    if (n0 + col >= sh.Kpad) continue;
+    const float2 sc = *reinterpret_cast<const float2*>(p.scale + n0 + col);
+    const float2 bi = *reinterpret_cast<const float2*>(p.bias + n0 + col);
+#pragma unroll
+    for (int mi = 0; mi < Mma::MT; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        char2* cell = reinterpret_cast<char2*>(sOut + (wm * (BM / WM) + mi * 16 + g + h * 8) * Out::STRIDE + col);
+        float r0 = 0.0f, r1 = 0.0f;
+        if (has_res) {
+          const char2 r = *cell;
+          r0 = __fmul_rn(static_cast<float>(r.x), res_scale);
+          r1 = __fmul_rn(static_cast<float>(r.y), res_scale);
+        }
+        char2 q;
+        q.x = requantize(acc[mi][ni][2 * h], sc.x, bi.x, r0, has_res, p.relu, out_scale);
+        q.y = requantize(acc[mi][ni][2 * h + 1], sc.y, bi.y, r1, has_res, p.relu, out_scale);
+        *cell = q;
+      }
+  }
+  __syncthreads();
+  Out::template store<NTHREADS>(sOut, p, sh, m0, n0, tid);
+}
+
+}  // namespace trtfuse
+
+#ifndef TF_BM
+#define TF_BM 128
+#define TF_BN 128
+#define TF_WM 2
+#define TF_WN 4
+#define TF_STAGES 4
+#define TF_VEC 32
+#endif
+#ifndef TF_MINB
+#define TF_MINB 1
+#endif
+
+#define TF_THREADS (TF_WM * TF_WN * 32)
+
+// General entries (residual optional), used by the Python launcher; split-K is its own kernel.
+extern "C" __global__ void __launch_bounds__(TF_THREADS, TF_MINB) trtfuse_fused_conv(const trtfuse::ConvParams p) {
+  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, false>(p);
+}
+// Split-K runs few, long CTAs: it gets the full register file rather than spill.
+extern "C" __global__ void __launch_bounds__(TF_THREADS, 1) trtfuse_fused_conv_splitk(const trtfuse::ConvParams p) {
+  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, true>(p);
+}
+
+// TensorRT AOT entries: node inputs in order, then int32 extra args, then the output (no split-K,
+// which needs a workspace the AOT contract does not give).
+#define TF_INT_ARGS int N, int C, int H, int W, int K, int OH, int OW, int R, int S, int sh, int sw, int pt, int pl, int relu
+#define TF_FILL_INTS(p)                                                                                       \
+  p.N = N; p.C = C; p.H = H; p.W = W; p.K = K; p.OH = OH; p.OW = OW; p.R = R; p.S = S; p.stride_h = sh;     \
+  p.stride_w = sw; p.pad_top = pt; p.pad_left = pl; p.relu = relu; p.splits = 1; p.workspace = nullptr;     \
+  p.counters = nullptr;
+
+extern "C" __global__ void __launch_bounds__(TF_THREADS, TF_MINB)
+    trtfuse_fused_conv_aot(const int8_t* x, const int8_t* w, const float* scale, const float* bias,
+                           const float* out_scale, TF_INT_ARGS, int8_t* y) {
+  trtfuse::ConvParams p;
+  p.x = x; p.w = w; p.scale = scale; p.bias = bias; p.out_scale = out_scale; p.residual = nullptr;
+  p.residual_scale = nullptr; p.y = y;
+  TF_FILL_INTS(p)
+  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, false>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(TF_THREADS, TF_MINB)
+    trtfuse_fused_conv_add_aot(const int8_t* x, const int8_t* w, const float* scale, const float* bias,
+                               const float* out_scale, const int8_t* residual, const float* residual_scale,
+                               TF_INT_ARGS, int8_t* y) {
+  trtfuse::ConvParams p;
+  p.x = x; p.w = w; p.scale = scale; p.bias = bias; p.out_scale = out_scale; p.residual = residual;
+  p.residual_scale = residual_scale; p.y = y;
+  TF_FILL_INTS(p)
+  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, false>(p);
+}

@@ -1,0 +1,117 @@
+"""Tile configurations of the fused conv kernel (the tactics a TensorRT plugin exposes) and the
+heuristic that picks one per shape.
+
+A tactic fixes the CTA tile (BM output pixels x BN output channels, 64 bytes of GEMM-K per stage),
+the warp grid, the cp.async pipeline depth and the activation vector width (32: CHW32; 4: the
+small-channel stem path). Each compiles to its own cubin/PTX (plugins/nvrtc.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .layout import channel_vector, gemm_k, round_up
+
+H100_SMS = 132  # H100 SXM and H200 both have 132 SMs
+
+
+@dataclass(frozen=True)
+class Tactic:
+    id: int  # TensorRT tactic ids are positive ints
+    bm: int
+    bn: int
+    wm: int
+    wn: int
+    stages: int
+    vec: int
+    min_blocks: int = 1  # CTAs per SM the register budget must allow (__launch_bounds__)
+
+    @property
+    def threads(self) -> int:
+        return self.wm * self.wn * 32
+
+    @property
+    def name(self) -> str:
+        return f"t{self.id}_{self.bm}x{self.bn}_w{self.wm}x{self.wn}_s{self.stages}_v{self.vec}_b{self.min_blocks}"
+
+    def defines(self) -> dict[str, int]:
+        return {"TF_BM": self.bm, "TF_BN": self.bn, "TF_WM": self.wm, "TF_WN": self.wn,
+                "TF_STAGES": self.stages, "TF_VEC": self.vec, "TF_MINB": self.min_blocks}
+
+    def shared_bytes(self, in_channels: int, kernel_shape) -> int:
+        """Dynamic shared memory: pipeline ring + output/residual staging tile + tap table."""
+        _, kg_pad = gemm_k(in_channels, kernel_shape)
+        ktiles = math.ceil(kg_pad / 64)
+        taps = ktiles * 64 // self.vec
+        return self.stages * (self.bm + self.bn) * 64 + self.bm * (self.bn + 16) + taps * 16
+
+
+TACTICS: tuple[Tactic, ...] = (
+    Tactic(1, 128, 128, 2, 4, 4, 32, 2),
+    Tactic(2, 128, 64, 2, 2, 4, 32, 2),
+    Tactic(3, 64, 128, 2, 2, 4, 32, 2),
+    Tactic(4, 64, 64, 2, 2, 4, 32, 3),
+    Tactic(5, 128, 128, 2, 4, 3, 32, 1),
+    Tactic(6, 128, 64, 2, 2, 4, 4, 2),
+    Tactic(7, 64, 64, 2, 2, 4, 4, 3),
+)
+TACTICS_BY_ID = {t.id: t for t in TACTICS}
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    stride: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        oh = (self.h + self.pads[0] + self.pads[2] - self.r) // self.stride[0] + 1
+        ow = (self.w + self.pads[1] + self.pads[3] - self.s) // self.stride[1] + 1
+        return oh, ow
+
+    @property
+    def gemm(self) -> tuple[int, int, int]:
+        """(M, N, K) of the implicit GEMM, K padded as the kernel walks it."""
+        oh, ow = self.out_hw
+        return self.n * oh * ow, round_up(self.k, 32), gemm_k(self.c, (self.r, self.s))[1]
+
+    @property
+    def vec(self) -> int:
+        return channel_vector(self.c)
+
+
+def candidate_tactics(shape: ConvShape) -> list[Tactic]:
+    return [t for t in TACTICS if t.vec == shape.vec]
+
+
+def output_tiles(shape: ConvShape, tactic: Tactic) -> int:
+    m, n, _ = shape.gemm
+    return math.ceil(m / tactic.bm) * math.ceil(n / tactic.bn)
+
+
+def choose(shape: ConvShape, sms: int = H100_SMS) -> tuple[Tactic, int]:
+    """(tactic, split-K slices) for a shape, without measuring.
+
+    Prefer the largest tile that still gives every SM at least two CTAs (large tiles re-read the
+    operands least); when even the smallest tile leaves SMs idle (small batch, late stages), split
+    the GEMM-K so the grid fills the GPU, keeping >= 4 k-tiles of 64 per slice.
+    """
+    m, n, kg = shape.gemm
+    cands = [t for t in candidate_tactics(shape) if t.bn <= max(64, n)]
+    cands.sort(key=lambda t: -(t.bm * t.bn))
+    for t in cands:
+        if output_tiles(shape, t) >= 2 * sms:
+            return t, 1
+    smallest = cands[-1]
+    tiles = output_tiles(shape, smallest)
+    ktiles = math.ceil(kg / 64)
+    splits = max(1, min(ktiles // 4, math.ceil(sms / tiles), 16))
+    return smallest, splits

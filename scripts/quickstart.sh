@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine, on the embedded default model and data (no downloads):
+#   ResNet-50 built here -> INT8 calibration (entropy) -> residual-block fusion rewrite -> CPU golden
+#   execution and accuracy report against fp32. Outputs land in ./out/.
+# With a GPU, also verifies the fused conv kernel on every ResNet-50 layer shape.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[gpu]'
+T=.venv/bin/trtfuse
+mkdir -p out
+$T models resnet50 -o out/resnet50.onnx
+$T calibrate out/resnet50.onnx --data default --count ${CALIB_COUNT:-128} --method entropy -o out/scales.json
+$T rewrite out/resnet50.onnx -o out/resnet50.int8.onnx --fuse residual --scales out/scales.json --report out/rewrite.json
+$T evaluate out/resnet50.onnx out/resnet50.int8.onnx --data default --count ${EVAL_COUNT:-16} -o out/evaluate.json

@@ -1,0 +1,484 @@
+"""Split-K rewrite: numerically equal to the original GEMM (ONNX Runtime, fp32), bias once, cost model."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from trtfuse.errors import TrtfuseError
+from trtfuse.graph_passes.cost_model import H200, DeviceParams, GemmProblem, decide, device_params, predict_plain, predict_split
+from trtfuse.graph_passes.split_k import parse_split_mode, split_k
+from trtfuse.plugins.op_schema import DOMAIN, SPLIT_K_GEMM
+
+REL_TOL = 1e-5  # max |rewritten - original| / max |original|, fp32
+
+
+def _model(nodes, inputs, outputs, initializers, opset):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8  # every onnxruntime reads it
+    onnx.checker.check_model(model)
+    return model
+
+
+def gemm_model(m, n, k, trans_a, trans_b, bias_shape, b_const, c_const, opset, alpha=0.75, beta=1.5, seed=0, bias_scale=1.0):
+    """One Gemm; returns (model, feeds). bias_shape None means no C."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    feeds = {"a": a}
+    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(a.shape))]
+    inits = []
+    if b_const:
+        inits.append(numpy_helper.from_array(b, "b"))
+    else:
+        feeds["b"] = b
+        inputs.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, list(b.shape)))
+    node_inputs = ["a", "b"]
+    if bias_shape is not None:
+        c = np.asarray(bias_scale * rng.standard_normal(bias_shape), dtype=np.float32)
+        if c_const:
+            inits.append(numpy_helper.from_array(c, "c"))
+        else:
+            feeds["c"] = c
+            inputs.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, list(c.shape)))
+        node_inputs.append("c")
+    node = helper.make_node("Gemm", node_inputs, ["y"], name="gemm", transA=int(trans_a), transB=int(trans_b), alpha=alpha, beta=beta)
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])
+    return _model([node], inputs, [out], inits, opset), feeds
+
+
+def matmul_model(a_shape, b_shape, b_const, opset, seed=0, a_input_shape=None):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    feeds = {"a": a}
+    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, a_input_shape or list(a_shape))]
+    inits = []
+    if b_const:
+        inits.append(numpy_helper.from_array(b, "b"))
+    else:
+        feeds["b"] = b
+        inputs.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, list(b_shape)))
+    out_shape = list(np.matmul(a, b).shape)
+    if a_input_shape:  # a symbolic batch dim stays symbolic in the output
+        out_shape = a_input_shape[: len(out_shape) - 2] + out_shape[len(out_shape) - 2 :]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)
+    return _model([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")], inputs, [out], inits, opset), feeds
+
+
+def run(model, feeds):
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def assert_split_equal(model, feeds, splits):
+    before = model.SerializeToString()
+    result = split_k(model, splits)
+    assert model.SerializeToString() == before, "the input model was modified"
+    assert [r.action for r in result.nodes] == ["rewrite"], result.nodes
+    ops = [n.op_type for n in result.model.graph.node]
+    assert "ReduceSum" in ops and ops.count("MatMul") == 1 and "Gemm" not in ops
+    onnx.checker.check_model(result.model, full_check=True)
+    want, got = run(model, feeds), run(result.model, feeds)
+    assert got.shape == want.shape
+    rel = np.abs(got - want).max() / np.abs(want).max()
+    assert rel <= REL_TOL, f"max relative error {rel:.3g}"
+    return result
+
+
+BIAS_SHAPES = {"none": None, "scalar": (), "n": ("N",), "1n": (1, "N"), "mn": ("M", "N"), "m1": ("M", 1)}
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+@pytest.mark.parametrize("k", [48, 50], ids=["k-divisible", "k-padded"])
+@pytest.mark.parametrize("bias", list(BIAS_SHAPES))
+@pytest.mark.parametrize("trans_a,trans_b", list(itertools.product([0, 1], [0, 1])))
+def test_gemm_every_combination(trans_a, trans_b, bias, k, opset):
+    m, n, splits = 5, 7, 4
+    shape = BIAS_SHAPES[bias]
+    bias_shape = None if shape is None else tuple({"M": m, "N": n}.get(d, d) for d in shape)
+    # constant and computed operands alternate so that both paths meet every other combination
+    b_const = (trans_a + trans_b + k) % 2 == 0
+    c_const = opset == 13
+    model, feeds = gemm_model(m, n, k, trans_a, trans_b, bias_shape, b_const, c_const, opset)
+    assert_split_equal(model, feeds, splits)
+
+
+@pytest.mark.parametrize("b_const", [True, False])
+@pytest.mark.parametrize("trans_a,trans_b", list(itertools.product([0, 1], [0, 1])))
+def test_gemm_single_row_uses_reshape_not_transpose(trans_a, trans_b, b_const):
+    model, feeds = gemm_model(1, 9, 70, trans_a, trans_b, (9,), b_const, True, 17)
+    result = assert_split_equal(model, feeds, 8)
+    a_consumers = [n.op_type for n in result.model.graph.node if "a" in n.input]
+    assert "Transpose" not in a_consumers
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+@pytest.mark.parametrize("k", [64, 61], ids=["k-divisible", "k-padded"])
+@pytest.mark.parametrize("b_const", [True, False], ids=["const-b", "dynamic-b"])
+@pytest.mark.parametrize(
+    "a_shape,b_shape",
+    [
+        ((6, "K"), ("K", 5)),
+        ((2, 6, "K"), ("K", 5)),
+        ((2, 3, 6, "K"), ("K", 5)),
+        ((6, "K"), (3, "K", 5)),
+        ((2, 6, "K"), (2, "K", 5)),
+        ((2, 3, 6, "K"), (3, "K", 5)),
+        ((3, 1, 6, "K"), (1, 4, "K", 5)),
+        ((2, 1, "K"), ("K", 5)),
+    ],
+    ids=["2d", "3d-a", "4d-a", "3d-b", "batched", "broadcast-b", "broadcast-both", "m1-batched"],
+)
+def test_matmul_batch_dims(a_shape, b_shape, b_const, k, opset):
+    fill = lambda s: tuple(k if d == "K" else d for d in s)  # noqa: E731
+    model, feeds = matmul_model(fill(a_shape), fill(b_shape), b_const, opset)
+    assert_split_equal(model, feeds, 4)
+
+
+def test_opset_11_reduce_sum_axes_attribute():
+    model, feeds = gemm_model(4, 6, 40, 0, 1, (6,), False, True, 11)
+    result = assert_split_equal(model, feeds, 4)
+    (reduce,) = [n for n in result.model.graph.node if n.op_type == "ReduceSum"]
+    assert len(reduce.input) == 1 and [a.name for a in reduce.attribute if a.name == "axes"]
+
+
+def test_dynamic_batch_dim_passes_through_reshape():
+    model, feeds = matmul_model((3, 5, 96), (96, 7), True, 17, a_input_shape=["batch", 5, 96])
+    assert_split_equal(model, feeds, 3)
+    assert split_k(model, "auto").nodes[0].action == "skip"  # the cost model needs the batch
+
+
+def test_bias_added_once_after_the_reduction():
+    # a bias 1000x the products: added once per split it would be off by (S - 1) * |bias|
+    model, feeds = gemm_model(3, 8, 64, 0, 0, (8,), True, True, 17, alpha=1.0, beta=1.0, bias_scale=1000.0)
+    result = assert_split_equal(model, feeds, 8)
+    nodes = result.model.graph.node
+    (add,) = [n for n in nodes if n.op_type == "Add"]
+    (reduce,) = [n for n in nodes if n.op_type == "ReduceSum"]
+    (matmul,) = [n for n in nodes if n.op_type == "MatMul"]
+    assert reduce.output[0] in add.input and add.output[0] == "y"
+    assert "c" not in matmul.input and len(matmul.input) == 2
+
+
+def test_alpha_and_beta_applied_once():
+    model, feeds = gemm_model(3, 8, 64, 1, 1, (3, 8), False, False, 17, alpha=3.0, beta=-2.0)
+    result = assert_split_equal(model, feeds, 4)
+    ops = [n.op_type for n in result.model.graph.node]
+    assert ops.count("Mul") == 2 and ops.count("Add") == 1
+    assert ops.index("ReduceSum") < ops.index("Add")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batch=st.lists(st.integers(1, 3), min_size=0, max_size=2),
+    b_batched=st.booleans(),
+    m=st.integers(1, 9),
+    n=st.integers(1, 9),
+    k=st.integers(4, 130),
+    splits=st.integers(2, 9),
+    b_const=st.booleans(),
+    opset=st.sampled_from([13, 17]),
+    seed=st.integers(0, 2**16),
+)
+def test_property_random_matmul_shapes(batch, b_batched, m, n, k, splits, b_const, opset, seed):
+    if k < 2 * splits:
+        splits = k // 2
+    b_shape = (tuple(batch) if b_batched else ()) + (k, n)
+    model, feeds = matmul_model(tuple(batch) + (m, k), b_shape, b_const, opset, seed=seed)
+    assert_split_equal(model, feeds, splits)
+
+
+# ---- what the pass leaves alone --------------------------------------------------------------------
+
+
+def test_off_leaves_model_unchanged():
+    model, _ = gemm_model(4, 6, 512, 0, 0, (6,), True, True, 17)
+    result = split_k(model, "off")
+    assert result.model.SerializeToString() == model.SerializeToString() and result.nodes == []
+
+
+def test_forced_split_needs_two_elements_per_split():
+    model, _ = matmul_model((4, 10), (10, 3), True, 17)
+    (report,) = split_k(model, 6).nodes
+    assert report.action == "skip" and "K=10" in report.reason
+
+
+def test_dynamic_k_is_skipped():
+    model, _ = matmul_model((4, 10), (10, 3), False, 17, a_input_shape=[4, "k"])
+    graph = model.graph
+    graph.input[1].type.tensor_type.shape.dim[0].dim_param = "k"
+    (report,) = split_k(model, 2).nodes
+    assert report.action == "skip" and "K" in report.reason
+
+
+def test_integer_matmul_is_skipped():
+    a = helper.make_tensor_value_info("a", TensorProto.INT32, [4, 64])
+    b = numpy_helper.from_array(np.ones((64, 3), np.int32), "b")
+    y = helper.make_tensor_value_info("y", TensorProto.INT32, [4, 3])
+    model = _model([helper.make_node("MatMul", ["a", "b"], ["y"])], [a], [y], [b], 17)
+    (report,) = split_k(model, 2).nodes
+    assert report.action == "skip" and "int32" in report.reason
+
+
+def test_matrix_vector_is_skipped():
+    model, _ = matmul_model((4, 64), (64,), True, 17)
+    (report,) = split_k(model, 2).nodes
+    assert report.action == "skip" and "1-D" in report.reason
+
+
+@pytest.mark.parametrize("bad", ["1", "0", "-3", "many", "1.5"])
+def test_bad_split_values_are_user_errors(bad):
+    with pytest.raises(TrtfuseError):
+        parse_split_mode(bad)
+
+
+def test_split_mode_values():
+    assert parse_split_mode("AUTO") == "auto" and parse_split_mode("off") == "off" and parse_split_mode("8") == 8
+
+
+def test_bad_emit_is_user_error():
+    model, _ = matmul_model((4, 64), (64, 3), True, 17)
+    with pytest.raises(TrtfuseError, match="emit"):
+        split_k(model, 2, emit="kernel")
+
+
+# ---- plugin emission (the hook for a split-K kernel) ------------------------------------------------
+
+
+def _split_k_gemm_reference():
+    from onnx.reference.op_run import OpRun
+
+    class SplitKGemm(OpRun):
+        op_domain = DOMAIN
+
+        def _run(self, a, weight, bias, splits=None, plugin_namespace=None, aot=None):
+            k = a.shape[-1]
+            step = -(-k // splits)
+            y = np.zeros(a.shape[:-1] + (weight.shape[1],), np.float32)
+            for s in range(splits):
+                y += a[..., s * step : (s + 1) * step] @ weight[s * step : (s + 1) * step]
+            return (y + bias,)
+
+    return SplitKGemm
+
+
+@pytest.mark.parametrize("bias", ["none", "n", "1n", "scalar"])
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_plugin_node_follows_op_schema(trans_b, bias):
+    from onnx.reference import ReferenceEvaluator
+
+    shape = {"none": None, "n": (7,), "1n": (1, 7), "scalar": ()}[bias]
+    model, feeds = gemm_model(5, 7, 50, 0, trans_b, shape, True, True, 17)
+    result = split_k(model, 4, emit="plugin")
+    assert [r.action for r in result.nodes] == ["plugin"]
+    onnx.checker.check_model(result.model, full_check=True)
+    (node,) = result.model.graph.node
+    assert (node.op_type, node.domain) == (SPLIT_K_GEMM.name, DOMAIN)
+    assert len(node.input) == len(SPLIT_K_GEMM.inputs)
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert set(SPLIT_K_GEMM.attribute_names) | set(SPLIT_K_GEMM.parser_attributes) == set(attrs)
+    assert attrs["splits"] == 4
+    got = ReferenceEvaluator(result.model, new_ops=[_split_k_gemm_reference()]).run(None, feeds)[0]
+    want = run(model, feeds)
+    assert np.abs(got - want).max() / np.abs(want).max() <= REL_TOL
+
+
+def test_plugin_declines_what_the_op_cannot_express():
+    model, _ = gemm_model(5, 7, 50, 0, 0, (5, 7), True, True, 17)
+    (report,) = split_k(model, 4, emit="plugin").nodes
+    assert report.action == "skip" and "per column" in report.reason
+    model, _ = gemm_model(5, 7, 50, 0, 0, (7,), False, True, 17)
+    assert split_k(model, 4, emit="plugin").nodes[0].action == "skip"
+
+
+# ---- the cost model ---------------------------------------------------------------------------------
+
+
+def test_auto_declines_seed_example_on_h200():
+    # seed 001: [1, 49, 2016] x [2016, 448]; measured on the H200: 14.6 us plain, 20.5 us with 8 splits
+    seed = GemmProblem(m=49, n=448, k=2016)
+    decision = decide(seed, H200)
+    assert not decision.accepted and "gain below" in decision.reason
+    assert predict_split(seed, H200, 8).total_us > predict_plain(seed, H200).total_us
+    model, _ = matmul_model((1, 49, 2016), (2016, 448), True, 17)
+    result = split_k(model, "auto", device="h200")
+    assert result.nodes[0].action == "skip" and len(result.model.graph.node) == 1
+
+
+def test_auto_splits_a_skinny_long_k_gemm():
+    # 8 output tiles, K = 16384: the plain GEMM streams 16 MB of weight through 8 SMs
+    decision = decide(GemmProblem(m=1, n=256, k=16384, has_bias=True), H200)
+    assert decision.accepted and decision.split_us < decision.plain_us
+    model, feeds = gemm_model(1, 256, 16384, 0, 0, (256,), True, True, 17, alpha=1.0, beta=1.0)
+    result = assert_split_equal(model, feeds, "auto")
+    assert result.nodes[0].splits == decision.splits
+
+
+def test_auto_declines_when_tiles_fill_the_gpu():
+    decision = decide(GemmProblem(m=512, n=4096, k=16384), H200)
+    assert not decision.accepted and "fill" in decision.reason
+
+
+def test_auto_respects_min_k_per_split():
+    decision = decide(GemmProblem(m=1, n=256, k=400), H200)
+    assert not decision.accepted and "per split" in decision.reason
+    for s in range(2, 65):
+        d = decide(GemmProblem(m=1, n=256, k=256 * s), H200)
+        assert d.splits == 0 or 256 * s // d.splits >= H200.min_k_per_split
+
+
+def test_fewer_kernel_overheads_make_splitting_pay_sooner():
+    seed = GemmProblem(m=49, n=448, k=2016)
+    assert decide(seed, H200.replace(kernel_overhead_us=0.5)).accepted
+    assert decide(seed, H200, fused=True).accepted  # one kernel: no transpose, no separate reduction
+
+
+def test_device_params_from_json(tmp_path):
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(H200.replace(name="mine", tile_m=64).to_dict()))
+    assert device_params(str(path)) == H200.replace(name="mine", tile_m=64)
+    path.write_text(json.dumps({**H200.to_dict(), "warp_speed": 9}))
+    with pytest.raises(TrtfuseError, match="warp_speed"):
+        device_params(str(path))
+    with pytest.raises(TrtfuseError, match="unknown split-K device"):
+        device_params("a100")
+    assert isinstance(device_params(None), DeviceParams)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    m=st.integers(1, 9),
+    n=st.integers(1, 9),
+    k=st.integers(4, 130),
+    splits=st.integers(2, 9),
+    trans_a=st.booleans(),
+    trans_b=st.booleans(),
+    bias=st.sampled_from(list(BIAS_SHAPES)),
+    b_const=st.booleans(),
+    c_const=st.booleans(),
+    alpha=st.sampled_from([1.0, -0.5, 2.0]),
+    beta=st.sampled_from([1.0, 0.0, 3.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_property_random_gemm(m, n, k, splits, trans_a, trans_b, bias, b_const, c_const, alpha, beta, seed):
+    splits = min(splits, k // 2)
+    shape = BIAS_SHAPES[bias]
+    bias_shape = None if shape is None else tuple({"M": m, "N": n}.get(d, d) for d in shape)
+    model, feeds = gemm_model(m, n, k, trans_a, trans_b, bias_shape, b_const, c_const, 17, alpha, beta, seed)
+    assert_split_equal(model, feeds, splits)
+
+
+# ---- bench/splitk.py: everything but the GPU timing ---------------------------------------------------
+
+
+def test_bench_sweep_covers_the_issue_shapes():
+    from trtfuse.bench.splitk import sweep_shapes
+
+    shapes = sweep_shapes()
+    assert 40 <= len(shapes) <= 80 and len({s.name for s in shapes}) == len(shapes)
+    assert {s.m for s in shapes} >= {1, 512} and {s.n for s in shapes} >= {256, 4096} and {s.k for s in shapes} >= {512, 16384}
+    assert any((s.m, s.n, s.k, s.bias) == (49, 448, 2016, False) for s in shapes)
+    assert {s.m for s in shapes if (s.n, s.k) == (1000, 2048)} == {1, 2, 4, 8}
+    assert len(sweep_shapes(quick=True)) < len(shapes)
+
+
+def test_bench_split_counts_and_names():
+    from trtfuse.bench.splitk import default_output, device_slug, params_for_device, splits_to_time
+
+    assert splits_to_time(512) == [2, 4] and splits_to_time(16384) == [2, 4, 8, 16, 32, 64] and splits_to_time(2048) == [2, 4, 8, 16]
+    assert device_slug("NVIDIA H200") == "nvidia-h200"
+    assert default_output("NVIDIA H200", "2026-11-22").name == "splitk-nvidia-h200-2026-11-22.json"
+    assert params_for_device("NVIDIA H100 80GB HBM3", None).name == "h100"
+    assert params_for_device("NVIDIA H200", None).name == "h200"
+
+
+def test_bench_judges_decisions():
+    from trtfuse.bench.splitk import judge
+
+    assert judge(0, 10.0, {2: 12.0, 4: 9.5}, 0.1) is True  # 5% gain is below the 10% threshold
+    assert judge(0, 10.0, {2: 12.0, 4: 8.0}, 0.1) is False  # missed a 25% gain
+    assert judge(4, 10.0, {2: 12.0, 4: 8.0}, 0.1) is True
+    assert judge(2, 10.0, {2: 12.0, 4: 8.0}, 0.1) is False
+    assert judge(0, None, {}, 0.1) is None
+
+
+def _synthetic_records(true_params, dtype="float32"):
+    from trtfuse.bench.splitk import splits_to_time, sweep_shapes
+    from trtfuse.graph_passes.cost_model import predict_us
+
+    records = []
+    for shape in sweep_shapes(quick=True):
+        p = shape.problem(dtype)
+        plain = predict_us(p, true_params, 1)
+        for s in splits_to_time(shape.k):
+            t = predict_us(p, true_params, s)
+            records.append(
+                {"name": shape.name, "M": shape.m, "N": shape.n, "K": shape.k, "bias": shape.bias, "splits": s,
+                 "plain_us": plain, "rewritten_us": t, "plain_graph_us": None, "rewritten_graph_us": None}
+            )
+    return records
+
+
+def test_bench_fit_recovers_the_constants_that_made_the_timings():
+    from trtfuse.bench.splitk import observations, summarize
+    from trtfuse.graph_passes.cost_model import fit
+
+    truth = H200.replace(tile_m=64, tile_n=64, kernel_overhead_us=1.5, sm_dram_bytes_per_s=8 * H200.dram_bytes_per_s / H200.sms)
+    records = _synthetic_records(truth)
+    fitted, err = fit(list(observations(records, "float32", "us")), H200)
+    assert err < 1e-9
+    assert (fitted.tile_m, fitted.kernel_overhead_us, round(fitted.sm_dram_bytes_per_s)) == (64, 1.5, round(truth.sm_dram_bytes_per_s))
+    rows = summarize(records, fitted, "float32", "us")
+    assert all(r["decision_right"] for r in rows)
+
+
+def test_bench_results_file_feeds_the_pass(tmp_path):
+    fitted = H200.replace(name="h200-fitted", kernel_overhead_us=0.5)
+    path = tmp_path / "splitk-nvidia-h200-2026-11-22.json"
+    path.write_text(json.dumps({"benchmark": "splitk", "fitted": {"us": {"params": fitted.to_dict()}}}))
+    assert device_params(str(path)) == fitted
+    model, _ = matmul_model((1, 49, 2016), (2016, 448), True, 17)
+    assert split_k(model, "auto", device=str(path)).nodes[0].action == "rewrite"
+
+
+def test_bench_without_torch_is_a_clear_error():
+    import argparse
+    import importlib.util
+
+    from trtfuse.bench import splitk
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed here")
+    parser = argparse.ArgumentParser()
+    splitk.add_arguments(parser)
+    args = parser.parse_args([])
+    args.output, args.json = None, False
+    with pytest.raises(TrtfuseError, match="PyTorch"):
+        splitk.run(args)
+
+
+def test_cli_options_reach_the_pass():
+    import argparse
+
+    from trtfuse.graph_passes.split_k import add_split_k_arguments, split_k_from_args
+
+    parser = argparse.ArgumentParser()
+    add_split_k_arguments(parser)
+    model, feeds = matmul_model((3, 64), (64, 5), True, 17)
+    assert split_k_from_args(model, parser.parse_args([])).nodes == []
+    result = split_k_from_args(model, parser.parse_args(["--split-k", "4"]))
+    assert result.nodes[0].splits == 4
+    assert split_k_from_args(model, parser.parse_args(["--split-k", "4", "--split-k-emit", "plugin"])).nodes[0].action == "plugin"
+    with pytest.raises(TrtfuseError, match="split count"):
+        split_k_from_args(model, parser.parse_args(["--split-k", "1"]))
