@@ -164,7 +164,9 @@ def evaluate(fp32_model, int8_model, images, batch_size: int = 8, layers: bool =
     """The report dict: whole-model agreement and, with `layers`, per fused layer SQNR."""
     from trtfuse.ui import progress
 
-    from .stats import input_name_and_size, padded_batches, static_batch_size
+    from .stats import check_images_fit, input_name_and_size, padded_batches, static_batch_size
+
+    check_images_fit(fp32_model, images)
 
     fp32_run = fp32_executor or OnnxRuntimeExecutor()
     int8_run = int8_run or int8_executor(int8_model)

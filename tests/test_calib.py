@@ -330,8 +330,9 @@ def test_cache_hex_is_big_endian_float_bits():
 
 @pytest.mark.parametrize("doc, message", [
     ({"activations": {"a": 1.0}}, "format"),
-    ({"format": FORMAT, "activations": {}}, "no 'activations'"),
+    ({"format": FORMAT, "activations": [1.0]}, "activations"),
     ({"format": FORMAT, "activations": {"a": 0.0}}, "positive"),
+    ({"format": FORMAT, "activations": {"a": float("inf")}}, "positive"),
     ({"format": FORMAT, "activations": {"a": "x"}}, "positive"),
 ])
 def test_scales_schema_errors(doc, message):
