@@ -213,3 +213,19 @@ def test_calibrate_rewrite_evaluate_on_small_net(tmp_path, capsys):
     [layer] = report["layers"]
     assert layer["fp32_tensor"] == "relu2" and 15.0 < layer["sqnr_db"] < 60.0
     assert report["logit_cosine_mean"] > 0.95
+
+
+def test_calibrate_compare_ranks_methods(tmp_path, capsys):
+    pytest.importorskip("trtfuse.runtime.cpu_executor")
+    save_model(small_resnet(size=32), tmp_path / "m.onnx")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    assert main(["calibrate-compare", str(tmp_path / "m.onnx"), "--count", "16", "--eval-count", "8",
+                 "--out-dir", str(out_dir), "-o", str(tmp_path / "c.json"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [r["method"].split()[0] for r in result["rows"]] == ["max", "percentile", "entropy", "mse"]
+    best = max(result["rows"], key=lambda r: (r["logit_cosine_mean"], r["top1_agreement"]))
+    assert result["winner"] == best["method"]
+    for method in ("max", "percentile", "entropy", "mse"):
+        assert (out_dir / f"m.{method}.scales.json").is_file() and (out_dir / f"m.{method}.int8.onnx").is_file()
+    one_line_error(capsys, 2, ["calibrate-compare", str(tmp_path / "m.onnx"), "--methods", "max,kl"], "kl")
