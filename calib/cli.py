@@ -44,6 +44,22 @@ def register(sub) -> None:
     e.add_argument("--json", action="store_true", help="print the report as JSON")
     e.set_defaults(func=run_evaluate)
 
+    c = sub.add_parser("calibrate-compare", help="calibrate with every method, rewrite, evaluate, and rank the methods",
+                       description="One statistics pass on calibration images, then for each method: scales, "
+                                   "`rewrite --scales`, and `evaluate` on held-out images.")
+    c.add_argument("model", help="the fp32 ONNX model (never modified)")
+    c.add_argument("--data", default="default", help="calibration data: " + DATA_HELP + " (default: default, calib split)")
+    c.add_argument("--count", type=int, default=512, help="calibration images (default 512)")
+    c.add_argument("--eval-data", default="default", help="evaluation data (default: default, heldout split)")
+    c.add_argument("--eval-count", type=int, default=64, help="evaluation images (default 64)")
+    c.add_argument("--methods", default="max,percentile,entropy,mse", help="comma-separated (default all four)")
+    c.add_argument("--percentile", type=float, default=99.99, help="for the percentile method (default 99.99)")
+    c.add_argument("--fuse", default="residual", choices=["residual", "all"], help="the rewrite's fuse mode")
+    c.add_argument("--out-dir", help="also write each method's scales JSON and rewritten model here")
+    c.add_argument("-o", "--output", help="write the comparison as JSON")
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    c.set_defaults(func=run_compare)
+
 
 def _positive(name: str, value: int) -> None:
     from trtfuse.errors import TrtfuseError
@@ -112,4 +128,35 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         print_report(report)
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from trtfuse.errors import TrtfuseError
+    from trtfuse.io import atomic_write_json, load_model
+    from trtfuse.ui import print_json
+
+    from .calibrate import check_method
+    from .compare import compare_methods, print_comparison
+    from .data import load_data
+    from .stats import input_name_and_size
+
+    _positive("--count", args.count)
+    _positive("--eval-count", args.eval_count)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        raise TrtfuseError("--methods is empty")
+    for m in methods:
+        check_method(m, args.percentile)
+    _, size = input_name_and_size(load_model(args.model))
+    calib = load_data(args.data, args.count, size=size or 224, split="calib")
+    held = load_data(args.eval_data, args.eval_count, size=size or 224, split="heldout")
+    result = compare_methods(args.model, calib, held, methods, args.percentile, args.fuse, args.out_dir,
+                             show_progress=not args.json)
+    if args.output:
+        atomic_write_json(args.output, result)
+    if args.json:
+        print_json(result)
+    else:
+        print_comparison(result)
     return 0

@@ -67,9 +67,14 @@ class OnnxRuntimeExecutor:
         from .stats import make_session
 
         key = (id(model), tuple(output_names))
+        from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
         if key not in self._sessions:
             self._sessions[key] = make_session(_typed_outputs_copy(model, output_names), self.threads)
-        return self._sessions[key].run(output_names, feeds)
+        try:
+            return self._sessions[key].run(output_names, feeds)
+        except InvalidArgument as exc:  # wrong input shape/type: the user's data, not a crash
+            raise TrtfuseError(f"onnxruntime rejected the input: {str(exc).strip().splitlines()[0]}") from None
 
 
 class PluginModelExecutor:
@@ -164,7 +169,9 @@ def evaluate(fp32_model, int8_model, images, batch_size: int = 8, layers: bool =
     """The report dict: whole-model agreement and, with `layers`, per fused layer SQNR."""
     from trtfuse.ui import progress
 
-    from .stats import input_name_and_size, padded_batches, static_batch_size
+    from .stats import check_images_fit, input_name_and_size, padded_batches, static_batch_size
+
+    check_images_fit(fp32_model, images)
 
     fp32_run = fp32_executor or OnnxRuntimeExecutor()
     int8_run = int8_run or int8_executor(int8_model)

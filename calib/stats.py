@@ -145,6 +145,20 @@ def input_name_and_size(model) -> tuple[str, int | None]:
     return inputs[0].name, h
 
 
+def check_images_fit(model, images) -> None:
+    """One-line error when the data cannot feed the model's [N, 3, S, S] input."""
+    from trtfuse.errors import TrtfuseError
+
+    name, size = input_name_and_size(model)
+    initializers = {t.name for t in model.graph.initializer}
+    dims = next(i for i in model.graph.input if i.name not in initializers).type.tensor_type.shape.dim
+    channels = dims[1].dim_value if dims[1].HasField("dim_value") else None
+    if channels is not None and channels != images.channels:
+        raise TrtfuseError(f"model input {name} has {channels} channels; the data has {images.channels}")
+    if size is not None and images.size != size:
+        raise TrtfuseError(f"the model takes {size}x{size} images, the data is {images.size}x{images.size}")
+
+
 def static_batch_size(model) -> int | None:
     dim = model.graph.input[0].type.tensor_type.shape.dim
     initializers = {t.name for t in model.graph.initializer}
