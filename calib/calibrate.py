@@ -9,7 +9,7 @@ from trtfuse.errors import TrtfuseError
 
 from .calibrators import METHODS, amax_to_scale, compute_amax
 from .scales import file_sha256, scales_document
-from .stats import AbsHistogram, collect_statistics, input_name_and_size
+from .stats import AbsHistogram, check_images_fit, collect_statistics
 from .tensors import activation_tensors
 
 
@@ -27,16 +27,10 @@ def scales_from_histograms(hists: dict[str, AbsHistogram], method: str, percenti
     return {name: amax_to_scale(a) for name, a in amax.items()}, amax
 
 
-def model_image_size(model, images) -> None:
-    _, size = input_name_and_size(model)
-    if size is not None and images.size != size:
-        raise TrtfuseError(f"the model takes {size}x{size} images, the data is {images.size}x{images.size}")
-
-
 def gather_statistics(model, images, fuse_mode: str = "residual", selection: str = "auto",
-                      batch_size: int = 32, threads: int = 2, show_progress: bool = True):
+                      batch_size: int = 8, threads: int = 2, show_progress: bool = True):
     """(histograms, selection used, seconds) for every activation the rewrite needs."""
-    model_image_size(model, images)
+    check_images_fit(model, images)
     tensors, used = activation_tensors(model, fuse_mode, selection)
     if not tensors:
         raise TrtfuseError("the model has no activation tensors to calibrate (no Conv/Add/Relu/... nodes)")
@@ -47,14 +41,14 @@ def gather_statistics(model, images, fuse_mode: str = "residual", selection: str
 
 
 def calibrate(model_path: str | Path, images, method: str = "entropy", percentile: float = 99.99,
-              fuse_mode: str = "residual", selection: str = "auto", batch_size: int = 32,
+              fuse_mode: str = "residual", selection: str = "auto", batch_size: int = 8,
               threads: int = 2, show_progress: bool = True, model=None) -> dict:
     """The scales document (see trtfuse.calib.scales) for the model at `model_path`."""
     from trtfuse import __version__
     from trtfuse.io import load_model
 
     check_method(method, percentile)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     model = model if model is not None else load_model(model_path)
     hists, used, stat_seconds = gather_statistics(model, images, fuse_mode, selection, batch_size, threads,
                                                   show_progress)
@@ -71,6 +65,7 @@ def calibrate(model_path: str | Path, images, method: str = "entropy", percentil
         "fuse_mode": fuse_mode,
         "statistics_seconds": round(stat_seconds, 3),
         "seconds": round(time.perf_counter() - start, 3),
+        "cpu_seconds": round(time.process_time() - cpu_start, 3),
         "trtfuse": __version__,
     }
     return scales_document(scales, amax, metadata)

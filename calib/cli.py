@@ -22,7 +22,8 @@ def register(sub) -> None:
     p.add_argument("--tensors", default="auto", choices=["auto", "rewrite", "broad"],
                    help="tensor set: the rewrite's list (rewrite), every Conv/BN/Add/Relu/pool activation (broad), "
                         "or the rewrite's list when available (auto, default)")
-    p.add_argument("--batch", type=int, default=32, help="images per ONNX Runtime run (default 32)")
+    p.add_argument("--batch", type=int, default=8,
+                   help="images per ONNX Runtime run (default 8: larger batches cost memory and page faults, not speed)")
     p.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads (default 2)")
     p.add_argument("-o", "--output", required=True, help="scales JSON to write")
     p.add_argument("--cache", help="also write a TensorRT-style calibration cache text file")
@@ -42,6 +43,22 @@ def register(sub) -> None:
     e.add_argument("-o", "--output", help="write the report as JSON")
     e.add_argument("--json", action="store_true", help="print the report as JSON")
     e.set_defaults(func=run_evaluate)
+
+    c = sub.add_parser("calibrate-compare", help="calibrate with every method, rewrite, evaluate, and rank the methods",
+                       description="One statistics pass on calibration images, then for each method: scales, "
+                                   "`rewrite --scales`, and `evaluate` on held-out images.")
+    c.add_argument("model", help="the fp32 ONNX model (never modified)")
+    c.add_argument("--data", default="default", help="calibration data: " + DATA_HELP + " (default: default, calib split)")
+    c.add_argument("--count", type=int, default=512, help="calibration images (default 512)")
+    c.add_argument("--eval-data", default="default", help="evaluation data (default: default, heldout split)")
+    c.add_argument("--eval-count", type=int, default=64, help="evaluation images (default 64)")
+    c.add_argument("--methods", default="max,percentile,entropy,mse", help="comma-separated (default all four)")
+    c.add_argument("--percentile", type=float, default=99.99, help="for the percentile method (default 99.99)")
+    c.add_argument("--fuse", default="residual", choices=["residual", "all"], help="the rewrite's fuse mode")
+    c.add_argument("--out-dir", help="also write each method's scales JSON and rewritten model here")
+    c.add_argument("-o", "--output", help="write the comparison as JSON")
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    c.set_defaults(func=run_compare)
 
 
 def _positive(name: str, value: int) -> None:
@@ -77,15 +94,15 @@ def run_calibrate(args: argparse.Namespace) -> int:
         atomic_write_text(args.cache, calibration_cache_text(doc["activations"], args.method, args.cache_version))
     meta = doc["metadata"]
     summary = {"tensors": meta["tensors"], "selection": meta["selection"], "method": meta["method"],
-               "images": meta["images"], "seconds": meta["seconds"], "output": args.output, "cache": args.cache,
+               "images": meta["images"], "seconds": meta["seconds"], "cpu_seconds": meta["cpu_seconds"], "output": args.output, "cache": args.cache,
                "data": meta["data"]}
     if args.json:
         print_json(summary)
     else:
         print(f"data: {meta['data']}")
-        print_table(["tensors", "selection", "method", "images", "seconds", "output"],
+        print_table(["tensors", "selection", "method", "images", "seconds", "cpu s", "output"],
                     [[meta["tensors"], meta["selection"], meta["method"] + (f" {args.percentile}" if args.method == "percentile" else ""),
-                      meta["images"], f"{meta['seconds']:.1f}", args.output + (f" (+ cache {args.cache})" if args.cache else "")]])
+                      meta["images"], f"{meta['seconds']:.1f}", f"{meta['cpu_seconds']:.1f}", args.output + (f" (+ cache {args.cache})" if args.cache else "")]])
     return 0
 
 
@@ -111,4 +128,35 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         print_report(report)
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from trtfuse.errors import TrtfuseError
+    from trtfuse.io import atomic_write_json, load_model
+    from trtfuse.ui import print_json
+
+    from .calibrate import check_method
+    from .compare import compare_methods, print_comparison
+    from .data import load_data
+    from .stats import input_name_and_size
+
+    _positive("--count", args.count)
+    _positive("--eval-count", args.eval_count)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        raise TrtfuseError("--methods is empty")
+    for m in methods:
+        check_method(m, args.percentile)
+    _, size = input_name_and_size(load_model(args.model))
+    calib = load_data(args.data, args.count, size=size or 224, split="calib")
+    held = load_data(args.eval_data, args.eval_count, size=size or 224, split="heldout")
+    result = compare_methods(args.model, calib, held, methods, args.percentile, args.fuse, args.out_dir,
+                             show_progress=not args.json)
+    if args.output:
+        atomic_write_json(args.output, result)
+    if args.json:
+        print_json(result)
+    else:
+        print_comparison(result)
     return 0

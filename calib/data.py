@@ -104,6 +104,7 @@ class ImageSet:
     description: str
     labels: np.ndarray | None
     _get: Callable[[int, int], np.ndarray]
+    channels: int = 3
 
     def batches(self, batch_size: int) -> Iterator[np.ndarray]:
         for start in range(0, self.count, batch_size):

@@ -23,6 +23,7 @@ from trtfuse.errors import TrtfuseError
 
 Executor = Callable[[object, dict, list], list]
 FUSED_MAP_KEY = "trtfuse.fused_outputs"  # model metadata_props: JSON {fused node output: fp32 tensor name}
+REWRITE_INT8_SUFFIX = "__int8"  # graph_passes.fuse_residual names a fused output `<fp32 tensor>__int8`
 
 
 def _plugin_nodes(model):
@@ -48,6 +49,8 @@ def _typed_outputs_copy(model, names: list[str]):
             types[vi.name] = vi.type.tensor_type.elem_type
     except Exception:
         pass
+    for node in _plugin_nodes(copy):  # shape inference knows nothing of plugin ops; their outputs are int8
+        types[node.output[0]] = onnx.TensorProto.INT8
     for name in wanted:
         copy.graph.output.append(onnx.helper.make_tensor_value_info(name, types.get(name, onnx.TensorProto.FLOAT), None))
     return copy
@@ -74,26 +77,39 @@ class OnnxRuntimeExecutor:
             raise TrtfuseError(f"onnxruntime rejected the input: {str(exc).strip().splitlines()[0]}") from None
 
 
-def plugin_executor() -> Executor:
-    """trtfuse's CPU executor for models with plugin nodes, as an Executor."""
-    try:
-        from trtfuse.runtime import cpu_executor
-    except ImportError:
-        raise TrtfuseError("the INT8 model has trtfuse plugin nodes and this trtfuse has no CPU executor "
-                           "(trtfuse.runtime.cpu_executor)") from None
-    return cpu_executor.run_model
+class PluginModelExecutor:
+    """Models with trtfuse plugin nodes, through trtfuse.runtime.cpu_executor.CpuExecutor (the golden
+    reference for plugin nodes, ONNX Runtime for the rest). Intermediate tensors are requested by
+    making them graph outputs of a copy; one executor is built per requested output set."""
+
+    def __init__(self, engine: str = "ort"):
+        try:
+            from trtfuse.runtime.cpu_executor import CpuExecutor
+        except ImportError:
+            raise TrtfuseError("the INT8 model has trtfuse plugin nodes and this trtfuse has no CPU executor "
+                               "(trtfuse.runtime.cpu_executor)") from None
+        self._make = lambda model: CpuExecutor(model, engine)
+        self._executors: dict = {}
+
+    def __call__(self, model, feeds: dict, output_names: list[str]) -> list:
+        key = (id(model), tuple(output_names))
+        if key not in self._executors:
+            self._executors[key] = self._make(_typed_outputs_copy(model, output_names))
+        results = self._executors[key].run(feeds)
+        return [results[n] for n in output_names]
 
 
 def int8_executor(model) -> Executor:
-    return plugin_executor() if _plugin_nodes(model) else OnnxRuntimeExecutor()
+    return PluginModelExecutor() if _plugin_nodes(model) else OnnxRuntimeExecutor()
 
 
 def fused_output_map(int8_model, fp32_model) -> dict[str, tuple[str, str]]:
     """{fused node output: (fp32 tensor it replaces, out_scale initializer name)} for every plugin node.
 
-    The rewrite records the mapping as JSON under metadata_props[FUSED_MAP_KEY]; without that record a
-    fused output that keeps its fp32 tensor's name maps to itself, and one read by a DequantizeLinear
-    whose output has an fp32 tensor's name maps to that name.
+    In order of preference: a JSON record under metadata_props[FUSED_MAP_KEY]; the fused output's own
+    name when the fp32 model has it; the output of the DequantizeLinear reading it (the rewrite gives
+    that the original float name); the rewrite's naming rule `<fp32 tensor>__int8` (for fused outputs
+    read only by other plugin nodes, which have no DequantizeLinear).
     """
     from trtfuse.plugins.op_schema import op_for_node
 
@@ -116,6 +132,8 @@ def fused_output_map(int8_model, fp32_model) -> dict[str, tuple[str, str]]:
             original = y
         if original is None and dq_of.get(y) in fp32_names:
             original = dq_of[y]
+        if original is None and y.endswith(REWRITE_INT8_SUFFIX) and y[: -len(REWRITE_INT8_SUFFIX)] in fp32_names:
+            original = y[: -len(REWRITE_INT8_SUFFIX)]
         if original is not None and original in fp32_names:
             out[y] = (original, out_scale)
     return out
@@ -151,7 +169,9 @@ def evaluate(fp32_model, int8_model, images, batch_size: int = 8, layers: bool =
     """The report dict: whole-model agreement and, with `layers`, per fused layer SQNR."""
     from trtfuse.ui import progress
 
-    from .stats import input_name_and_size, padded_batches, static_batch_size
+    from .stats import check_images_fit, input_name_and_size, padded_batches, static_batch_size
+
+    check_images_fit(fp32_model, images)
 
     fp32_run = fp32_executor or OnnxRuntimeExecutor()
     int8_run = int8_run or int8_executor(int8_model)

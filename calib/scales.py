@@ -17,14 +17,12 @@ dynamic range as scale * 127).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import struct
-from pathlib import Path
 
 from trtfuse.errors import TrtfuseError
+from trtfuse.graph_passes.scales import SCALES_FORMAT as FORMAT  # one definition, shared with the rewrite
 
-FORMAT = "trtfuse-scales-v1"
 DEFAULT_CACHE_VERSION = "8601"  # TensorRT 8.6.1: the last release where implicit INT8 was not deprecated
 CACHE_ALGORITHMS = {"entropy": "EntropyCalibration2", "max": "MinMaxCalibration",
                     "percentile": "EntropyCalibration2", "mse": "EntropyCalibration2"}
@@ -44,27 +42,16 @@ def scales_document(scales: dict[str, float], amax: dict[str, float], metadata: 
 
 
 def validate_scales_document(doc) -> dict[str, float]:
-    """The activations table of a scales document, after checking its schema; one-line errors."""
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise TrtfuseError(f"not a {FORMAT} scales file (missing or wrong 'format')")
-    acts = doc.get("activations")
-    if not isinstance(acts, dict) or not acts:
-        raise TrtfuseError("scales file has no 'activations' table")
-    for name, value in acts.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0 or value != value or value == float("inf"):
-            raise TrtfuseError(f"scale of {name!r} must be a positive finite number, got {value!r}")
-    return {k: float(v) for k, v in acts.items()}
+    """The activations table of a scales document, checked by the rewrite's own loader (one-line errors)."""
+    from trtfuse.graph_passes.scales import validate_scales
+
+    return validate_scales(doc)
 
 
 def read_scales(path: str | os.PathLike) -> dict[str, float]:
-    path = Path(path)
-    if not path.is_file():
-        raise TrtfuseError(f"no such scales file: {path}")
-    try:
-        doc = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TrtfuseError(f"{path} is not JSON: {exc}") from None
-    return validate_scales_document(doc)
+    from trtfuse.graph_passes.scales import load_scales
+
+    return load_scales(path)
 
 
 def float_to_hex(value: float) -> str:

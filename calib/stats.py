@@ -14,6 +14,7 @@ The exact absmax is tracked alongside, so `max` calibration never depends on the
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -144,6 +145,20 @@ def input_name_and_size(model) -> tuple[str, int | None]:
     return inputs[0].name, h
 
 
+def check_images_fit(model, images) -> None:
+    """One-line error when the data cannot feed the model's [N, 3, S, S] input."""
+    from trtfuse.errors import TrtfuseError
+
+    name, size = input_name_and_size(model)
+    initializers = {t.name for t in model.graph.initializer}
+    dims = next(i for i in model.graph.input if i.name not in initializers).type.tensor_type.shape.dim
+    channels = dims[1].dim_value if dims[1].HasField("dim_value") else None
+    if channels is not None and channels != images.channels:
+        raise TrtfuseError(f"model input {name} has {channels} channels; the data has {images.channels}")
+    if size is not None and images.size != size:
+        raise TrtfuseError(f"the model takes {size}x{size} images, the data is {images.size}x{images.size}")
+
+
 def static_batch_size(model) -> int | None:
     dim = model.graph.input[0].type.tensor_type.shape.dim
     initializers = {t.name for t in model.graph.initializer}
@@ -164,7 +179,7 @@ def padded_batches(images, batch_size: int, pad: bool):
         yield batch, real
 
 
-def collect_statistics(model, images, tensors: list[str], batch_size: int = 32, threads: int = 2,
+def collect_statistics(model, images, tensors: list[str], batch_size: int = 8, threads: int = 2,
                        bins: int = DEFAULT_BINS, show_progress: bool = True) -> dict[str, AbsHistogram]:
     """Run the fp32 model over `images` (a trtfuse.calib.data.ImageSet) once; histogram every tensor."""
     from trtfuse.ui import progress
@@ -174,13 +189,26 @@ def collect_statistics(model, images, tensors: list[str], batch_size: int = 32, 
     session = make_session(model_with_outputs(model, tensors), threads)
     hists = {name: AbsHistogram(bins) for name in tensors}
     scratch = Scratch()
+
+    def accumulate(values, real):
+        for name, value in zip(tensors, values):
+            hists[name].add(value[:real], scratch)
+
+    # Histograms of batch k are built on a worker thread while ONNX Runtime runs batch k+1: numpy's
+    # ufuncs and ORT both release the GIL, so the two overlap instead of leaving a core idle.
     bar = progress(total=images.count, desc="calibrating", enabled=show_progress, unit="img")
-    try:
-        for batch, real in padded_batches(images, fixed_batch or batch_size, fixed_batch is not None):
-            values = session.run(tensors, {input_name: batch})
-            for name, value in zip(tensors, values):
-                hists[name].add(value[:real], scratch)
-            bar.update(real)
-    finally:
-        bar.close()
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        pending = None
+        try:
+            for batch, real in padded_batches(images, fixed_batch or batch_size, fixed_batch is not None):
+                values = session.run(tensors, {input_name: batch})
+                if pending is not None:
+                    pending.result()
+                    bar.update(pending_count)
+                pending, pending_count = worker.submit(accumulate, values, real), real
+            if pending is not None:
+                pending.result()
+                bar.update(pending_count)
+        finally:
+            bar.close()
     return hists

@@ -23,6 +23,9 @@ def register(sub) -> None:
                    help="images for the max pass when --scales is not given (default 8)")
     p.add_argument("--report", metavar="F", help="write the candidate table as JSON")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
+    from .split_k import add_split_k_arguments
+
+    add_split_k_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -37,6 +40,7 @@ def run(args) -> int:
     from .pipeline import PASSES, max_pass_scales, rewrite
     from .report import FUSED, REJECTED
     from .scales import load_scales
+    from .split_k import split_k_from_args
 
     if os.path.isdir(args.output):
         raise TrtfuseError(f"output {args.output} is a directory: give a file name")
@@ -55,6 +59,8 @@ def run(args) -> int:
             bar.update(1)
         scales_source = f"max pass over {args.calib_images} default calibration images"
     rewritten, report = rewrite(model, args.fuse, scales, passes=PASSES)
+    split_k_nodes = split_k_from_args(rewritten, args)  # last: it only touches MatMul/Gemm
+    rewritten = split_k_nodes.model
     try:
         save_model(rewritten, args.output)
     except TrtfuseError:
@@ -74,16 +80,21 @@ def run(args) -> int:
         "projection_shortcuts": sum(c.status == FUSED and c.kind == "residual-projection" for c in report),
         "plugin_nodes": len(plugin_ops),
         "rejected": sum(c.status == REJECTED for c in report),
+        "split_k_nodes": split_k_nodes.changed,
         "nodes_before": len(model.graph.node),
         "nodes_after": len(rewritten.graph.node),
         "seconds": round(seconds, 2),
     }
+    split_rows = [vars(r) for r in split_k_nodes.nodes]
     if args.report:
-        atomic_write_json(args.report, {"summary": summary, "candidates": rows})
+        atomic_write_json(args.report, {"summary": summary, "candidates": rows, "split_k": split_rows})
     if args.json:
-        print_json({"summary": summary, "candidates": rows})
+        print_json({"summary": summary, "candidates": rows, "split_k": split_rows})
     else:
         print_table(["pass", "kind", "nodes", "status", "op / reason"], [c.row() for c in report])
+        if split_rows:
+            print()
+            print_table(["split-K node", "op", "shapes", "splits", "action", "reason"], [list(r.values()) for r in split_rows])
         print()
         print_table(list(summary), [list(summary.values())])
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .cache import cache_dir, cached_model_path, load_cached_model
 from .resnet import ARCHITECTURES, CLASSIFIERS, POOLS, count_parameters
-from .build import build, build_weights, default_options
+from .builder import build, build_weights, default_options
 
 __all__ = [
     "ARCHITECTURES",

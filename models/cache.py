@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-_GENERATOR_MODULES = ("resnet.py", "weights.py", "numpy_ops.py", "build.py")
+_GENERATOR_MODULES = ("resnet.py", "weights.py", "numpy_ops.py", "builder.py")
 
 
 def cache_dir() -> Path:
@@ -32,7 +32,7 @@ def _generator_fingerprint() -> str:
 
 
 def cache_key(arch: str, options: dict) -> str:
-    from .build import resolve_options
+    from .builder import resolve_options
 
     payload = json.dumps({"arch": arch, "options": resolve_options(options), "generator": _generator_fingerprint()}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
@@ -42,7 +42,7 @@ def cached_model_path(arch: str, progress=None, **options) -> Path:
     """Path of the cached ONNX file for (arch, options), building and storing it first if absent."""
     from trtfuse.io import save_model
 
-    from .build import build
+    from .builder import build
 
     path = cache_dir() / "models" / f"{arch}-{cache_key(arch, options)}.onnx"
     if not path.is_file():

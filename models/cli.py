@@ -36,11 +36,15 @@ def run(args) -> int:
     from trtfuse.io import save_model
     from trtfuse.ui import print_json, print_table, progress
 
-    from .build import build
+    from .builder import build
     from .resnet import count_parameters, resnet_spec
 
+    # Fail before the build, not after it.
     if os.path.isdir(args.output):
         raise TrtfuseError(f"output {args.output} is a directory: give a file name")
+    folder = os.path.dirname(args.output) or "."
+    if not os.path.isdir(folder):
+        raise TrtfuseError(f"output folder does not exist: {folder}")
     options = dict(
         opset=args.opset,
         batch=None if args.dynamic_batch else args.batch,

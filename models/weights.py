@@ -50,7 +50,7 @@ def _rng(seed: int, name: str) -> np.random.Generator:
 
 def kaiming_normal_fan_out(rng: np.random.Generator, k: int, c: int, r: int, s: int) -> np.ndarray:
     std = np.sqrt(2.0 / (k * r * s))
-    return (rng.standard_normal((k, c, r, s)) * std).astype(np.float32)
+    return rng.standard_normal((k, c, r, s), dtype=np.float32) * np.float32(std)
 
 
 def run_trunk(spec: ResNetSpec, x_nhwc: np.ndarray, conv_bn: ConvBNRunner, on_block=None) -> np.ndarray:

@@ -7,6 +7,8 @@ import json
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from trtfuse.calib import calibrators as cal
@@ -92,6 +94,21 @@ def test_histogram_range_growth_matches_direct_histogram():
     direct, _ = np.histogram(np.abs(np.concatenate([first, later])), bins=128, range=(0, h.edge))
     assert np.abs(h.counts - direct).sum() <= 4
     assert h.counts.sum() == direct.sum()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.01, 1000.0), st.integers(1, 300)), min_size=1, max_size=6), st.integers(0, 2**31))
+def test_histogram_growth_property(batches, seed):
+    """Whatever order of ranges the batches come in, the grown histogram equals one made at once."""
+    rng = np.random.default_rng(seed)
+    parts = [rng.uniform(-s, s, n).astype(np.float32) for s, n in batches]
+    h = AbsHistogram(64)
+    for p in parts:
+        h.add(p)
+    allv = np.abs(np.concatenate(parts))
+    assert h.total == allv.size and h.absmax == float(allv.max()) and h.edge > h.absmax
+    direct, _ = np.histogram(allv, bins=64, range=(0, h.edge))
+    assert np.abs(h.counts - direct).sum() <= 2 * len(parts)  # only values on a bin boundary may differ
 
 
 def test_histogram_all_zero_then_values():
@@ -330,8 +347,9 @@ def test_cache_hex_is_big_endian_float_bits():
 
 @pytest.mark.parametrize("doc, message", [
     ({"activations": {"a": 1.0}}, "format"),
-    ({"format": FORMAT, "activations": {}}, "no 'activations'"),
+    ({"format": FORMAT, "activations": [1.0]}, "activations"),
     ({"format": FORMAT, "activations": {"a": 0.0}}, "positive"),
+    ({"format": FORMAT, "activations": {"a": float("inf")}}, "positive"),
     ({"format": FORMAT, "activations": {"a": "x"}}, "positive"),
 ])
 def test_scales_schema_errors(doc, message):

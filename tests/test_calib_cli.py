@@ -148,7 +148,7 @@ def reference_executor(model, feeds, output_names):
 def _images(arr, labels=None):
     from trtfuse.calib.data import ImageSet
 
-    return ImageSet(len(arr), arr.shape[-1], "test", labels, lambda a, b: arr[a:b])
+    return ImageSet(len(arr), arr.shape[-1], "test", labels, lambda a, b: arr[a:b], channels=arr.shape[1])
 
 
 def test_evaluate_reports_sqnr_for_fused_layer():
@@ -190,10 +190,42 @@ def test_evaluate_cli_on_qdq_model(tmp_path, capsys):
 def test_evaluate_errors(tmp_path, capsys):
     save_model(small_resnet(size=32), tmp_path / "a.onnx")
     one_line_error(capsys, 2, ["evaluate", str(tmp_path / "a.onnx"), str(tmp_path / "missing.onnx")], "no such model")
-    _, int8 = fused_block_models(out_scale=0.05)
+    fp32, int8 = fused_block_models(out_scale=0.05)
     onnx.save(int8, tmp_path / "plug.onnx")
-    save_model(fused_block_models(0.05)[0], tmp_path / "f.onnx")
-    rc = main(["evaluate", str(tmp_path / "f.onnx"), str(tmp_path / "plug.onnx"), "--data", "default", "--count", "1"])
-    err = capsys.readouterr().err.strip()
-    # Either the CPU executor is missing (one-line error) or the default data does not fit 8 channels.
-    assert rc == 2 and err.count("\n") == 0, err
+    save_model(fp32, tmp_path / "f.onnx")
+    one_line_error(capsys, 2, ["evaluate", str(tmp_path / "f.onnx"), str(tmp_path / "plug.onnx"), "--count", "1"],
+                   "has 8 channels")
+
+
+def test_calibrate_rewrite_evaluate_on_small_net(tmp_path, capsys):
+    """The whole flow through the real rewrite and CPU executor: calibrate -> rewrite --scales -> evaluate."""
+    pytest.importorskip("trtfuse.runtime.cpu_executor")
+    save_model(small_resnet(size=32), tmp_path / "m.onnx")
+    assert main(["calibrate", str(tmp_path / "m.onnx"), "--count", "16", "--method", "entropy",
+                 "-o", str(tmp_path / "s.json"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["selection"].startswith("rewrite") and summary["tensors"] == 2  # relu1 (x and residual), relu2
+    assert main(["rewrite", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "q.onnx"), "--scales",
+                 str(tmp_path / "s.json"), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "m.onnx"), str(tmp_path / "q.onnx"), "--count", "8", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    [layer] = report["layers"]
+    assert layer["fp32_tensor"] == "relu2" and 15.0 < layer["sqnr_db"] < 60.0
+    assert report["logit_cosine_mean"] > 0.95
+
+
+def test_calibrate_compare_ranks_methods(tmp_path, capsys):
+    pytest.importorskip("trtfuse.runtime.cpu_executor")
+    save_model(small_resnet(size=32), tmp_path / "m.onnx")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    assert main(["calibrate-compare", str(tmp_path / "m.onnx"), "--count", "16", "--eval-count", "8",
+                 "--out-dir", str(out_dir), "-o", str(tmp_path / "c.json"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [r["method"].split()[0] for r in result["rows"]] == ["max", "percentile", "entropy", "mse"]
+    best = max(result["rows"], key=lambda r: (r["logit_cosine_mean"], r["top1_agreement"]))
+    assert result["winner"] == best["method"]
+    for method in ("max", "percentile", "entropy", "mse"):
+        assert (out_dir / f"m.{method}.scales.json").is_file() and (out_dir / f"m.{method}.int8.onnx").is_file()
+    one_line_error(capsys, 2, ["calibrate-compare", str(tmp_path / "m.onnx"), "--methods", "max,kl"], "kl")

@@ -151,6 +151,7 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
 
   // ---- epilogue: requantize into the staging tile, then coalesced 16-byte stores ----
   const float out_scale = *p.out_scale;
+  const float out_scale_inv = __frcp_rn(out_scale);
   const float res_scale = has_res ? *p.residual_scale : 0.0f;
 #pragma unroll
   for (int ni = 0; ni < Mma::NT; ++ni) {
@@ -170,8 +171,8 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
           r1 = __fmul_rn(static_cast<float>(r.y), res_scale);
         }
         char2 q;
-        q.x = requantize(acc[mi][ni][2 * h], sc.x, bi.x, r0, has_res, p.relu, out_scale);
-        q.y = requantize(acc[mi][ni][2 * h + 1], sc.y, bi.y, r1, has_res, p.relu, out_scale);
+        q.x = requantize(acc[mi][ni][2 * h], sc.x, bi.x, r0, has_res, p.relu, out_scale, out_scale_inv);
+        q.y = requantize(acc[mi][ni][2 * h + 1], sc.y, bi.y, r1, has_res, p.relu, out_scale, out_scale_inv);
         *cell = q;
       }
   }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 
 import numpy as np
@@ -41,15 +40,16 @@ def resolve_options(options: dict) -> dict:
     return resolved
 
 
-@functools.lru_cache(maxsize=8)
-def _weights_cached(arch: str, seed: int, image_size: int, bn_images: int) -> dict[str, np.ndarray]:
-    return _synthesize(arch, seed, image_size, bn_images, None)
+# In-process memo of synthesized weights, so the variants of one model share one synthesis.
+_WEIGHTS_MEMO: dict[tuple, dict[str, np.ndarray]] = {}
+_WEIGHTS_MEMO_SIZE = 6
 
 
 def _synthesize(arch: str, seed: int, image_size: int, bn_images: int, progress) -> dict[str, np.ndarray]:
     from trtfuse.calib.data import default_images
 
     spec = resnet_spec(arch)
+    # The image seed is fixed: the data is part of the generator, the weight seed is the user's knob.
     images = default_images(bn_images, size=image_size, seed=0, split="calib")
     weights = synthesize_weights(spec, images, seed=seed, progress=progress)
     for array in weights.values():
@@ -58,16 +58,17 @@ def _synthesize(arch: str, seed: int, image_size: int, bn_images: int, progress)
 
 
 def build_weights(arch: str, *, seed: int = 0, image_size: int = 224, bn_images: int = DEFAULT_BN_IMAGES, progress=None) -> dict[str, np.ndarray]:
-    """The synthetic state_dict for (arch, seed, image_size, bn_images); memoised in-process.
+    """The synthetic state_dict for (arch, seed, image_size, bn_images), memoised in-process (read-only arrays).
 
-    `progress` (called once per conv+BN pair) bypasses the memo so a caller's progress bar really moves.
+    `progress`, if given, is called once per conv+BN pair synthesized (not at all on a memo hit).
     """
     resnet_spec(arch)  # rejects unknown archs before any work
-    if progress is not None:
-        weights = _synthesize(arch, seed, image_size, bn_images, progress)
-        _weights_cached.cache_clear()
-        return weights
-    return _weights_cached(arch, seed, image_size, bn_images)
+    key = (arch, seed, image_size, bn_images)
+    if key not in _WEIGHTS_MEMO:
+        if len(_WEIGHTS_MEMO) >= _WEIGHTS_MEMO_SIZE:
+            _WEIGHTS_MEMO.pop(next(iter(_WEIGHTS_MEMO)))  # oldest first
+        _WEIGHTS_MEMO[key] = _synthesize(arch, seed, image_size, bn_images, progress)
+    return _WEIGHTS_MEMO[key]
 
 
 def build(arch: str, progress=None, **options):

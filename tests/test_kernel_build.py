@@ -1,0 +1,66 @@
+"""Every kernel variant compiles with NVRTC for every supported architecture, on the CPU, with no
+local-memory spills; and the plain-Python parts of the kernel API (tactics, heuristic, launch plans)."""
+
+import pytest
+
+from trtfuse.bench.layers import resnet50_layers, seed000_layers
+from trtfuse.plugins.conv import ENTRY, ENTRY_SPLIT_K, ConvLaunch, ConvParamsStruct
+from trtfuse.plugins.nvrtc import ARCHS, compile_kernel
+from trtfuse.plugins.tactics import TACTICS, ConvShape, choose
+
+CONV_ENTRIES = {ENTRY, ENTRY_SPLIT_K, "trtfuse_fused_conv_aot", "trtfuse_fused_conv_add_aot"}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("tactic", TACTICS, ids=[t.name for t in TACTICS])
+def test_conv_variant_compiles_without_spills(tactic, arch):
+    k = compile_kernel("fused_conv.cu", tactic.defines(), arch, "cubin")
+    assert k.image[:4] == b"\x7fELF"
+    assert set(k.resources) == CONV_ENTRIES, k.log
+    assert not k.spills(), f"{tactic.name} {arch} spills: {k.spills()}"
+    assert all(r["registers"] * tactic.threads * tactic.min_blocks <= 65536 for n, r in k.resources.items() if n != ENTRY_SPLIT_K)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_elementwise_compiles(arch):
+    k = compile_kernel("elementwise.cu", {}, arch, "cubin")
+    assert "trtfuse_add_relu_requant" in k.resources and not k.spills()
+
+
+def test_ptx_for_tensorrt_aot_names_the_entries():
+    ptx = compile_kernel("fused_conv.cu", TACTICS[0].defines(), "sm_90", "ptx").image.decode(errors="replace")
+    assert ".entry trtfuse_fused_conv_aot(" in ptx and ".entry trtfuse_fused_conv_add_aot(" in ptx
+    assert ".target sm_90" in ptx
+
+
+def test_params_struct_layout_matches_the_kernel():
+    # 10 pointers then 15 int32 (plugins/kernels/conv_params.cuh), padded to 8 bytes.
+    assert ConvParamsStruct.N.offset == 80 and ConvParamsStruct.splits.offset == 80 + 14 * 4
+    assert __import__("ctypes").sizeof(ConvParamsStruct) == 144
+
+
+@pytest.mark.parametrize("batch", [1, 8, 256])
+def test_heuristic_fills_the_gpu_and_respects_the_vector_width(batch):
+    for name, shape, _ in resnet50_layers(batch) + seed000_layers():
+        tactic, splits = choose(shape)
+        assert tactic.vec == shape.vec, name
+        plan = ConvLaunch(shape, tactic, splits)
+        grid = plan.grid
+        assert grid[1] == splits and grid[0] >= 1
+        ktiles = -(-shape.gemm[2] // 64)
+        assert splits == 1 or ktiles // splits >= 4, name  # each slice keeps >= 4 k-tiles
+        if splits > 1:
+            assert plan.workspace_bytes == 4 * shape.gemm[0] * shape.gemm[1] + 4 * grid[0]
+
+
+def test_stem_uses_the_small_channel_path():
+    shape = ConvShape(256, 3, 224, 224, 64, 7, 7, (2, 2), (3, 3, 3, 3))
+    assert shape.vec == 4 and shape.gemm[2] == 224  # 7*7*4 = 196 padded to 224, not 7*7*32 = 1568
+    assert choose(shape)[0].vec == 4
+
+
+def test_shared_memory_fits_every_architecture():
+    for name, shape, _ in resnet50_layers(256) + seed000_layers():
+        for t in TACTICS:
+            if t.vec == shape.vec:
+                assert t.shared_bytes(shape.c, (shape.r, shape.s)) <= 99 * 1024, (name, t.name)  # sm_86/89 limit
