@@ -26,6 +26,28 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print results as JSON")
     p.set_defaults(func=run)
 
+    b = sub.add_parser("build", help="build a TensorRT engine from a rewritten model (needs TensorRT >= 10.9)",
+                       description="Parse a rewritten ONNX model with TensorRT's ONNX parser, trtfuse's plugins "
+                       "registered first, into a strongly typed network and write a serialized engine.")
+    b.add_argument("model", help="rewritten ONNX model")
+    b.add_argument("-o", "--output", required=True, help="engine file to write (atomically)")
+    b.add_argument("--batch", default="1,8,256", metavar="N|MIN,OPT,MAX", help="optimization profile batch range (default 1,8,256)")
+    b.add_argument("--timing-cache", metavar="F", help="read and update this timing cache")
+    b.add_argument("--json", action="store_true", help="print the build summary as JSON")
+    b.set_defaults(func=build)
+
+
+def build(args) -> int:
+    from trtfuse.runtime.trt_build import build_engine, parse_batch
+    from trtfuse.ui import print_json, print_table
+
+    summary = build_engine(args.model, args.output, parse_batch(args.batch), args.timing_cache)
+    if args.json:
+        print_json(summary)
+    else:
+        print_table(["field", "value"], [[k, v] for k, v in summary.items()])
+    return 0
+
 
 def _load_data(args, model):
     import numpy as np
