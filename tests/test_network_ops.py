@@ -58,7 +58,6 @@ gpu = [pytest.mark.gpu, pytest.mark.skipif(not _ok, reason=f"needs a CUDA GPU: {
 
 
 @pytest.mark.parametrize("c,vec", [(3, 4), (3, 32), (64, 32), (40, 32)])
-@pytest.mark.usefixtures()
 def test_quantize_kernel(c, vec):
     if not _ok:
         pytest.skip(f"needs a CUDA GPU: {_why}")
@@ -95,8 +94,9 @@ def test_maxpool_and_avgpool_kernels():
         s_in, s_out = np.array([0.05], np.float32), np.array([0.013], np.float32)
         ab = cd.DeviceBuffer(n * round_up(c, 32))
         ab.fill(0x5A)
-        network_ops.global_avgpool(xb.ptr, cd.DeviceBuffer.from_array(s_in).ptr, cd.DeviceBuffer.from_array(s_out).ptr,
-                                   n, c, h, w, ab.ptr)
+        s_in_b, s_out_b = cd.DeviceBuffer.from_array(s_in), cd.DeviceBuffer.from_array(s_out)  # keep alive
+        network_ops.global_avgpool(xb.ptr, s_in_b.ptr, s_out_b.ptr, n, c, h, w, ab.ptr)
+        cd.check(cd._driver().cuCtxSynchronize())
         got = ab.download((n, round_up(c, 32)), np.int8)
         assert np.array_equal(got[:, :c], ref.global_avgpool_int8(x, s_in[0], s_out[0]))
         assert not got[:, c:].any()

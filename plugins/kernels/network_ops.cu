@@ -75,11 +75,12 @@ extern "C" __global__ void trtfuse_maxpool_chw32(const int8_t* x, int N, int CB,
 
 // int8 CHW32 [N][CB][H][W][32] -> int8 [N][CB*32] (= CHW32 with H = W = 1):
 // y = saturate(rint(((float(sum) / float(H*W)) * in_scale) / out_scale)); the int32 sum is exact.
-// One warp per (n, cb): lanes stride over pixels, then a shuffle reduction per channel.
+// One warp per (n, cb) (grid-stride): lanes stride over pixels, then a shuffle reduction per channel.
 extern "C" __global__ void trtfuse_global_avgpool_chw32(const int8_t* x, const float* in_scale, const float* out_scale,
                                                         int N, int CB, int HW, int8_t* y) {
-  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-  if (warp >= N * CB) return;
+  const int lane = threadIdx.x % 32;
+  for (long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; warp < (long long)N * CB;
+       warp += (long long)gridDim.x * blockDim.x / 32) {
   const int8_t* base = x + (long long)warp * HW * 32;
   int acc[32];
 #pragma unroll
@@ -101,5 +102,6 @@ extern "C" __global__ void trtfuse_global_avgpool_chw32(const int8_t* x, const f
 #pragma unroll
   for (int j = 0; j < 32; ++j) if (lane == j) mine = acc[j];
   const float mean = __fdiv_rn(__int2float_rn(mine), __int2float_rn(HW));
-  y[(long long)warp * 32 + lane] = sat_rn_s8(__fdiv_rn(__fmul_rn(mean, *in_scale), *out_scale));
+  y[warp * 32 + lane] = sat_rn_s8(__fdiv_rn(__fmul_rn(mean, *in_scale), *out_scale));
+  }
 }
