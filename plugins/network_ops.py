@@ -52,3 +52,17 @@ def global_avgpool(x: int, in_scale: int, out_scale: int, n: int, c: int, h: int
     cb = (c + 31) // 32
     _launch("trtfuse_global_avgpool_chw32", n * cb * 32,
             [_p(x), _p(in_scale), _p(out_scale), _i(n), _i(cb), _i(h * w), _p(y)], stream)
+
+
+def global_avgpool_f32(x: int, in_scale: int, n: int, c: int, h: int, w: int, y: int, stream=None) -> None:
+    """int8 CHW32 [N, C, H, W] -> fp32 [N, C] dequantized means."""
+    cb = (c + 31) // 32
+    _launch("trtfuse_global_avgpool_chw32_f32", n * cb * 32,
+            [_p(x), _p(in_scale), _i(n), _i(c), _i(cb), _i(h * w), _p(y)], stream)
+
+
+def linear_f32(x: int, w: int, bias: int, m: int, n: int, k: int, y: int, stream=None) -> None:
+    """fp32 y[M, N] = x[M, K] . w[N, K]^T + bias[N]."""
+    args = [_p(x), _p(w), _p(bias), _i(m), _i(n), _i(k), _p(y)]
+    cd.launch(_fn("trtfuse_linear_f32"), ((n + 31) // 32, (m + 31) // 32, 1), (256, 1, 1), 0, stream,
+              [ctypes.addressof(a) for a in args])

@@ -105,3 +105,65 @@ extern "C" __global__ void trtfuse_global_avgpool_chw32(const int8_t* x, const f
   y[warp * 32 + lane] = sat_rn_s8(__fdiv_rn(__fmul_rn(mean, *in_scale), *out_scale));
   }
 }
+
+// int8 CHW32 [N][CB][H][W][32] -> fp32 [N][C]: (float(sum) / float(H*W)) * in_scale. The fp32 tail of a
+// network whose classifier stays in fp32 (the GPU runner's default: same numerics as the CPU golden).
+extern "C" __global__ void trtfuse_global_avgpool_chw32_f32(const int8_t* x, const float* in_scale, int N, int C,
+                                                            int CB, int HW, float* y) {
+  const int lane = threadIdx.x % 32;
+  for (long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; warp < (long long)N * CB;
+       warp += (long long)gridDim.x * blockDim.x / 32) {
+    const int8_t* base = x + warp * HW * 32;
+    int acc[32];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) acc[j] = 0;
+    for (int pix = lane; pix < HW; pix += 32) {
+      const int4* v = reinterpret_cast<const int4*>(base + (long long)pix * 32);
+      const int4 a = v[0], b = v[1];
+      const signed char* pa = reinterpret_cast<const signed char*>(&a);
+      const signed char* pb = reinterpret_cast<const signed char*>(&b);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) { acc[j] += pa[j]; acc[16 + j] += pb[j]; }
+    }
+#pragma unroll
+    for (int j = 0; j < 32; ++j)
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
+    int mine = 0;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) if (lane == j) mine = acc[j];
+    const long long n = warp / CB, c = (warp % CB) * 32 + lane;
+    if (c < C) y[n * C + c] = __fmul_rn(__fdiv_rn(__int2float_rn(mine), __int2float_rn(HW)), *in_scale);
+  }
+}
+
+// fp32 y[M][N] = x[M][K] . W^T + bias, W stored [N][K] (Gemm transB = 1). 32x32 output tile per CTA,
+// 256 threads, K staged through shared memory 32 at a time; each thread owns 4 outputs.
+extern "C" __global__ void trtfuse_linear_f32(const float* x, const float* w, const float* bias, int M, int N, int K,
+                                              float* y) {
+  __shared__ float xs[32][33], ws[32][33];
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;  // ty: 0..7
+  const int m0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int k0 = 0; k0 < K; k0 += 32) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = ty + 8 * i;
+      xs[r][tx] = (m0 + r < M && k0 + tx < K) ? x[(long long)(m0 + r) * K + k0 + tx] : 0.f;
+      ws[r][tx] = (n0 + r < N && k0 + tx < K) ? w[(long long)(n0 + r) * K + k0 + tx] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < 32; ++kk) {
+      const float wv = ws[tx][kk];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i] = fmaf(xs[ty + 8 * i][kk], wv, acc[i]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int m = m0 + ty + 8 * i, n = n0 + tx;
+    if (m < M && n < N) y[(long long)m * N + n] = acc[i] + bias[n];
+  }
+}
