@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 BACKENDS = ("cpu", "cuda", "trt")
-PLANNED = {"cuda": "the GPU runner", "trt": "the TensorRT engine runner"}
+PLANNED = {"trt": "the TensorRT engine runner"}
 
 
 def register(sub) -> None:
@@ -15,8 +15,8 @@ def register(sub) -> None:
         "logit cosine similarity and top-1 agreement.",
     )
     p.add_argument("model", help="ONNX model")
-    p.add_argument("--backend", choices=BACKENDS, default="cpu", help="cpu (golden executor; default); cuda and trt are "
-                   "planned backends")
+    p.add_argument("--backend", choices=BACKENDS, default="cpu", help="cpu (golden executor; default); cuda (trtfuse's kernels, "
+                   "for --fuse all models); trt is planned")
     p.add_argument("--engine", choices=("ort", "reference"), default="ort",
                    help="cpu backend: run standard ops with onnxruntime (default) or onnx's ReferenceEvaluator")
     p.add_argument("--data", default="default", metavar="default|FILE.npy",
@@ -81,18 +81,25 @@ def _batches(model, images):
     return name, [images[i : i + batch] for i in range(0, len(images), batch)]
 
 
-def _logits(model, images, engine, desc):
+def _logits(model, images, engine, desc, backend="cpu"):
     import numpy as np
 
     from trtfuse.ui import progress
 
-    from .cpu_executor import CpuExecutor
-
-    executor = CpuExecutor(model, engine=engine)
     name, batches = _batches(model, images)
+    if backend == "cuda":
+        from .gpu_runner import CudaRunner
+
+        runner = CudaRunner(model, len(batches[0]))
+        run_batch = runner.run
+    else:
+        from .cpu_executor import CpuExecutor
+
+        executor = CpuExecutor(model, engine=engine)
+        run_batch = lambda batch: executor.run({name: batch})[executor.output_names[0]]
     out = []
     for batch in progress(batches, desc=desc, unit="batch"):
-        out.append(np.asarray(executor.run({name: batch})[executor.output_names[0]], dtype=np.float32))
+        out.append(np.asarray(run_batch(batch), dtype=np.float32))
     logits = np.concatenate(out)
     return logits.reshape(len(images), -1)
 
@@ -106,13 +113,13 @@ def run(args) -> int:
     from trtfuse.io import load_model
     from trtfuse.ui import print_json, print_table
 
-    if args.backend != "cpu":
+    if args.backend == "trt":
         raise TrtfuseError(f"backend {args.backend!r} is not available yet ({PLANNED[args.backend]} is a later "
                            "issue): use --backend cpu")
     model = load_model(args.model)
     images = _load_data(args, model)
     start = time.perf_counter()
-    logits = _logits(model, images, args.engine, "run")
+    logits = _logits(model, images, args.engine, "run", args.backend)
     seconds = time.perf_counter() - start
     rows = [{"image": i, "top1": int(np.argmax(l)), "top1_logit": float(np.max(l)),
              "logit_mean": float(l.mean()), "logit_std": float(l.std())} for i, l in enumerate(logits)]

@@ -113,7 +113,7 @@ def test_cli_run_npy_and_errors(tmp_path, capsys):
     assert main(["run", str(dst), "--data", str(tmp_path / "x.npy")]) == 0
     assert "top1" in capsys.readouterr().out
     for argv, msg in [
-        (["run", str(dst), "--backend", "cuda"], "not available yet"),
+        (["run", str(dst), "--backend", "cuda"], "--backend cuda"),  # no GPU here, or a non --fuse all model
         (["run", str(dst), "--backend", "trt"], "not available yet"),
         (["run", str(dst), "--data", str(tmp_path / "missing.npy")], "cannot read"),
         (["run", str(dst), "--count", "0"], "--count"),
