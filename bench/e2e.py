@@ -74,16 +74,10 @@ def layer_breakdown(runner, reps: int = 10) -> list[dict]:
     from ..plugins import cuda_driver as cd
 
     timer = cd.Timer()
-    names = [n for n, _ in runner.plans]
     out = []
-    conv_i = 0
-    for step in runner.steps:
-        ms = statistics.median(timer.time(lambda: [step(runner.stream.handle) for _ in range(reps)], runner.stream.handle, 5)) / reps
-        label = "other"
-        if getattr(step, "__name__", "") == "<lambda>" and conv_i < len(names) and "plan" in step.__code__.co_freevars:
-            label = names[conv_i]
-            conv_i += 1
-        out.append({"step": label, "ms": ms})
+    for label, step in runner.steps:
+        launches = lambda: [step(runner.stream.handle) for _ in range(reps)]
+        out.append({"step": label, "ms": statistics.median(timer.time(launches, runner.stream.handle, 5)) / reps})
     return out
 
 
@@ -118,10 +112,9 @@ def main(argv=None) -> int:
     if args.output:
         with open(args.output, "w") as f:
             json.dump(result, f, indent=1)
-    convs = sorted((b for b in breakdown if b["step"] != "other"), key=lambda b: -b["ms"])[:8]
+    convs = sorted(breakdown, key=lambda b: -b["ms"])[:8]
     print(json.dumps({k: v for k, v in result.items() if k != "breakdown"}, indent=1))
     print("top steps:", json.dumps(convs, indent=0))
-    print("non-conv steps ms:", round(sum(b["ms"] for b in breakdown if b["step"] == "other"), 4))
     return 0
 
 

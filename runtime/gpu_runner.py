@@ -61,7 +61,7 @@ class CudaRunner:
                 self.consumers.setdefault(name, []).append(node)
         self.tensors: dict[str, _Tensor] = {}
         self.consts: dict[str, cd.DeviceBuffer] = {}
-        self.steps = []  # callables(stream)
+        self.steps: list[tuple[str, object]] = []  # (label, launch(stream)) in forward order
         self.plans: list[tuple[str, ConvLaunch]] = []
         self._compile()
         self.stream = cd.Stream()
@@ -121,7 +121,7 @@ class CudaRunner:
         out = self.tensors[node.output[0]] = _Tensor(self.input_shape, vec)
         scale = self._const(node.input[1], np.float32)
         n, c, h, w = self.input_shape
-        self.steps.append(lambda s, x=self.input.buf.ptr: network_ops.quantize(x, scale, n, c, h, w, out.buf.ptr, vec, stream=s))
+        self.steps.append(("quantize input", lambda s, x=self.input.buf.ptr: network_ops.quantize(x, scale, n, c, h, w, out.buf.ptr, vec, stream=s)))
 
     def _fused_conv(self, node) -> None:
         a = _attrs(node)
@@ -148,8 +148,8 @@ class CudaRunner:
             ws = cd.DeviceBuffer(plan.workspace_bytes)
             ws.fill(0)
             self.consts[node.name + "__workspace"] = ws
-        self.steps.append(lambda s: plan.launch(x.buf.ptr, *ptrs, out.buf.ptr, residual=res, residual_scale=res_scale,
-                                                relu=bool(a["relu"]), workspace=ws.ptr if ws else 0, stream=s))
+        self.steps.append((node.name, lambda s: plan.launch(x.buf.ptr, *ptrs, out.buf.ptr, residual=res, residual_scale=res_scale,
+                                                relu=bool(a["relu"]), workspace=ws.ptr if ws else 0, stream=s)))
 
     def _dequantize_chain(self, node) -> set:
         x = self.tensors.get(node.input[0])
@@ -169,7 +169,7 @@ class CudaRunner:
             q = self._only_consumer(op.output[0], "QuantizeLinear", op)
             oh, ow = (h + 2 * pads[0] - k[0]) // st[0] + 1, (w + 2 * pads[0] - k[0]) // st[0] + 1
             pooled = _Tensor((n, c, oh, ow), 32)
-            self.steps.append(lambda s: network_ops.maxpool(x.buf.ptr, n, c, h, w, k[0], st[0], pads[0], pooled.buf.ptr, stream=s))
+            self.steps.append((op.name or "maxpool", lambda s: network_ops.maxpool(x.buf.ptr, n, c, h, w, k[0], st[0], pads[0], pooled.buf.ptr, stream=s)))
             if np.isclose(self._scalar(node.input[1]), self._scalar(q.input[1]), rtol=0, atol=0):
                 self.tensors[q.output[0]] = pooled
             else:  # max commutes with a monotonic quantizer, not with a change of scale: requantize
@@ -179,8 +179,8 @@ class CudaRunner:
                 zero = self._zero_scalar()
                 q_scale = self._const(q.input[1], np.float32)
                 nbytes = int(np.prod(out.physical))
-                self.steps.append(lambda s: add_relu_requant(pooled.buf.ptr, dq_scale, pooled.buf.ptr, zero, q_scale,
-                                                             False, nbytes, out.buf.ptr, stream=s))
+                self.steps.append(("requantize " + q.output[0], lambda s: add_relu_requant(
+                    pooled.buf.ptr, dq_scale, pooled.buf.ptr, zero, q_scale, False, nbytes, out.buf.ptr, stream=s)))
             return {id(op), id(q)}
         if op.op_type in ("GlobalAveragePool", "ReduceMean"):
             if op.op_type == "ReduceMean":
@@ -189,7 +189,7 @@ class CudaRunner:
                 if sorted(int(v) % 4 for v in axes) != [2, 3]:
                     raise TrtfuseError(f"--backend cuda: ReduceMean {op.name} must reduce H and W")
             pooled = _Tensor((n, c), 0, np.float32)
-            self.steps.append(lambda s: network_ops.global_avgpool_f32(x.buf.ptr, dq_scale, n, c, h, w, pooled.buf.ptr, stream=s))
+            self.steps.append((op.name or "avgpool", lambda s: network_ops.global_avgpool_f32(x.buf.ptr, dq_scale, n, c, h, w, pooled.buf.ptr, stream=s)))
             consumed = {id(op)}
             cur = op
             nxt = self.consumers.get(cur.output[0], [])
@@ -209,7 +209,7 @@ class CudaRunner:
             self.consts[gemm.name + "__b"] = cd.DeviceBuffer.from_array(np.broadcast_to(bias, (classes,)).copy())
             logits = self.tensors[gemm.output[0]] = _Tensor((n, classes), 0, np.float32)
             wp, bp = self.consts[gemm.name + "__w"].ptr, self.consts[gemm.name + "__b"].ptr
-            self.steps.append(lambda s: network_ops.linear_f32(pooled.buf.ptr, wp, bp, n, classes, c, logits.buf.ptr, stream=s))
+            self.steps.append((gemm.name or "classifier", lambda s: network_ops.linear_f32(pooled.buf.ptr, wp, bp, n, classes, c, logits.buf.ptr, stream=s)))
             return consumed | {id(gemm)}
         raise TrtfuseError(f"--backend cuda cannot run node {op.name or '?'} ({op.op_type}) after a DequantizeLinear")
 
@@ -220,7 +220,7 @@ class CudaRunner:
 
     # ---- running ----
     def _launch_all(self, stream) -> None:
-        for step in self.steps:
+        for _, step in self.steps:
             step(stream)
 
     def _capture(self) -> None:
