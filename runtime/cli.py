@@ -36,6 +36,52 @@ def register(sub) -> None:
     b.add_argument("--json", action="store_true", help="print the build summary as JSON")
     b.set_defaults(func=build)
 
+    o = sub.add_parser("offline", help="MLPerf-style Offline run on MLPerf LoadGen (samples/s, latency, accuracy)",
+                       description="Run LoadGen's Offline scenario on a model: samples preprocessed once and kept on "
+                       "the device, one worker per GPU with two CUDA graphs in flight. LoadGen's logs go to --log-dir.")
+    o.add_argument("--model", required=True, help="ONNX model (for --backend cuda: a `rewrite --fuse all` model)")
+    o.add_argument("--backend", choices=("cuda", "onnxruntime", "trt"), default="cuda")
+    o.add_argument("--data", default="synthetic", metavar="DIR|FILE|default|synthetic",
+                   help="images folder (with val_map.txt for accuracy), .npy/.npz, default photos, or synthetic")
+    o.add_argument("--count", type=int, default=2048, help="samples in the query sample library (default 2048)")
+    o.add_argument("--batch", type=int, default=256, help="batch size (default 256)")
+    o.add_argument("--gpus", default="1", metavar="N|all", help="GPUs, one worker each (default 1)")
+    o.add_argument("--mode", choices=("performance", "accuracy"), default="performance")
+    o.add_argument("--expected-qps", type=float, default=30000.0, help="LoadGen offline_expected_qps")
+    o.add_argument("--min-duration", type=float, default=10.0, metavar="S", help="LoadGen min duration in seconds")
+    o.add_argument("--log-dir", default="offline-logs", help="folder for LoadGen's logs (default offline-logs)")
+    o.add_argument("-o", "--output", help="also write the result JSON here (atomically)")
+    o.add_argument("--json", action="store_true", help="print the result as JSON")
+    o.set_defaults(func=offline)
+
+
+def offline(args) -> int:
+    from trtfuse.errors import TrtfuseError
+    from trtfuse.io import atomic_write_json
+    from trtfuse.runtime.offline import run_offline
+    from trtfuse.ui import print_json, print_table, progress
+
+    if args.count < 1 or args.batch < 1:
+        raise TrtfuseError("--count and --batch must be at least 1")
+    bar = progress(total=None, desc="offline", unit="img")
+    result = run_offline(args.model, args.backend, args.data, args.count, args.batch, args.gpus, args.mode,
+                         args.log_dir, args.expected_qps, args.min_duration, progress_cb=bar.update)
+    bar.close()
+    if args.output:
+        atomic_write_json(args.output, result)
+    if args.json:
+        print_json(result)
+    else:
+        s = result["loadgen_summary"]
+        keys = ["backend", "batch", "gpus", "mode", "samples_per_s", "samples_completed"]
+        rows = [[k, result.get(k)] for k in keys] + [[k, s.get(k)] for k in (
+            "Result is", "Min latency (ns)", "Mean latency (ns)", "50.00 percentile latency (ns)",
+            "90.00 percentile latency (ns)", "99.00 percentile latency (ns)") if k in s]
+        if "top1_accuracy" in result:
+            rows.append(["top1_accuracy", result["top1_accuracy"]])
+        print_table(["field", "value"], rows)
+    return 0
+
 
 def build(args) -> int:
     from trtfuse.runtime.trt_build import build_engine, parse_batch
