@@ -50,6 +50,8 @@ def register(sub) -> None:
     o.add_argument("--expected-qps", type=float, default=30000.0, help="LoadGen offline_expected_qps")
     o.add_argument("--min-duration", type=float, default=10.0, metavar="S", help="LoadGen min duration in seconds")
     o.add_argument("--log-dir", default="offline-logs", help="folder for LoadGen's logs (default offline-logs)")
+    o.add_argument("--compare-torch", action="store_true",
+                   help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run")
     o.add_argument("-o", "--output", help="also write the result JSON here (atomically)")
     o.add_argument("--json", action="store_true", help="print the result as JSON")
     o.set_defaults(func=offline)
@@ -67,13 +69,26 @@ def offline(args) -> int:
     result = run_offline(args.model, args.backend, args.data, args.count, args.batch, args.gpus, args.mode,
                          args.log_dir, args.expected_qps, args.min_duration, progress_cb=bar.update)
     bar.close()
+    if args.compare_torch:
+        from trtfuse.bench.e2e import torch_fp16_samples_per_s
+
+        result["torch_fp16_samples_per_s"] = torch_fp16_samples_per_s(args.batch, 10.0)
+        if result.get("samples_per_s"):
+            result["speedup_vs_torch_fp16"] = result["samples_per_s"] / result["torch_fp16_samples_per_s"]
+    import datetime
+
+    from trtfuse.plugins import cuda_driver as cd
+
+    result["date"] = datetime.date.today().isoformat()
+    result["command"] = "trtfuse " + " ".join(__import__("sys").argv[1:])
+    result["device"] = cd.device_name() if args.backend == "cuda" else "cpu"
     if args.output:
         atomic_write_json(args.output, result)
     if args.json:
         print_json(result)
     else:
         s = result["loadgen_summary"]
-        keys = ["backend", "batch", "gpus", "mode", "samples_per_s", "samples_completed"]
+        keys = ["backend", "batch", "gpus", "mode", "samples_per_s", "samples_completed", "torch_fp16_samples_per_s"]
         rows = [[k, result.get(k)] for k in keys] + [[k, s.get(k)] for k in (
             "Result is", "Min latency (ns)", "Mean latency (ns)", "50.00 percentile latency (ns)",
             "90.00 percentile latency (ns)", "99.00 percentile latency (ns)") if k in s]
