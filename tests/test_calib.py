@@ -395,3 +395,19 @@ def test_cache_hex_is_big_endian_float_bits():
 def test_scales_schema_errors(doc, message):
     with pytest.raises(TrtfuseError, match=message):
         validate_scales_document(doc)
+
+
+def test_qdq_emulation_and_perturbation_gain():
+    from trtfuse.calib.sensitivity import perturbation_gain, qdq_emulation
+
+    model = small_resnet()
+    data = np.random.default_rng(14).normal(0, 1, (8, 3, 16, 16)).astype(np.float32)
+    hists = collect_statistics(model, images_of(data), ["relu1", "relu2"], show_progress=False)
+    fine = {n: h.absmax / 127 for n, h in hists.items()}
+    good = qdq_emulation(model, fine, data)
+    coarse = qdq_emulation(model, {n: 16 * s for n, s in fine.items()}, data)  # 4 bits fewer
+    assert good["logits_sqnr_db"] > coarse["logits_sqnr_db"] + 12 and good["logit_cosine_mean"] > 0.999
+    quiet = perturbation_gain(model, "relu1", data, noise_db=40.0)
+    loud = perturbation_gain(model, "relu1", data, noise_db=10.0)
+    assert quiet["logits_sqnr_db"] > loud["logits_sqnr_db"] + 20  # noise 30 dB weaker -> logits ~30 dB cleaner
+    assert perturbation_gain(model, "input", data, 20.0)["logits_sqnr_db"] < 60
