@@ -71,11 +71,18 @@ def qdq_emulation(model, scales: dict[str, float], images: np.ndarray) -> dict:
     return _agreement(ref, got)
 
 
-def perturbation_gain(model, tensor: str, images: np.ndarray, noise_db: float = 30.0, seed: int = 0) -> dict:
-    """Logits agreement when `tensor` carries Gaussian noise at `noise_db` SQNR."""
+def _tail_from(model, tensor: str):
+    """The part of the model after `tensor`, or None when that part also reads other activations."""
     import onnx
     from onnx.utils import Extractor
 
+    tail = Extractor(onnx.shape_inference.infer_shapes(model)).extract_model([tensor], [model.graph.output[0].name])
+    known = {tensor} | {i.name for i in tail.graph.initializer} | {o for n in tail.graph.node for o in n.output}
+    return tail if all(i in known for n in tail.graph.node for i in n.input if i) else None
+
+
+def perturbation_gain(model, tensor: str, images: np.ndarray, noise_db: float = 30.0, seed: int = 0) -> dict:
+    """Logits agreement when `tensor` carries Gaussian noise at `noise_db` SQNR."""
     from .stats import input_name_and_size, make_session, model_with_outputs
 
     name, _ = input_name_and_size(model)
@@ -84,10 +91,11 @@ def perturbation_gain(model, tensor: str, images: np.ndarray, noise_db: float = 
     rng = np.random.default_rng(seed)
     noise = rng.standard_normal(value.shape).astype(np.float32)
     noise *= np.sqrt(np.mean(value.astype(np.float64) ** 2) / 10 ** (noise_db / 10)) / noise.std()
-    if tensor == name:
-        tail = model
-    else:
-        tail = Extractor(onnx.shape_inference.infer_shapes(model)).extract_model([tensor], [out])
+    tail = model if tensor == name else _tail_from(model, tensor)
+    if tail is None:
+        from trtfuse.errors import TrtfuseError
+
+        raise TrtfuseError(f"{tensor} does not cut the network (later nodes also read earlier tensors)")
     perturbed = make_session(tail).run([out], {tensor: value + noise})[0]
     return {"tensor": tensor, "noise_sqnr_db": noise_db, **_agreement(logits, perturbed)}
 
@@ -116,9 +124,9 @@ def main(argv=None) -> int:
           f"top-1 agreement {100 * emu['top1_agreement']:.1f}%, logits SQNR {emu['logits_sqnr_db']:.1f} dB")
     if args.probes:
         probes = [p for p in args.probes.split(",") if p]
-    else:  # the input and a few scaled tensors spread evenly through the network
-        order = [o for n in model.graph.node for o in n.output if o in scales]
-        probes = [name] + [order[i] for i in np.linspace(0, len(order) - 1, min(4, len(order))).round().astype(int)]
+    else:  # the input and a few scaled tensors that cut the network, spread evenly through it
+        cuts = [o for n in model.graph.node for o in n.output if o in scales and _tail_from(model, o) is not None]
+        probes = [name] + [cuts[i] for i in sorted(set(np.linspace(0, len(cuts) - 1, min(5, len(cuts))).round().astype(int)))]
     rows = []
     for t in probes:
         r = perturbation_gain(model, t, images, args.noise_db)
