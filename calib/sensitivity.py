@@ -81,6 +81,15 @@ def _tail_from(model, tensor: str):
     return tail if all(i in known for n in tail.graph.node for i in n.input if i) else None
 
 
+def quantization_sqnr_db(model, tensor: str, scale: float, images: np.ndarray) -> float:
+    """SQNR of int8 quantize-dequantize of this one tensor with this scale (no upstream error)."""
+    from .stats import input_name_and_size, make_session, model_with_outputs
+
+    name, _ = input_name_and_size(model)
+    value = make_session(model_with_outputs(model, [tensor])).run([tensor], {name: images})[0]
+    return _sqnr_db(value, np.clip(np.rint(value / np.float32(scale)), -128, 127) * np.float32(scale))
+
+
 def perturbation_gain(model, tensor: str, images: np.ndarray, noise_db: float = 30.0, seed: int = 0) -> dict:
     """Logits agreement when `tensor` carries Gaussian noise at `noise_db` SQNR."""
     from .stats import input_name_and_size, make_session, model_with_outputs
@@ -130,9 +139,10 @@ def main(argv=None) -> int:
     rows = []
     for t in probes:
         r = perturbation_gain(model, t, images, args.noise_db)
-        rows.append([t, f"{args.noise_db:.0f}", f"{r['logits_sqnr_db']:.1f}", f"{r['logits_sqnr_db'] - args.noise_db:+.1f}",
+        own = quantization_sqnr_db(model, t, scales[t], images) if t in scales else None
+        rows.append([t, "" if own is None else f"{own:.1f}", f"{args.noise_db:.0f}", f"{r['logits_sqnr_db']:.1f}", f"{r['logits_sqnr_db'] - args.noise_db:+.1f}",
                      f"{r['logit_cosine_mean']:.5f}", f"{100 * r['top1_agreement']:.1f}%"])
-    print_table(["noise added to", "noise SQNR dB", "logits SQNR dB", "gain dB", "cosine", "top-1 agree"], rows)
+    print_table(["noise added to", "its int8 SQNR dB", "noise SQNR dB", "logits SQNR dB", "gain dB", "cosine", "top-1 agree"], rows)
     return 0
 
 
