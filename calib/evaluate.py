@@ -67,9 +67,14 @@ class OnnxRuntimeExecutor:
         from .stats import make_session
 
         key = (id(model), tuple(output_names))
+        from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
         if key not in self._sessions:
             self._sessions[key] = make_session(_typed_outputs_copy(model, output_names), self.threads)
-        return self._sessions[key].run(output_names, feeds)
+        try:
+            return self._sessions[key].run(output_names, feeds)
+        except InvalidArgument as exc:  # wrong input shape/type: the user's data, not a crash
+            raise TrtfuseError(f"onnxruntime rejected the input: {str(exc).strip().splitlines()[0]}") from None
 
 
 class PluginModelExecutor:

@@ -27,6 +27,7 @@ Activation scales are keyed by the original model's tensor names (graph_passes.s
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,6 +51,7 @@ from .plugin_node import conv_plugin_node
 from .report import FUSED, KEPT, REJECTED, Candidate
 
 FUSE_MODES = ("residual", "all")
+FUSED_OUTPUTS_KEY = "trtfuse.fused_outputs"  # metadata_props: JSON {plugin output name: fp32 tensor name}
 
 
 @dataclass
@@ -298,6 +300,10 @@ def fuse_conv_blocks(model, scales: dict[str, float], fuse_mode: str = "residual
                                        inputs=[int8_of[y.name], _scalar(f"{y.name}__dqscale", s, np.float32),
                                                _scalar(f"{y.name}__dqzero", 0, np.int8)], outputs=[y]))
     out = export_graph(graph, template=model)
+    fused_map = {int8_of[g.output.name].name: g.output.name for g in groups}
+    if fused_map:  # which fp32 tensor each plugin output stands for (calibration compares them per layer)
+        entry = next((p for p in out.metadata_props if p.key == FUSED_OUTPUTS_KEY), None) or out.metadata_props.add()
+        entry.key, entry.value = FUSED_OUTPUTS_KEY, json.dumps(fused_map)
     if groups and not any(o.domain == DOMAIN for o in out.opset_import):
         out.opset_import.append(onnx.helper.make_opsetid(DOMAIN, OPSET_VERSION))
     return out

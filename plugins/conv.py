@@ -16,13 +16,15 @@ from .tactics import ConvShape, Tactic, choose, TACTICS_BY_ID
 SOURCE = "fused_conv.cu"
 ENTRY = "trtfuse_fused_conv"
 ENTRY_SPLIT_K = "trtfuse_fused_conv_splitk"
+ENTRY_F32 = "trtfuse_gemm_f32out"
+ENTRY_F32_SPLIT_K = "trtfuse_gemm_f32out_splitk"
 
 
 class ConvParamsStruct(ctypes.Structure):
     """Mirror of trtfuse::ConvParams (plugins/kernels/conv_params.cuh); same field order."""
 
     _fields_ = [(n, ctypes.c_uint64) for n in ("x", "w", "scale", "bias", "out_scale", "residual",
-                                               "residual_scale", "y", "workspace", "counters")] + [
+                                               "residual_scale", "y", "workspace", "counters", "y_f32")] + [
         (n, ctypes.c_int32) for n in ("N", "C", "H", "W", "K", "OH", "OW", "R", "S", "stride_h", "stride_w",
                                       "pad_top", "pad_left", "relu", "splits")]
 
@@ -45,16 +47,18 @@ class ConvLaunch:
     shape: ConvShape
     tactic: Tactic
     splits: int = 1
+    out_f32: bool = False  # the classifier: fp32 [M][K] logits = float(acc) * scale + bias, no requantize
 
     @classmethod
-    def plan(cls, shape: ConvShape, tactic_id: int | None = None, splits: int | None = None) -> "ConvLaunch":
+    def plan(cls, shape: ConvShape, tactic_id: int | None = None, splits: int | None = None,
+             out_f32: bool = False) -> "ConvLaunch":
         if tactic_id is None:
             t, s = choose(shape)
         else:
             t, s = TACTICS_BY_ID[tactic_id], 1
             if t.vec != shape.vec:
                 raise ValueError(f"tactic {t.name} reads vec {t.vec}, shape needs {shape.vec}")
-        return cls(shape, t, splits if splits is not None else s)
+        return cls(shape, t, splits if splits is not None else s, out_f32)
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -77,10 +81,12 @@ class ConvLaunch:
         m, n, _ = sh.gemm
         oh, ow = sh.out_hw
         p = ConvParamsStruct(x=x, w=w, scale=scale, bias=bias, out_scale=out_scale, residual=residual,
-                             residual_scale=residual_scale, y=y, workspace=workspace,
+                             residual_scale=residual_scale, y=0 if self.out_f32 else y, y_f32=y if self.out_f32 else 0,
+                             workspace=workspace,
                              counters=workspace + 4 * m * n if workspace else 0, N=sh.n, C=sh.c, H=sh.h, W=sh.w,
                              K=sh.k, OH=oh, OW=ow, R=sh.r, S=sh.s, stride_h=sh.stride[0], stride_w=sh.stride[1],
                              pad_top=sh.pads[0], pad_left=sh.pads[1], relu=int(relu), splits=self.splits)
         smem = t.shared_bytes(sh.c, (sh.r, sh.s))
-        fn = module_for(t).function(ENTRY_SPLIT_K if self.splits > 1 else ENTRY, smem)
+        entries = (ENTRY_F32, ENTRY_F32_SPLIT_K) if self.out_f32 else (ENTRY, ENTRY_SPLIT_K)
+        fn = module_for(t).function(entries[self.splits > 1], smem)
         cd.launch(fn, self.grid, (t.threads, 1, 1), smem, stream, [ctypes.addressof(p)])

@@ -83,3 +83,38 @@ def fused_conv_int8(
         None if residual_scale is None else float(np.asarray(residual_scale).reshape(-1)[0]),
         bool(relu),
     )
+
+
+# ---- network ops around the fused convs (docs/ops.md, "Network ops") ----
+
+def quantize(x: np.ndarray, scale) -> np.ndarray:
+    """fp32 -> int8: saturate(rint(x / scale)), as ONNX QuantizeLinear with zero point 0."""
+    return np.clip(np.rint(x.astype(np.float32) / np.float32(scale)), -128, 127).astype(np.int8)
+
+
+def maxpool_int8(x: np.ndarray, kernel: int, stride: int, pad: int) -> np.ndarray:
+    """int8 [N, C, H, W] max-pool over a square window; padded positions never win."""
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
+    xp = np.full((n, c, h + 2 * pad, w + 2 * pad), -128, dtype=np.int8)
+    xp[:, :, pad : pad + h, pad : pad + w] = x
+    out = np.full((n, c, oh, ow), -128, dtype=np.int8)
+    for r in range(kernel):
+        for s in range(kernel):
+            out = np.maximum(out, xp[:, :, r : r + stride * oh : stride, s : s + stride * ow : stride])
+    return out
+
+
+def global_avgpool_int8(x: np.ndarray, in_scale, out_scale) -> np.ndarray:
+    """int8 [N, C, H, W] -> int8 [N, C]: exact int sum, then in fp32 (sum / HW) * in_scale / out_scale."""
+    n, c, h, w = x.shape
+    total = x.astype(np.int64).sum(axis=(2, 3)).astype(np.float32)
+    mean = total / np.float32(h * w)
+    return np.clip(np.rint((mean * np.float32(in_scale)) / np.float32(out_scale)), -128, 127).astype(np.int8)
+
+
+def gemm_int8_f32out(x: np.ndarray, w: np.ndarray, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """The classifier: int8 x [M, K] . int8 w [N, K]^T -> fp32 [M, N] = float(acc) * scale[n] + bias[n]."""
+    acc = x.astype(np.float64) @ w.astype(np.float64).T  # exact: integers below 2^53
+    n = w.shape[0]
+    return acc.astype(np.float32) * scale[:n].astype(np.float32) + bias[:n].astype(np.float32)

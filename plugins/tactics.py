@@ -53,6 +53,9 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic(3, 64, 128, 2, 2, 4, 32, 2),
     Tactic(4, 64, 64, 2, 2, 4, 32, 3),
     Tactic(5, 128, 128, 2, 4, 3, 32, 1),
+    # Short GEMM-K (most 1x1 convs: 2..8 k-tiles) needs no deep ring; less shared memory, more CTAs.
+    Tactic(8, 128, 128, 2, 4, 2, 32, 2),
+    Tactic(9, 64, 64, 2, 2, 2, 32, 4),
     Tactic(6, 128, 64, 2, 2, 4, 4, 2),
     Tactic(7, 64, 64, 2, 2, 4, 4, 3),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 BACKENDS = ("cpu", "cuda", "trt")
-PLANNED = {"cuda": "the GPU runner", "trt": "the TensorRT engine runner"}
+PLANNED = {"trt": "the TensorRT engine runner"}
 
 
 def register(sub) -> None:
@@ -15,8 +15,8 @@ def register(sub) -> None:
         "logit cosine similarity and top-1 agreement.",
     )
     p.add_argument("model", help="ONNX model")
-    p.add_argument("--backend", choices=BACKENDS, default="cpu", help="cpu (golden executor; default); cuda and trt are "
-                   "planned backends")
+    p.add_argument("--backend", choices=BACKENDS, default="cpu", help="cpu (golden executor; default); cuda (trtfuse's kernels, "
+                   "for --fuse all models); trt is planned")
     p.add_argument("--engine", choices=("ort", "reference"), default="ort",
                    help="cpu backend: run standard ops with onnxruntime (default) or onnx's ReferenceEvaluator")
     p.add_argument("--data", default="default", metavar="default|FILE.npy",
@@ -25,6 +25,28 @@ def register(sub) -> None:
     p.add_argument("--reference", metavar="FP32.onnx", help="also run this model and compare logits")
     p.add_argument("--json", action="store_true", help="print results as JSON")
     p.set_defaults(func=run)
+
+    b = sub.add_parser("build", help="build a TensorRT engine from a rewritten model (needs TensorRT >= 10.9)",
+                       description="Parse a rewritten ONNX model with TensorRT's ONNX parser, trtfuse's plugins "
+                       "registered first, into a strongly typed network and write a serialized engine.")
+    b.add_argument("model", help="rewritten ONNX model")
+    b.add_argument("-o", "--output", required=True, help="engine file to write (atomically)")
+    b.add_argument("--batch", default="1,8,256", metavar="N|MIN,OPT,MAX", help="optimization profile batch range (default 1,8,256)")
+    b.add_argument("--timing-cache", metavar="F", help="read and update this timing cache")
+    b.add_argument("--json", action="store_true", help="print the build summary as JSON")
+    b.set_defaults(func=build)
+
+
+def build(args) -> int:
+    from trtfuse.runtime.trt_build import build_engine, parse_batch
+    from trtfuse.ui import print_json, print_table
+
+    summary = build_engine(args.model, args.output, parse_batch(args.batch), args.timing_cache)
+    if args.json:
+        print_json(summary)
+    else:
+        print_table(["field", "value"], [[k, v] for k, v in summary.items()])
+    return 0
 
 
 def _load_data(args, model):
@@ -59,18 +81,25 @@ def _batches(model, images):
     return name, [images[i : i + batch] for i in range(0, len(images), batch)]
 
 
-def _logits(model, images, engine, desc):
+def _logits(model, images, engine, desc, backend="cpu"):
     import numpy as np
 
     from trtfuse.ui import progress
 
-    from .cpu_executor import CpuExecutor
-
-    executor = CpuExecutor(model, engine=engine)
     name, batches = _batches(model, images)
+    if backend == "cuda":
+        from .gpu_runner import CudaRunner
+
+        runner = CudaRunner(model, len(batches[0]))
+        run_batch = runner.run
+    else:
+        from .cpu_executor import CpuExecutor
+
+        executor = CpuExecutor(model, engine=engine)
+        run_batch = lambda batch: executor.run({name: batch})[executor.output_names[0]]
     out = []
     for batch in progress(batches, desc=desc, unit="batch"):
-        out.append(np.asarray(executor.run({name: batch})[executor.output_names[0]], dtype=np.float32))
+        out.append(np.asarray(run_batch(batch), dtype=np.float32))
     logits = np.concatenate(out)
     return logits.reshape(len(images), -1)
 
@@ -84,13 +113,13 @@ def run(args) -> int:
     from trtfuse.io import load_model
     from trtfuse.ui import print_json, print_table
 
-    if args.backend != "cpu":
+    if args.backend == "trt":
         raise TrtfuseError(f"backend {args.backend!r} is not available yet ({PLANNED[args.backend]} is a later "
                            "issue): use --backend cpu")
     model = load_model(args.model)
     images = _load_data(args, model)
     start = time.perf_counter()
-    logits = _logits(model, images, args.engine, "run")
+    logits = _logits(model, images, args.engine, "run", args.backend)
     seconds = time.perf_counter() - start
     rows = [{"image": i, "top1": int(np.argmax(l)), "top1_logit": float(np.max(l)),
              "logit_mean": float(l.mean()), "logit_std": float(l.std())} for i, l in enumerate(logits)]

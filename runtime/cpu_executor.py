@@ -91,14 +91,19 @@ def _is_plugin(node) -> bool:
 class CpuExecutor:
     """`CpuExecutor(model).run({input_name: array})` -> {output_name: array}."""
 
-    def __init__(self, model, engine: str = "ort"):
+    def __init__(self, model, engine: str = "ort", extra_outputs=()):
         if engine not in ENGINES:
             raise TrtfuseError(f"unknown CPU engine {engine!r}: choose one of {', '.join(ENGINES)}")
         self.model = model
         self.engine = engine
-        self.output_names = [o.name for o in model.graph.output]
+        # graph outputs, then any intermediate tensors the caller wants to see (e.g. per-layer comparisons)
+        self.output_names = list(dict.fromkeys([o.name for o in model.graph.output] + list(extra_outputs)))
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
+        self._input_dims = {
+            i.name: [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
+            for i in model.graph.input if i.name not in inits and i.type.tensor_type.HasField("shape")
+        }
         if engine == "reference":
             from onnx.reference import ReferenceEvaluator
 
@@ -200,7 +205,28 @@ class CpuExecutor:
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise TrtfuseError(f"missing model input {missing[0]!r}")
+        for name, dims in self._input_dims.items():
+            shape = np.shape(feeds[name])
+            if len(shape) != len(dims) or any(d is not None and d != s for d, s in zip(dims, shape)):
+                want = ["?" if d is None else d for d in dims]
+                raise TrtfuseError(f"input {name!r} has shape {list(shape)}, the model expects {want}")
         if self.engine == "reference":
-            outs = self._evaluator.run(None, feeds)
+            outs = self._evaluator.run(self.output_names, feeds)
             return dict(zip(self.output_names, outs))
         return self._run_segments(feeds)
+
+
+_EXECUTORS: dict = {}
+
+
+def run_model(model, feeds: dict, output_names: list) -> list:
+    """Executor-style entry (trtfuse.calib): run `model`, return `output_names` (graph outputs or any
+    intermediate tensor). The executor for (model, names) is built once and reused."""
+    key = (id(model), tuple(output_names))
+    entry = _EXECUTORS.get(key)
+    if entry is None or entry[0] is not model:  # id() may be reused after the model is freed
+        if len(_EXECUTORS) > 8:
+            _EXECUTORS.clear()
+        entry = _EXECUTORS[key] = (model, CpuExecutor(model, extra_outputs=output_names))
+    values = entry[1].run(feeds)
+    return [values[name] for name in output_names]

@@ -113,7 +113,7 @@ def test_cli_run_npy_and_errors(tmp_path, capsys):
     assert main(["run", str(dst), "--data", str(tmp_path / "x.npy")]) == 0
     assert "top1" in capsys.readouterr().out
     for argv, msg in [
-        (["run", str(dst), "--backend", "cuda"], "not available yet"),
+        (["run", str(dst), "--backend", "cuda"], "--backend cuda"),  # no GPU here, or a non --fuse all model
         (["run", str(dst), "--backend", "trt"], "not available yet"),
         (["run", str(dst), "--data", str(tmp_path / "missing.npy")], "cannot read"),
         (["run", str(dst), "--count", "0"], "--count"),
@@ -121,3 +121,20 @@ def test_cli_run_npy_and_errors(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert msg in err and "\n" not in err
+
+
+def test_run_model_returns_intermediate_tensors_and_fused_map():
+    from trtfuse.graph_passes.fuse_residual import FUSED_OUTPUTS_KEY
+    from trtfuse.runtime.cpu_executor import run_model
+
+    model = residual_net(blocks=2)
+    x = input_data(model)
+    out, _ = rewrite(model, "residual", calib_images=x)
+    fused_map = json.loads(next(p.value for p in out.metadata_props if p.key == FUSED_OUTPUTS_KEY))
+    assert sorted(fused_map.values()) == ["block0.relu2.out", "block1.relu2.out"]
+    names = [out.graph.output[0].name] + sorted(fused_map)
+    values = run_model(out, {"input": x}, names)
+    assert [v.dtype for v in values] == [np.float32, np.int8, np.int8]
+    again = run_model(out, {"input": x}, names)
+    for a, b in zip(values, again):
+        np.testing.assert_array_equal(a, b)

@@ -4,11 +4,11 @@ local-memory spills; and the plain-Python parts of the kernel API (tactics, heur
 import pytest
 
 from trtfuse.bench.layers import resnet50_layers, seed000_layers
-from trtfuse.plugins.conv import ENTRY, ENTRY_SPLIT_K, ConvLaunch, ConvParamsStruct
+from trtfuse.plugins.conv import ENTRY, ENTRY_F32, ENTRY_F32_SPLIT_K, ENTRY_SPLIT_K, ConvLaunch, ConvParamsStruct
 from trtfuse.plugins.nvrtc import ARCHS, compile_kernel
 from trtfuse.plugins.tactics import TACTICS, ConvShape, choose
 
-CONV_ENTRIES = {ENTRY, ENTRY_SPLIT_K, "trtfuse_fused_conv_aot", "trtfuse_fused_conv_add_aot"}
+CONV_ENTRIES = {ENTRY, ENTRY_SPLIT_K, ENTRY_F32, ENTRY_F32_SPLIT_K, "trtfuse_fused_conv_aot", "trtfuse_fused_conv_add_aot"}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -18,13 +18,17 @@ def test_conv_variant_compiles_without_spills(tactic, arch):
     assert k.image[:4] == b"\x7fELF"
     assert set(k.resources) == CONV_ENTRIES, k.log
     assert not k.spills(), f"{tactic.name} {arch} spills: {k.spills()}"
-    assert all(r["registers"] * tactic.threads * tactic.min_blocks <= 65536 for n, r in k.resources.items() if n != ENTRY_SPLIT_K)
+    assert all(r["registers"] * tactic.threads * tactic.min_blocks <= 65536 for n, r in k.resources.items() if "splitk" not in n)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_elementwise_compiles(arch):
+def test_elementwise_and_network_ops_compile(arch):
     k = compile_kernel("elementwise.cu", {}, arch, "cubin")
     assert "trtfuse_add_relu_requant" in k.resources and not k.spills()
+    k = compile_kernel("network_ops.cu", {}, arch, "cubin")
+    assert set(k.resources) == {"trtfuse_quantize_chw32", "trtfuse_quantize_chw4", "trtfuse_maxpool_chw32",
+                                "trtfuse_global_avgpool_chw32", "trtfuse_global_avgpool_chw32_f32", "trtfuse_linear_f32"}
+    assert not k.spills() and all(r["stack"] == 0 for r in k.resources.values())
 
 
 def test_ptx_for_tensorrt_aot_names_the_entries():
@@ -34,9 +38,9 @@ def test_ptx_for_tensorrt_aot_names_the_entries():
 
 
 def test_params_struct_layout_matches_the_kernel():
-    # 10 pointers then 15 int32 (plugins/kernels/conv_params.cuh), padded to 8 bytes.
-    assert ConvParamsStruct.N.offset == 80 and ConvParamsStruct.splits.offset == 80 + 14 * 4
-    assert __import__("ctypes").sizeof(ConvParamsStruct) == 144
+    # 11 pointers then 15 int32 (plugins/kernels/conv_params.cuh), padded to 8 bytes.
+    assert ConvParamsStruct.N.offset == 88 and ConvParamsStruct.splits.offset == 88 + 14 * 4
+    assert __import__("ctypes").sizeof(ConvParamsStruct) == 152
 
 
 @pytest.mark.parametrize("batch", [1, 8, 256])

@@ -141,6 +141,8 @@ def test_every_variant_checks_runs_and_computes_the_same_function(options, heldo
     model = build("resnet18", image_size=64, **options)
     onnx.checker.check_model(model, full_check=True)
     assert model.opset_import[0].version == options["opset"]
+    # the oldest IR version carrying the opset, so older parsers accept the file
+    assert model.ir_version == {13: 7, 17: 8, 18: 8}[options["opset"]]
 
     batch_dim = model.graph.input[0].type.tensor_type.shape.dim[0]
     if options["batch"] is None:
@@ -169,6 +171,16 @@ def test_every_variant_checks_runs_and_computes_the_same_function(options, heldo
     (logits,) = run_ort(model, heldout64[:2])
     assert logits.shape == (2, 1000)
     np.testing.assert_allclose(logits, resnet18_reference, rtol=1e-4, atol=1e-4 * float(np.abs(resnet18_reference).max()))
+
+
+@pytest.mark.parametrize("opset", [14, 15, 16, 19, 20, 21])  # 13, 17 and 18 are in VARIANTS
+def test_other_supported_opsets_run_with_the_opset_sensitive_reducemean(opset):
+    x = default_images(1, size=32, split="heldout")
+    expected = reference_logits(resnet_spec("resnet18"), build_weights("resnet18", **TINY), x)
+    model = build("resnet18", opset=opset, pool="reducemean", **TINY)
+    assert model.ir_version == onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", opset)])
+    logits, = run_ort(model, x)
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
@@ -233,7 +245,7 @@ def test_weights_are_deterministic_in_the_seed():
 
     a = _synthesize("resnet18", seed=3, image_size=32, bn_images=4, progress=None)
     b = _synthesize("resnet18", seed=3, image_size=32, bn_images=4, progress=None)
-    c = _synthesize("resnet18", seed=4, image_size=32, bn_images=4, progress=None)
+    c = build_weights("resnet18", seed=0, **TINY)  # memoised by the topology test
     assert a.keys() == b.keys() == c.keys()
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert not np.array_equal(a["layer1.0.conv1.weight"], c["layer1.0.conv1.weight"])
@@ -266,21 +278,20 @@ def test_conv_weights_are_kaiming_normal_fan_out():
 @pytest.mark.slow
 def test_resnet50_224_activations_are_realistic_and_top1_varies():
     """The real default model: block outputs keep sane ranges on held-out photos, logits spread, top-1 varies."""
+    from trtfuse.models.activation_stats import block_output_stats, logit_summary
+
     model = load_cached_model("resnet50", batch=None)
-    blocks = [n.name for n in ops(model, "Relu") if n.name.startswith("layer") and n.name.endswith(".relu3")]
-    assert len(blocks) == 16
-    images = default_images(12, size=224, split="heldout")
-    logits, *acts = run_ort(with_outputs(model, [f"{b}.out" for b in blocks]), images)
-    for name, act in zip(blocks, acts):
-        assert 0.2 < act.std() < 5.0, (name, act.std())
-        assert 0.2 < (act > 0).mean() < 0.95, (name, (act > 0).mean())
-        assert np.isfinite(act).all() and act.max() < 100.0, name
+    stats, logits = block_output_stats(model, default_images(12, size=224, split="heldout"))
+    assert [s["block"] for s in stats] == [f"layer{i}.{j}.relu3" for i, n in enumerate((3, 4, 6, 3), 1) for j in range(n)]
+    for s in stats:
+        assert 0.2 < s["std"] < 5.0, s
+        assert 0.2 < s["positive"] < 0.95, s
+        assert s["max"] < 100.0, s
+    assert np.isfinite(logits).all()
+    summary = logit_summary(logits)
     assert logits.std(axis=1).min() > 1.0  # per image, classes are far from equal
-    top1 = logits.argmax(axis=1)
-    assert len(set(top1.tolist())) >= len(images) // 2, top1
-    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probs /= probs.sum(axis=1, keepdims=True)
-    assert probs.max(axis=1).mean() > 0.05  # far from the uniform 0.001
+    assert summary["distinct_top1"] >= 6, logits.argmax(axis=1)
+    assert summary["mean_top_probability"] > 0.05  # far from the uniform 0.001
 
 
 # --- cache ----------------------------------------------------------------------------------------------

@@ -56,17 +56,32 @@ struct OutputTile {
   }
 };
 
+// v / s correctly rounded, branch-free: with s_inv = RN(1/s) and q0 = RN(v * s_inv), the FMA residual
+// e = v - s*q0 is exact and RN(q0 + e * s_inv) is the correctly rounded quotient (Markstein's
+// theorem; no overflow or underflow for the |v| an int32 accumulator can produce). CUDA's own
+// __fdiv_rn adds a slow-path branch per element, which stops the compiler from interleaving
+// elements: this form lets the epilogue's 64 elements per thread issue back to back.
+__device__ __forceinline__ float div_rn(float v, float s, float s_inv) {
+  const float q0 = __fmul_rn(v, s_inv);
+  const float e = __fmaf_rn(-s, q0, v);
+  return __fmaf_rn(e, s_inv, q0);
+}
+
+// Round half to even and saturate to [-128, 127] in one instruction.
+__device__ __forceinline__ int8_t round_saturate_s8(float v) {
+  short q;
+  asm("cvt.rni.sat.s8.f32 %0, %1;" : "=h"(q) : "f"(v));
+  return static_cast<int8_t>(q);
+}
+
 // One element, exactly as docs/ops.md orders it; __f*_rn forbid FMA contraction.
 __device__ __forceinline__ int8_t requantize(int acc, float scale, float bias, float res_term, bool has_res,
-                                             bool relu, float out_scale) {
+                                             bool relu, float out_scale, float out_scale_inv) {
   float v = __fmul_rn(__int2float_rn(acc), scale);
   v = __fadd_rn(v, bias);
   if (has_res) v = __fadd_rn(v, res_term);
   if (relu) v = fmaxf(v, 0.0f);
-  v = __fdiv_rn(v, out_scale);
-  int q = __float2int_rn(v);
-  q = min(127, max(-128, q));
-  return static_cast<int8_t>(q);
+  return round_saturate_s8(div_rn(v, out_scale, out_scale_inv));
 }
 
 }  // namespace trtfuse

@@ -15,6 +15,7 @@ struct ConvParams {
   int8_t* y;                   // [N][Kpad/32][OH][OW][32]
   int* workspace;              // split-K partial sums [M][Kpad], zero between launches
   int* counters;               // split-K arrival counter per output tile, zero between launches
+  float* y_f32;                // fp32-output GEMM variant (the classifier): [M][K] row-major
   int N, C, H, W, K, OH, OW, R, S, stride_h, stride_w, pad_top, pad_left, relu, splits;
 };
 

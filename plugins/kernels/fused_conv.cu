@@ -44,7 +44,7 @@ struct WarpMma {
   }
 };
 
-template <int BM, int BN, int WM, int WN, int STAGES, int VEC, bool SPLIT_K>
+template <int BM, int BN, int WM, int WN, int STAGES, int VEC, bool SPLIT_K, bool OUT_F32 = false>
 __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
   constexpr int NTHREADS = WM * WN * 32;
   using Mma = WarpMma<BM, BN, WM, WN>;
@@ -61,7 +61,7 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
   const int m0 = (blockIdx.x / n_tiles) * BM, n0 = (blockIdx.x % n_tiles) * BN;
   const int splits = SPLIT_K ? p.splits : 1;
   const int kt_begin = blockIdx.y * sh.ktiles / splits, kt_end = (blockIdx.y + 1) * sh.ktiles / splits;
-  const bool has_res = p.residual != nullptr;
+  const bool has_res = !OUT_F32 && p.residual != nullptr;
 
   // The residual tile streams in while the main loop runs (its own cp.async group, the oldest).
   if (has_res && !SPLIT_K) Out::template prefetch_residual<NTHREADS>(sOut, p, sh, m0, n0, tid);
@@ -149,8 +149,24 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
     }
   }
 
+  // ---- fp32-output GEMM (the classifier): logits = float(acc) * scale + bias, straight from registers ----
+  if (OUT_F32) {
+#pragma unroll
+    for (int mi = 0; mi < Mma::MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < Mma::NT; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int m = m0 + wm * (BM / WM) + mi * 16 + g + (e / 2) * 8, ch = n0 + wn * (BN / WN) + ni * 8 + t2 + e % 2;
+          if (m < sh.M && ch < p.K)
+            p.y_f32[(size_t)m * p.K + ch] = __fadd_rn(__fmul_rn(__int2float_rn(acc[mi][ni][e]), p.scale[ch]), p.bias[ch]);
+        }
+    return;
+  }
+
   // ---- epilogue: requantize into the staging tile, then coalesced 16-byte stores ----
   const float out_scale = *p.out_scale;
+  const float out_scale_inv = __frcp_rn(out_scale);
   const float res_scale = has_res ? *p.residual_scale : 0.0f;
 #pragma unroll
   for (int ni = 0; ni < Mma::NT; ++ni) {
@@ -170,8 +186,8 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
           r1 = __fmul_rn(static_cast<float>(r.y), res_scale);
         }
         char2 q;
-        q.x = requantize(acc[mi][ni][2 * h], sc.x, bi.x, r0, has_res, p.relu, out_scale);
-        q.y = requantize(acc[mi][ni][2 * h + 1], sc.y, bi.y, r1, has_res, p.relu, out_scale);
+        q.x = requantize(acc[mi][ni][2 * h], sc.x, bi.x, r0, has_res, p.relu, out_scale, out_scale_inv);
+        q.y = requantize(acc[mi][ni][2 * h + 1], sc.y, bi.y, r1, has_res, p.relu, out_scale, out_scale_inv);
         *cell = q;
       }
   }
@@ -204,13 +220,21 @@ extern "C" __global__ void __launch_bounds__(TF_THREADS, 1) trtfuse_fused_conv_s
   trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, true>(p);
 }
 
+// fp32-output GEMM entries (the classifier as a 1x1 conv over [N][C] = CHW32 with H = W = 1).
+extern "C" __global__ void __launch_bounds__(TF_THREADS, TF_MINB) trtfuse_gemm_f32out(const trtfuse::ConvParams p) {
+  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, false, true>(p);
+}
+extern "C" __global__ void __launch_bounds__(TF_THREADS, 1) trtfuse_gemm_f32out_splitk(const trtfuse::ConvParams p) {
+  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, true, true>(p);
+}
+
 // TensorRT AOT entries: node inputs in order, then int32 extra args, then the output (no split-K,
 // which needs a workspace the AOT contract does not give).
 #define TF_INT_ARGS int N, int C, int H, int W, int K, int OH, int OW, int R, int S, int sh, int sw, int pt, int pl, int relu
 #define TF_FILL_INTS(p)                                                                                       \
   p.N = N; p.C = C; p.H = H; p.W = W; p.K = K; p.OH = OH; p.OW = OW; p.R = R; p.S = S; p.stride_h = sh;     \
   p.stride_w = sw; p.pad_top = pt; p.pad_left = pl; p.relu = relu; p.splits = 1; p.workspace = nullptr;     \
-  p.counters = nullptr;
+  p.counters = nullptr; p.y_f32 = nullptr;
 
 extern "C" __global__ void __launch_bounds__(TF_THREADS, TF_MINB)
     trtfuse_fused_conv_aot(const int8_t* x, const int8_t* w, const float* scale, const float* bias,

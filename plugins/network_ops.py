@@ -1,0 +1,68 @@
+"""Launchers for plugins/kernels/network_ops.cu: input quantize + CHW32/CHW4 reformat, int8 max-pool,
+int8 global average pool. Device pointers in, on a given stream (see plugins/conv.py for the convs and
+the fp32-output classifier GEMM)."""
+
+from __future__ import annotations
+
+import ctypes
+
+from . import cuda_driver as cd
+from .nvrtc import compile_kernel
+
+_modules: dict[str, cd.Module] = {}
+_THREADS = 256
+
+
+def _fn(name: str):
+    arch = cd.compute_capability()
+    if arch not in _modules:
+        _modules[arch] = cd.Module(compile_kernel("network_ops.cu", {}, arch, "cubin").image)
+    return _modules[arch].function(name)
+
+
+def _launch(name: str, work_items: int, args: list, stream=None, threads: int = _THREADS) -> None:
+    blocks = max(1, min((work_items + threads - 1) // threads, 132 * 32))
+    cd.launch(_fn(name), (blocks, 1, 1), (threads, 1, 1), 0, stream, [ctypes.addressof(a) for a in args])
+
+
+def _p(v: int):
+    return ctypes.c_uint64(v)
+
+
+def _i(v: int):
+    return ctypes.c_int32(v)
+
+
+def quantize(x: int, scale: int, n: int, c: int, h: int, w: int, y: int, vec: int = 32, stream=None) -> None:
+    """fp32 NCHW -> int8 CHW32 (vec=32) or CHW4 (vec=4)."""
+    cb = (c + vec - 1) // vec
+    _launch(f"trtfuse_quantize_chw{vec}", n * cb * h * w, [_p(x), _p(scale), _i(n), _i(c), _i(h), _i(w), _p(y)], stream)
+
+
+def maxpool(x: int, n: int, c: int, h: int, w: int, kernel: int, stride: int, pad: int, y: int, stream=None) -> tuple[int, int]:
+    oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
+    cb = (c + 31) // 32
+    _launch("trtfuse_maxpool_chw32", n * cb * oh * ow * 2,
+            [_p(x), _i(n), _i(cb), _i(h), _i(w), _i(oh), _i(ow), _i(kernel), _i(stride), _i(pad), _p(y)], stream)
+    return oh, ow
+
+
+def global_avgpool(x: int, in_scale: int, out_scale: int, n: int, c: int, h: int, w: int, y: int, stream=None) -> None:
+    """int8 CHW32 [N, C, H, W] -> int8 [N, C_pad] (CHW32 with H = W = 1)."""
+    cb = (c + 31) // 32
+    _launch("trtfuse_global_avgpool_chw32", n * cb * 32,
+            [_p(x), _p(in_scale), _p(out_scale), _i(n), _i(cb), _i(h * w), _p(y)], stream)
+
+
+def global_avgpool_f32(x: int, in_scale: int, n: int, c: int, h: int, w: int, y: int, stream=None) -> None:
+    """int8 CHW32 [N, C, H, W] -> fp32 [N, C] dequantized means."""
+    cb = (c + 31) // 32
+    _launch("trtfuse_global_avgpool_chw32_f32", n * cb * 32,
+            [_p(x), _p(in_scale), _i(n), _i(c), _i(cb), _i(h * w), _p(y)], stream)
+
+
+def linear_f32(x: int, w: int, bias: int, m: int, n: int, k: int, y: int, stream=None) -> None:
+    """fp32 y[M, N] = x[M, K] . w[N, K]^T + bias[N]."""
+    args = [_p(x), _p(w), _p(bias), _i(m), _i(n), _i(k), _p(y)]
+    cd.launch(_fn("trtfuse_linear_f32"), ((n + 31) // 32, (m + 31) // 32, 1), (256, 1, 1), 0, stream,
+              [ctypes.addressof(a) for a in args])

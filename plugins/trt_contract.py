@@ -1,0 +1,127 @@
+"""What each trtfuse plugin declares to TensorRT, as plain Python that needs no TensorRT.
+
+`plugins/trt_plugins.py` turns these answers into `tensorrt.plugin` objects (register / autotune /
+aot_impl / impl). Everything TensorRT would ask of a plugin is computed here, from plugins/op_schema.py
+(the one list of inputs and attributes) and plugins/tactics.py, so it is tested without the builder:
+
+* register: output shape and dtype from input shapes and attributes;
+* autotune: per tactic, the type and format of every input and output (TensorRT's strings:
+  "INT8", "FP32"; "CHW32", "CHW4", "LINEAR") and the tactic ids;
+* aot_impl: the kernel's PTX and entry name, the launch grid/block/shared memory, and the int32 extra
+  arguments in the order the kernel takes them (node inputs, then these, then the output).
+
+Shape arithmetic is written once over a `cdiv` and integer-like values, so the same expressions
+evaluate to Python ints in tests and to TensorRT shape expressions (`trtp.cdiv`, `ShapeExpr`) in the
+plugin, where the batch may be dynamic. Spatial dims and channels are static (the rewrite guarantees it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .layout import channel_vector, round_up
+from .op_schema import FUSED_CONV, FUSED_CONV_ADD, NAMESPACE, OpSpec
+from .tactics import TACTICS, Tactic, TACTICS_BY_ID
+
+AOT_SOURCE = "fused_conv.cu"
+AOT_ENTRY = {FUSED_CONV.name: "trtfuse_fused_conv_aot", FUSED_CONV_ADD.name: "trtfuse_fused_conv_add_aot"}
+# TensorRT's AOT launch parameters carry a dynamic shared-memory size but nothing documents whether it
+# raises a kernel's 48 KB default limit: expose only tactics that fit under it (see docs/tensorrt.md).
+AOT_SHARED_LIMIT = 48 * 1024
+EXTRA_ARG_NAMES = ("N", "C", "H", "W", "K", "OH", "OW", "R", "S", "stride_h", "stride_w", "pad_top", "pad_left", "relu")
+
+_TRT_TYPE = {"int8": "INT8", "float32": "FP32"}
+
+
+def qualified_name(spec: OpSpec) -> str:
+    return f"{NAMESPACE}::{spec.name}"
+
+
+@dataclass(frozen=True)
+class ConvAttrs:
+    in_channels: int
+    out_channels: int
+    kernel_shape: tuple[int, int]
+    strides: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    relu: int
+
+    @classmethod
+    def from_dict(cls, attrs: dict) -> "ConvAttrs":
+        return cls(int(attrs["in_channels"]), int(attrs["out_channels"]), tuple(int(v) for v in attrs["kernel_shape"]),
+                   tuple(int(v) for v in attrs["strides"]), tuple(int(v) for v in attrs["pads"]), int(attrs["relu"]))
+
+    def out_hw(self, h: int, w: int) -> tuple[int, int]:
+        (r, s), (sh, sw), p = self.kernel_shape, self.strides, self.pads
+        return (h + p[0] + p[2] - r) // sh + 1, (w + p[1] + p[3] - s) // sw + 1
+
+
+def output_shape(x_shape: Sequence, attrs: ConvAttrs) -> tuple:
+    """register: y = [N, K, OH, OW] int8 (N may be symbolic)."""
+    n, c, h, w = x_shape
+    if int(c) != attrs.in_channels:
+        raise ValueError(f"input has {c} channels, the node says in_channels={attrs.in_channels}")
+    return (n, attrs.out_channels, *attrs.out_hw(int(h), int(w)))
+
+
+def input_formats(spec: OpSpec, attrs: ConvAttrs) -> list[str]:
+    """TensorRT tensor formats, one per input then the output, in node order."""
+    x_format = "CHW4" if channel_vector(attrs.in_channels) == 4 else "CHW32"
+    formats = {"x": x_format, "residual": "CHW32"}
+    return [formats.get(t.name, "LINEAR") for t in spec.inputs] + ["CHW32"]
+
+
+def io_types(spec: OpSpec) -> list[str]:
+    return [_TRT_TYPE[t.dtype] for t in spec.inputs] + [_TRT_TYPE[t.dtype] for t in spec.outputs]
+
+
+def aot_tactics(attrs: ConvAttrs) -> list[Tactic]:
+    vec = channel_vector(attrs.in_channels)
+    return [t for t in TACTICS
+            if t.vec == vec and t.shared_bytes(attrs.in_channels, attrs.kernel_shape) <= AOT_SHARED_LIMIT]
+
+
+@dataclass(frozen=True)
+class AutotuneCombination:
+    types: str  # "INT8, INT8, FP32, ..." one per input then output
+    formats: str  # "CHW32, LINEAR, ..."
+    tactics: tuple[int, ...]
+
+
+def autotune(spec: OpSpec, attrs: ConvAttrs) -> list[AutotuneCombination]:
+    return [AutotuneCombination(", ".join(io_types(spec)), ", ".join(input_formats(spec, attrs)),
+                                tuple(t.id for t in aot_tactics(attrs)))]
+
+
+@dataclass(frozen=True)
+class AotLaunch:
+    entry: str
+    grid_x: object  # int, or a TensorRT shape expression when N is symbolic
+    block_x: int
+    shared_mem: int
+    extra_args: tuple  # int32 values (or expressions), in EXTRA_ARG_NAMES order
+
+
+def aot_launch(spec: OpSpec, attrs: ConvAttrs, x_shape: Sequence, tactic_id: int,
+               cdiv: Callable = lambda a, b: (a + b - 1) // b) -> AotLaunch:
+    """aot_impl's launch description; x_shape[0] (N) may be a TensorRT shape expression."""
+    tactic = TACTICS_BY_ID[tactic_id]
+    if tactic not in aot_tactics(attrs):
+        raise ValueError(f"tactic {tactic_id} is not offered for this node")
+    n, c, h, w = x_shape
+    h, w = int(h), int(w)
+    oh, ow = attrs.out_hw(h, w)
+    k_pad = round_up(attrs.out_channels, 32)
+    grid_x = cdiv(n * (oh * ow), tactic.bm) * ((k_pad + tactic.bn - 1) // tactic.bn)
+    extra = (n, attrs.in_channels, h, w, attrs.out_channels, oh, ow, *attrs.kernel_shape, *attrs.strides,
+             attrs.pads[0], attrs.pads[1], attrs.relu)
+    return AotLaunch(AOT_ENTRY[spec.name], grid_x, tactic.threads,
+                     tactic.shared_bytes(attrs.in_channels, attrs.kernel_shape), extra)
+
+
+def aot_ptx(tactic_id: int, arch: str = "sm_90") -> bytes:
+    """The PTX TensorRT embeds in the engine for this tactic (one image holds both AOT entries)."""
+    from .nvrtc import compile_kernel
+
+    return compile_kernel(AOT_SOURCE, TACTICS_BY_ID[tactic_id].defines(), arch, "ptx").image

@@ -1,0 +1,259 @@
+"""`--backend cuda`: run a `--fuse all` model on the GPU with trtfuse's own kernels, no TensorRT.
+
+The model must be made only of what trtfuse's kernels compute (the graph `trtfuse rewrite --fuse all`
+writes for ResNets): QuantizeLinear of the input, FusedConv / FusedConvAdd, the stem's
+DequantizeLinear -> MaxPool -> QuantizeLinear, and the tail DequantizeLinear -> GlobalAveragePool
+(or ReduceMean over H, W) -> [Flatten] -> Gemm. Anything else is refused, naming the node.
+
+Static shapes; every buffer is allocated once; the whole forward is one CUDA graph (captured through
+the driver API), replayed per batch. Several runners (one per stream) give several graphs in flight.
+The fp32 tail (pool + classifier) keeps the CPU golden executor's numerics; the int8 trunk is bit-equal
+to it (docs/ops.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..errors import TrtfuseError
+from ..plugins import cuda_driver as cd
+from ..plugins import network_ops
+from ..plugins.conv import ConvLaunch
+from ..plugins.layout import channel_vector, round_up, unpack_nchwv
+from ..plugins.op_schema import DOMAIN, OPS
+from ..plugins.tactics import ConvShape
+
+
+class _Tensor:
+    """An int8 activation on the device in CHW{vec} layout (or an fp32 buffer when vec == 0)."""
+
+    def __init__(self, shape, vec: int, dtype=np.int8):
+        self.shape, self.vec, self.dtype = tuple(int(d) for d in shape), vec, dtype
+        if vec:
+            n, c, h, w = self.shape
+            self.physical = (n, round_up(c, vec) // vec, h, w, vec)
+        else:
+            self.physical = self.shape
+        self.buf = cd.DeviceBuffer(int(np.prod(self.physical)) * np.dtype(dtype).itemsize)
+
+    def download(self) -> np.ndarray:
+        raw = self.buf.download(self.physical, self.dtype)
+        return unpack_nchwv(raw, self.shape[1]) if self.vec else raw
+
+
+def _attrs(node) -> dict:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+class CudaRunner:
+    def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True):
+        ok, why = cd.gpu_available()
+        if not ok:
+            raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
+        cd.context()
+        self.model, self.batch = model, batch
+        self.inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        self.consumers: dict[str, list] = {}
+        for node in model.graph.node:
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+        self.tensors: dict[str, _Tensor] = {}
+        self.consts: dict[str, cd.DeviceBuffer] = {}
+        self.steps: list[tuple[str, object]] = []  # (label, launch(stream)) in forward order
+        self.plans: list[tuple[str, ConvLaunch]] = []
+        self._compile()
+        self.stream = cd.Stream()
+        self.graph_exec = None
+        if use_graph:
+            self._capture()
+
+    # ---- building ----
+    def _const(self, name: str, dtype=None) -> int:
+        if name not in self.consts:
+            if name not in self.inits:
+                raise TrtfuseError(f"--backend cuda: {name} must be a constant initializer")
+            arr = self.inits[name]
+            self.consts[name] = cd.DeviceBuffer.from_array(arr.astype(dtype) if dtype else arr)
+        return self.consts[name].ptr
+
+    def _scalar(self, name: str) -> float:
+        return float(np.asarray(self.inits[name]).reshape(-1)[0])
+
+    def _only_consumer(self, tensor: str, op_type: str, after):
+        users = self.consumers.get(tensor, [])
+        if len(users) != 1 or users[0].op_type != op_type:
+            raise TrtfuseError(f"--backend cuda: node {after.name or after.op_type} must feed exactly one {op_type} "
+                               f"(found {[u.op_type for u in users]})")
+        return users[0]
+
+    def _compile(self) -> None:
+        g = self.model.graph
+        if len(g.input) != 1 or len(g.output) != 1:
+            raise TrtfuseError("--backend cuda runs models with one input and one output")
+        inp = g.input[0]
+        dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        if len(dims) != 4 or any(d <= 0 for d in dims[1:]):
+            raise TrtfuseError(f"--backend cuda needs a static NCHW input, got {dims}")
+        self.input_shape = (self.batch, *dims[1:])
+        self.input = _Tensor(self.input_shape, 0, np.float32)
+        self.output_name = g.output[0].name
+        done = set()
+        for node in g.node:
+            if id(node) in done:
+                continue
+            if node.domain == DOMAIN and node.op_type in ("FusedConv", "FusedConvAdd"):
+                self._fused_conv(node)
+            elif node.op_type == "QuantizeLinear" and node.input[0] == inp.name:
+                self._quantize_input(node)
+            elif node.op_type == "DequantizeLinear":
+                done |= self._dequantize_chain(node)
+            else:
+                raise TrtfuseError(f"--backend cuda cannot run node {node.name or '?'} ({node.op_type}): "
+                                   "rewrite the model with `trtfuse rewrite --fuse all`")
+        if self.output_name not in self.tensors:
+            raise TrtfuseError(f"--backend cuda: the graph output {self.output_name} is not produced by a supported pattern")
+
+    def _quantize_input(self, node) -> None:
+        users = self.consumers.get(node.output[0], [])
+        vec = 4 if all(u.op_type in OPS and _attrs(u)["in_channels"] <= 4 for u in users) and self.input_shape[1] <= 4 else 32
+        out = self.tensors[node.output[0]] = _Tensor(self.input_shape, vec)
+        scale = self._const(node.input[1], np.float32)
+        n, c, h, w = self.input_shape
+        self.steps.append(("quantize input", lambda s, x=self.input.buf.ptr: network_ops.quantize(x, scale, n, c, h, w, out.buf.ptr, vec, stream=s)))
+
+    def _fused_conv(self, node) -> None:
+        a = _attrs(node)
+        x = self.tensors.get(node.input[0])
+        if x is None:
+            raise TrtfuseError(f"--backend cuda: input {node.input[0]} of {node.name} is not an int8 tensor it computed")
+        n, c, h, w = x.shape
+        shape = ConvShape(n, c, h, w, a["out_channels"], *a["kernel_shape"], tuple(a["strides"]), tuple(a["pads"]))
+        if channel_vector(c) != x.vec:
+            raise TrtfuseError(f"--backend cuda: {node.name} expects CHW{channel_vector(c)} input")
+        plan = ConvLaunch.plan(shape)
+        self.plans.append((node.name, plan))
+        oh, ow = shape.out_hw
+        out = self.tensors[node.output[0]] = _Tensor((n, shape.k, oh, ow), 32)
+        ptrs = [self._const(name) for name in node.input[1:5]]
+        res = res_scale = 0
+        if node.op_type == "FusedConvAdd":
+            r = self.tensors.get(node.input[5])
+            if r is None:
+                raise TrtfuseError(f"--backend cuda: residual {node.input[5]} of {node.name} is not an int8 tensor it computed")
+            res, res_scale = r.buf.ptr, self._const(node.input[6])
+        ws = None
+        if plan.workspace_bytes:
+            ws = cd.DeviceBuffer(plan.workspace_bytes)
+            ws.fill(0)
+            self.consts[node.name + "__workspace"] = ws
+        self.steps.append((node.name, lambda s: plan.launch(x.buf.ptr, *ptrs, out.buf.ptr, residual=res, residual_scale=res_scale,
+                                                relu=bool(a["relu"]), workspace=ws.ptr if ws else 0, stream=s)))
+
+    def _dequantize_chain(self, node) -> set:
+        x = self.tensors.get(node.input[0])
+        if x is None:
+            raise TrtfuseError(f"--backend cuda: {node.name or 'DequantizeLinear'} reads {node.input[0]}, not an int8 tensor it computed")
+        dq_scale = self._const(node.input[1], np.float32)
+        nxt = self.consumers.get(node.output[0], [])
+        if len(nxt) != 1:
+            raise TrtfuseError(f"--backend cuda: the dequantized {node.output[0]} must feed exactly one node")
+        op = nxt[0]
+        n, c, h, w = x.shape
+        if op.op_type == "MaxPool":
+            pa = _attrs(op)
+            k, st, pads = pa["kernel_shape"], pa.get("strides", [1, 1]), pa.get("pads", [0, 0, 0, 0])
+            if k[0] != k[1] or st[0] != st[1] or len(set(pads)) != 1 or pa.get("ceil_mode", 0) or pa.get("dilations", [1, 1]) != [1, 1]:
+                raise TrtfuseError(f"--backend cuda: MaxPool {op.name} must be square, symmetric, floor mode")
+            q = self._only_consumer(op.output[0], "QuantizeLinear", op)
+            oh, ow = (h + 2 * pads[0] - k[0]) // st[0] + 1, (w + 2 * pads[0] - k[0]) // st[0] + 1
+            pooled = _Tensor((n, c, oh, ow), 32)
+            self.steps.append((op.name or "maxpool", lambda s: network_ops.maxpool(x.buf.ptr, n, c, h, w, k[0], st[0], pads[0], pooled.buf.ptr, stream=s)))
+            if np.isclose(self._scalar(node.input[1]), self._scalar(q.input[1]), rtol=0, atol=0):
+                self.tensors[q.output[0]] = pooled
+            else:  # max commutes with a monotonic quantizer, not with a change of scale: requantize
+                from ..plugins.elementwise import add_relu_requant
+
+                out = self.tensors[q.output[0]] = _Tensor((n, c, oh, ow), 32)
+                zero = self._zero_scalar()
+                q_scale = self._const(q.input[1], np.float32)
+                nbytes = int(np.prod(out.physical))
+                self.steps.append(("requantize " + q.output[0], lambda s: add_relu_requant(
+                    pooled.buf.ptr, dq_scale, pooled.buf.ptr, zero, q_scale, False, nbytes, out.buf.ptr, stream=s)))
+            return {id(op), id(q)}
+        if op.op_type in ("GlobalAveragePool", "ReduceMean"):
+            if op.op_type == "ReduceMean":
+                ra = _attrs(op)
+                axes = list(ra.get("axes", [])) or (list(self.inits[op.input[1]]) if len(op.input) > 1 else [])
+                if sorted(int(v) % 4 for v in axes) != [2, 3]:
+                    raise TrtfuseError(f"--backend cuda: ReduceMean {op.name} must reduce H and W")
+            pooled = _Tensor((n, c), 0, np.float32)
+            self.steps.append((op.name or "avgpool", lambda s: network_ops.global_avgpool_f32(x.buf.ptr, dq_scale, n, c, h, w, pooled.buf.ptr, stream=s)))
+            consumed = {id(op)}
+            cur = op
+            nxt = self.consumers.get(cur.output[0], [])
+            if len(nxt) == 1 and nxt[0].op_type == "Flatten":
+                cur = nxt[0]
+                consumed.add(id(cur))
+            gemm = self._only_consumer(cur.output[0], "Gemm", cur)
+            ga = _attrs(gemm)
+            if ga.get("transA", 0) or ga.get("alpha", 1.0) != 1.0 or ga.get("beta", 1.0) != 1.0:
+                raise TrtfuseError(f"--backend cuda: Gemm {gemm.name} must have transA=0, alpha=beta=1")
+            wmat = self.inits[gemm.input[1]].astype(np.float32)
+            if not ga.get("transB", 0):
+                wmat = np.ascontiguousarray(wmat.T)
+            classes = wmat.shape[0]
+            self.consts[gemm.name + "__w"] = cd.DeviceBuffer.from_array(wmat)
+            bias = self.inits[gemm.input[2]].astype(np.float32).reshape(-1) if len(gemm.input) > 2 else np.zeros(classes, np.float32)
+            self.consts[gemm.name + "__b"] = cd.DeviceBuffer.from_array(np.broadcast_to(bias, (classes,)).copy())
+            logits = self.tensors[gemm.output[0]] = _Tensor((n, classes), 0, np.float32)
+            wp, bp = self.consts[gemm.name + "__w"].ptr, self.consts[gemm.name + "__b"].ptr
+            self.steps.append((gemm.name or "classifier", lambda s: network_ops.linear_f32(pooled.buf.ptr, wp, bp, n, classes, c, logits.buf.ptr, stream=s)))
+            return consumed | {id(gemm)}
+        raise TrtfuseError(f"--backend cuda cannot run node {op.name or '?'} ({op.op_type}) after a DequantizeLinear")
+
+    def _zero_scalar(self) -> int:
+        if "__zero" not in self.consts:
+            self.consts["__zero"] = cd.DeviceBuffer.from_array(np.zeros(1, np.float32))
+        return self.consts["__zero"].ptr
+
+    # ---- running ----
+    def _launch_all(self, stream) -> None:
+        for _, step in self.steps:
+            step(stream)
+
+    def _capture(self) -> None:
+        drv = cd._driver()
+        self._launch_all(self.stream.handle)  # warm-up: modules load, attributes set, outside the capture
+        self.stream.synchronize()
+        cd.check(drv.cuStreamBeginCapture(self.stream.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+        self._launch_all(self.stream.handle)
+        graph = cd.check(drv.cuStreamEndCapture(self.stream.handle))
+        self.graph_exec = cd.check(drv.cuGraphInstantiate(graph, 0))
+
+    def launch(self) -> None:
+        """Run the forward on the runner's stream on whatever the input buffer holds (asynchronous)."""
+        if self.graph_exec is not None:
+            cd.check(cd._driver().cuGraphLaunch(self.graph_exec, self.stream.handle))
+        else:
+            self._launch_all(self.stream.handle)
+
+    def load_input(self, images: np.ndarray) -> None:
+        if images.shape != self.input_shape:
+            raise TrtfuseError(f"--backend cuda: expected input {self.input_shape}, got {tuple(images.shape)}")
+        self.input.buf.upload(np.ascontiguousarray(images, dtype=np.float32))
+
+    def copy_input_from(self, device_ptr: int) -> None:
+        drv = cd._driver()
+        cd.check(drv.cuMemcpyDtoDAsync(self.input.buf.ptr, device_ptr, self.input.buf.nbytes, self.stream.handle))
+
+    def run(self, images: np.ndarray) -> np.ndarray:
+        self.load_input(images)
+        self.launch()
+        self.stream.synchronize()
+        return self.tensors[self.output_name].download()
+
+    def fetch(self, name: str) -> np.ndarray:
+        self.stream.synchronize()
+        return self.tensors[name].download()

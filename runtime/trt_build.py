@@ -1,0 +1,73 @@
+"""`trtfuse build`: a TensorRT engine from a rewritten ONNX model, with trtfuse's plugins.
+
+Follows NVIDIA's ONNX-parser flow (TensorRT >= 10.9; explicit quantization only): register the
+plugins first (plugins/trt_plugins.py), a strongly typed network (the Q/DQ and int8 plugin types
+decide precision; TensorRT 11 has no other mode), the ONNX parser, one optimization profile over the
+batch range, an optional timing cache, and a serialized engine written atomically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import TrtfuseError
+from ..io import atomic_write_bytes, check_not_same_file, load_model
+
+
+def parse_batch(spec: str) -> tuple[int, int, int]:
+    """"8" -> (8, 8, 8); "1,8,32" -> (min, opt, max)."""
+    try:
+        values = [int(v) for v in spec.split(",")]
+    except ValueError:
+        raise TrtfuseError(f"--batch takes N or MIN,OPT,MAX, not {spec!r}") from None
+    if len(values) == 1:
+        values *= 3
+    if len(values) != 3 or not (1 <= values[0] <= values[1] <= values[2]):
+        raise TrtfuseError(f"--batch needs 1 <= MIN <= OPT <= MAX, got {spec!r}")
+    return tuple(values)
+
+
+def build_engine(model_path: str, output: str, batch: tuple[int, int, int], timing_cache: str | None = None,
+                 workspace_mib: int = 4096) -> dict:
+    from ..plugins.op_schema import DOMAIN
+    from ..plugins.trt_plugins import import_tensorrt, register_all
+
+    check_not_same_file(model_path, output)
+    model = load_model(model_path)  # one-line errors for broken files, before TensorRT is involved
+    trt, _ = import_tensorrt()
+    register_all()
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(model_path)):
+        first = parser.get_error(0).desc() if parser.num_errors else "unknown parser error"
+        raise TrtfuseError(f"TensorRT's ONNX parser rejected {model_path}: {first}")
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mib << 20)
+    profile = builder.create_optimization_profile()
+    for i in range(network.num_inputs):
+        inp = network.get_input(i)
+        dims = list(inp.shape)
+        shapes = [[b if d == -1 or j == 0 else d for j, d in enumerate(dims)] for b in batch]
+        if any(d == -1 for d in dims[1:]):
+            raise TrtfuseError(f"input {inp.name} has dynamic non-batch dims {dims}: give the model static spatial dims")
+        profile.set_shape(inp.name, *shapes)
+    config.add_optimization_profile(profile)
+    cache = None
+    if timing_cache:
+        data = Path(timing_cache).read_bytes() if Path(timing_cache).exists() else b""
+        cache = config.create_timing_cache(data)
+        config.set_timing_cache(cache, ignore_mismatch=False)
+    engine = builder.build_serialized_network(network, config)
+    if engine is None:
+        raise TrtfuseError("TensorRT failed to build the engine (see the messages above)")
+    atomic_write_bytes(output, bytes(engine))
+    if cache is not None:
+        atomic_write_bytes(timing_cache, bytes(cache.serialize()))
+    layers = [network.get_layer(i) for i in range(network.num_layers)]
+    plugin_nodes = sum(1 for n in model.graph.node if n.domain == DOMAIN)
+    plugin_layers = sum(1 for l in layers if l.type in (trt.LayerType.PLUGIN_V3, trt.LayerType.PLUGIN_V2, trt.LayerType.PLUGIN))
+    return {"model": str(model_path), "engine": output, "tensorrt": trt.__version__, "layers": len(layers),
+            "plugin_layers": plugin_layers, "plugin_nodes_in_onnx": plugin_nodes, "batch": list(batch),
+            "engine_bytes": Path(output).stat().st_size}
