@@ -22,7 +22,7 @@ def build_fused_resnet50(batch: int, image_size: int = 224, calib: int = 8):
     from ..graph_passes.pipeline import rewrite
     from ..models import build
 
-    model = build("resnet50", image_size=image_size, batch=batch)
+    model = build("resnet50", image_size=image_size, batch=None)  # dynamic batch: calibrate on few images
     images = default_images(calib, image_size)
     fused, _ = rewrite(model, "all", calib_images=images)
     return model, fused
