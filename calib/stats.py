@@ -95,13 +95,6 @@ class Scratch:
         return np.bincount(idx, minlength=bins)[:bins]
 
 
-@dataclass
-class TensorStats:
-    name: str
-    histogram: AbsHistogram
-    shape: tuple = ()
-
-
 def model_with_outputs(model, names: list[str]):
     """A copy of `model` that also outputs `names` (float tensors); the caller's model is untouched."""
     import onnx

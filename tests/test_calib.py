@@ -182,6 +182,46 @@ def test_mse_keeps_outliers_when_clipping_them_costs_more():
     assert cal.amax_mse(h) > 45.0
 
 
+def _entropy_reference_loop(bins: np.ndarray, start: int = 128, nbins: int = 128):
+    """The published algorithm, element by element (after pytorch-quantization's `_compute_amax_entropy`)."""
+    from collections import Counter
+
+    from scipy.stats import entropy
+
+    bins = bins.astype(np.float64).copy()
+    bins[0] = bins[1]
+    divergences = []
+    for i in range(start, len(bins) + 1):
+        space = np.linspace(0, i, num=nbins + 1)
+        digitized = np.digitize(range(i), space) - 1
+        digitized[bins[:i] == 0] = -1
+        density = np.zeros(nbins)
+        for idx, d in enumerate(digitized):
+            if d != -1:
+                density[d] += bins[idx]
+        for key, val in Counter(digitized).items():
+            if key != -1:
+                density[key] /= val
+        q = np.array([density[d] if d != -1 else 0.0 for d in digitized])
+        p = bins[:i].copy()
+        p[-1] += bins[i:].sum()
+        divergences.append(entropy(p, q))
+    divergences = np.array(divergences)
+    return start + len(divergences) - 1 - int(np.argmin(divergences[::-1]))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_entropy_matches_reference_loop(seed):
+    rng = np.random.default_rng(seed)
+    x = np.abs(rng.standard_t(3, 50_000)).astype(np.float32)
+    x[rng.random(x.size) < 0.3] = 0  # ReLU-like zeros
+    h = AbsHistogram(384)
+    h.add(x)
+    used = int(np.flatnonzero(h.counts)[-1]) + 1
+    expected_bins = _entropy_reference_loop(h.counts[:used])
+    assert cal.amax_entropy(h) == pytest.approx(min(expected_bins * h.bin_width, h.absmax))
+
+
 def test_kl_divergence_is_zero_when_nothing_is_lost():
     counts = np.zeros(256)
     counts[::2] = 5.0  # 128 levels x 2 bins, one empty: merging and spreading back reproduces P
@@ -355,3 +395,19 @@ def test_cache_hex_is_big_endian_float_bits():
 def test_scales_schema_errors(doc, message):
     with pytest.raises(TrtfuseError, match=message):
         validate_scales_document(doc)
+
+
+def test_qdq_emulation_and_perturbation_gain():
+    from trtfuse.calib.sensitivity import perturbation_gain, qdq_emulation
+
+    model = small_resnet()
+    data = np.random.default_rng(14).normal(0, 1, (8, 3, 16, 16)).astype(np.float32)
+    hists = collect_statistics(model, images_of(data), ["relu1", "relu2"], show_progress=False)
+    fine = {n: h.absmax / 127 for n, h in hists.items()}
+    good = qdq_emulation(model, fine, data)
+    coarse = qdq_emulation(model, {n: 16 * s for n, s in fine.items()}, data)  # 4 bits fewer
+    assert good["logits_sqnr_db"] > coarse["logits_sqnr_db"] + 12 and good["logit_cosine_mean"] > 0.999
+    quiet = perturbation_gain(model, "relu1", data, noise_db=40.0)
+    loud = perturbation_gain(model, "relu1", data, noise_db=10.0)
+    assert quiet["logits_sqnr_db"] > loud["logits_sqnr_db"] + 20  # noise 30 dB weaker -> logits ~30 dB cleaner
+    assert perturbation_gain(model, "input", data, 20.0)["logits_sqnr_db"] < 60
