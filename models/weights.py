@@ -12,9 +12,13 @@ weights are made in one progressive forward pass over natural images:
    after its weights change. Draw gamma ~ U(0.5, 1.5) and beta ~ N(0, 0.1) (after ReLU about half of the
    values are zero, like a trained net), then apply the BN with those statistics and continue the pass with
    its output. Because every BN sees normalised inputs, each activation has a controlled, realistic range.
-3. The last BN of each residual branch gets a smaller gamma ~ U(0.2, 0.5), after the zero-init-residual
+3. The last BN of each residual branch gets a small gamma ~ U(0.05, 0.15), after the zero-init-residual
    practice (Goyal et al. 2017): the branch adds a correction to the shortcut instead of doubling its
-   variance block after block, so the residual sums stay in range through 23 blocks of ResNet-101.
+   variance block after block, so the residual sums stay in range through 23 blocks of ResNet-101. The
+   range also sets how much the network amplifies a perturbation: with U(0.2, 0.5) noise of 30 dB SNR at
+   the input came out at 14.6 dB at the logits and INT8 ResNet-50 reached logit cosine 0.980; with
+   U(0.05, 0.15) it reaches 0.995 (percentile scales, 64 calibration / 32 held-out images, measured
+   2026-11-21), closer to how a trained ResNet tolerates quantization.
 4. Classifier: a random Gaussian projection of the standardised pooled features. Its weight is divided by
    each feature's spread on the batch and its bias removes the batch mean, then the whole layer is scaled so
    logits have a standard deviation of `LOGIT_STD` over images and classes. Logits then differ from image to
@@ -36,7 +40,7 @@ from .numpy_ops import batchnorm_nhwc, channel_stats, conv2d_nhwc, maxpool_nhwc
 from .resnet import BN_EPSILON, ConvBN, ResNetSpec
 
 GAMMA_RANGE = (0.5, 1.5)
-GAMMA_RANGE_BRANCH_END = (0.2, 0.5)
+GAMMA_RANGE_BRANCH_END = (0.05, 0.15)
 BETA_STD = 0.1
 LOGIT_STD = 4.0
 DEFAULT_BN_IMAGES = 32
