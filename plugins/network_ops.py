@@ -66,3 +66,12 @@ def linear_f32(x: int, w: int, bias: int, m: int, n: int, k: int, y: int, stream
     args = [_p(x), _p(w), _p(bias), _i(m), _i(n), _i(k), _p(y)]
     cd.launch(_fn("trtfuse_linear_f32"), ((n + 31) // 32, (m + 31) // 32, 1), (256, 1, 1), 0, stream,
               [ctypes.addressof(a) for a in args])
+
+
+def gather_rows(src: int, index: int, row_bytes: int, rows: int, dst: int, stream=None) -> None:
+    """dst[i] = src[index[i]] (int64 indices on the device), rows of row_bytes bytes (a multiple of 16)."""
+    if row_bytes % 16:
+        raise ValueError("rows must be a multiple of 16 bytes")
+    args = [_p(src), _p(index), ctypes.c_int64(row_bytes), _i(rows), _p(dst)]
+    cd.launch(_fn("trtfuse_gather_rows"), (min(rows, 132 * 8), 1, 1), (256, 1, 1), 0, stream,
+              [ctypes.addressof(a) for a in args])

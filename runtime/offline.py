@@ -76,11 +76,13 @@ class _CudaWorker(_Worker):
         self.samples = cd.DeviceBuffer.from_array(samples)  # preprocessed once, kept on the GPU
         self.sample_bytes = samples[0].nbytes
         self.runners = [CudaRunner(model, batch) for _ in range(streams)]
+        self.index_bufs = [cd.DeviceBuffer(8 * batch) for _ in range(streams)]
         super().__init__()
         self.thread.start()
 
     def _loop(self) -> None:
         from ..plugins import cuda_driver as cd
+        from ..plugins import network_ops
 
         drv = cd._driver()
         cd.check(drv.cuCtxSetCurrent(cd.context(self.device)))
@@ -91,14 +93,17 @@ class _CudaWorker(_Worker):
             if job is None:
                 break
             indices, ids, done = job
-            runner = self.runners[turn % len(self.runners)]
+            slot_of_runner = turn % len(self.runners)
+            runner = self.runners[slot_of_runner]
             turn += 1
             if len(pending) == len(self.runners):
                 self._finish(*pending.pop(0))
-            for slot, idx in enumerate(indices):  # gather this batch's samples on the device
-                cd.check(drv.cuMemcpyDtoDAsync(runner.input.buf.ptr + slot * self.sample_bytes,
-                                               self.samples.ptr + int(idx) * self.sample_bytes, self.sample_bytes,
-                                               runner.stream.handle))
+            # gather this batch's device-resident samples with one kernel
+            index = np.ascontiguousarray(indices, dtype=np.int64)
+            ibuf = self.index_bufs[slot_of_runner]
+            cd.check(drv.cuMemcpyHtoDAsync(ibuf.ptr, index.ctypes.data, index.nbytes, runner.stream.handle))
+            network_ops.gather_rows(self.samples.ptr, ibuf.ptr, self.sample_bytes, len(index), runner.input.buf.ptr,
+                                    stream=runner.stream.handle)
             runner.launch()
             pending.append((runner, ids, len(indices), done))
             if self.jobs.empty():

@@ -130,3 +130,19 @@ def test_classifier_gemm_kernel(batch, splits):
         cd.check(cd._driver().cuCtxSynchronize())
         got = y.download((batch, 1000), np.float32)
         assert np.array_equal(got, ref.gemm_int8_f32out(x, w, scale, bias))
+
+
+def test_gather_rows_kernel():
+    if not _ok:
+        pytest.skip(f"needs a CUDA GPU: {_why}")
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins import network_ops
+
+    rng = np.random.default_rng()
+    src = rng.integers(-128, 128, (50, 3 * 16 * 16 * 4), dtype=np.int8)
+    index = rng.integers(0, 50, 17).astype(np.int64)
+    sb, ib = cd.DeviceBuffer.from_array(src), cd.DeviceBuffer.from_array(index)
+    db = cd.DeviceBuffer(17 * src.shape[1])
+    db.fill(0x5A)
+    network_ops.gather_rows(sb.ptr, ib.ptr, src.shape[1], 17, db.ptr)
+    assert np.array_equal(db.download((17, src.shape[1]), np.int8), src[index])

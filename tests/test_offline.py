@@ -49,3 +49,23 @@ def test_summary_parser_reads_loadgen_lines(tmp_path):
     p = tmp_path / "s.txt"
     p.write_text("Scenario : Offline\nSamples per second: 31234.5\nResult is : VALID\n")
     assert parse_summary(p) == {"Scenario": "Offline", "Samples per second": 31234.5, "Result is": "VALID"}
+
+
+def test_offline_cuda_backend_on_a_gpu(tmp_path):
+    from trtfuse.plugins.cuda_driver import gpu_available
+
+    ok, why = gpu_available()
+    if not ok:
+        pytest.skip(f"needs a CUDA GPU: {why}")
+    from trtfuse.graph_passes.pipeline import rewrite
+    from trtfuse.io import save_model
+    from trtfuse.models import build
+
+    model, _ = rewrite(build("resnet18", image_size=32, batch=None), "all",
+                       calib_images=np.random.default_rng(0).normal(size=(4, 3, 32, 32)).astype(np.float32))
+    save_model(model, tmp_path / "all.onnx")
+    out = tmp_path / "r.json"
+    assert main(["offline", "--model", str(tmp_path / "all.onnx"), "--backend", "cuda", "--count", "100", "--batch",
+                 "16", "--mode", "accuracy", "--log-dir", str(tmp_path / "logs"), "-o", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["accuracy_responses"] == 100 and result["gpus"] == 1

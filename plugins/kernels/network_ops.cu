@@ -167,3 +167,14 @@ extern "C" __global__ void trtfuse_linear_f32(const float* x, const float* w, co
     if (m < M && n < N) y[(long long)m * N + n] = acc[i] + bias[n];
   }
 }
+
+// dst[i] = src[index[i]] for rows of row_bytes (a multiple of 16): the Offline harness gathers a batch of
+// device-resident samples with one launch instead of one copy per sample. One CTA per row.
+extern "C" __global__ void trtfuse_gather_rows(const int8_t* src, const long long* index, long long row_bytes, int rows,
+                                               int8_t* dst) {
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int4* s = reinterpret_cast<const int4*>(src + index[r] * row_bytes);
+    int4* d = reinterpret_cast<int4*>(dst + (long long)r * row_bytes);
+    for (long long i = threadIdx.x; i < row_bytes / 16; i += blockDim.x) d[i] = s[i];
+  }
+}
