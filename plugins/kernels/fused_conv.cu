@@ -110,36 +110,34 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
 
   // ---- split-K: integer partial sums meet in the workspace; the last slice to arrive finishes ----
   const int g = lane / 4, t2 = (lane % 4) * 2;
-  if (SPLIT_K) {  // compiled separately: the no-split kernel keeps these registers free
-    __shared__ int s_is_last;
+  // Every accumulator with its output pixel m and channel ch (the m16n8 C-fragment layout).
+  auto for_each_acc = [&](auto&& f) {
 #pragma unroll
     for (int mi = 0; mi < Mma::MT; ++mi)
 #pragma unroll
       for (int ni = 0; ni < Mma::NT; ++ni)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int m = m0 + wm * (BM / WM) + mi * 16 + g + (e / 2) * 8, ch = n0 + wn * (BN / WN) + ni * 8 + t2 + e % 2;
-          if (m < sh.M && ch < sh.Kpad) atomicAdd(p.workspace + (size_t)m * sh.Kpad + ch, acc[mi][ni][e]);
-        }
+        for (int e = 0; e < 4; ++e)
+          f(m0 + wm * (BM / WM) + mi * 16 + g + (e / 2) * 8, n0 + wn * (BN / WN) + ni * 8 + t2 + e % 2, acc[mi][ni][e]);
+  };
+  if (SPLIT_K) {  // compiled separately: the no-split kernel keeps these registers free
+    __shared__ int s_is_last;
+    for_each_acc([&](int m, int ch, int& a) {
+      if (m < sh.M && ch < sh.Kpad) atomicAdd(p.workspace + (size_t)m * sh.Kpad + ch, a);
+    });
     __threadfence();
     __syncthreads();
     if (tid == 0) s_is_last = atomicAdd(p.counters + blockIdx.x, 1) == splits - 1;
     __syncthreads();
     if (!s_is_last) return;
     __threadfence();
-#pragma unroll
-    for (int mi = 0; mi < Mma::MT; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < Mma::NT; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int m = m0 + wm * (BM / WM) + mi * 16 + g + (e / 2) * 8, ch = n0 + wn * (BN / WN) + ni * 8 + t2 + e % 2;
-          if (m < sh.M && ch < sh.Kpad) {
-            int* cell = p.workspace + (size_t)m * sh.Kpad + ch;
-            acc[mi][ni][e] = __ldcg(cell);
-            *cell = 0;  // leave the workspace zeroed for the next launch (and CUDA graph replays)
-          }
-        }
+    for_each_acc([&](int m, int ch, int& a) {
+      if (m < sh.M && ch < sh.Kpad) {
+        int* cell = p.workspace + (size_t)m * sh.Kpad + ch;
+        a = __ldcg(cell);
+        *cell = 0;  // leave the workspace zeroed for the next launch (and CUDA graph replays)
+      }
+    });
     if (tid == 0) p.counters[blockIdx.x] = 0;
     if (has_res) {
       Out::template prefetch_residual<NTHREADS>(sOut, p, sh, m0, n0, tid);
@@ -151,16 +149,9 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
 
   // ---- fp32-output GEMM (the classifier): logits = float(acc) * scale + bias, straight from registers ----
   if (OUT_F32) {
-#pragma unroll
-    for (int mi = 0; mi < Mma::MT; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < Mma::NT; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int m = m0 + wm * (BM / WM) + mi * 16 + g + (e / 2) * 8, ch = n0 + wn * (BN / WN) + ni * 8 + t2 + e % 2;
-          if (m < sh.M && ch < p.K)
-            p.y_f32[(size_t)m * p.K + ch] = __fadd_rn(__fmul_rn(__int2float_rn(acc[mi][ni][e]), p.scale[ch]), p.bias[ch]);
-        }
+    for_each_acc([&](int m, int ch, int& a) {
+      if (m < sh.M && ch < p.K) p.y_f32[(size_t)m * p.K + ch] = __fadd_rn(__fmul_rn(__int2float_rn(a), p.scale[ch]), p.bias[ch]);
+    });
     return;
   }
 

@@ -73,20 +73,13 @@ extern "C" __global__ void trtfuse_maxpool_chw32(const int8_t* x, int N, int CB,
   }
 }
 
-// int8 CHW32 [N][CB][H][W][32] -> int8 [N][CB*32] (= CHW32 with H = W = 1):
-// y = saturate(rint(((float(sum) / float(H*W)) * in_scale) / out_scale)); the int32 sum is exact.
-// One warp per (n, cb) (grid-stride): lanes stride over pixels, then a shuffle reduction per channel.
-extern "C" __global__ void trtfuse_global_avgpool_chw32(const int8_t* x, const float* in_scale, const float* out_scale,
-                                                        int N, int CB, int HW, int8_t* y) {
-  const int lane = threadIdx.x % 32;
-  for (long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; warp < (long long)N * CB;
-       warp += (long long)gridDim.x * blockDim.x / 32) {
-  const int8_t* base = x + (long long)warp * HW * 32;
+// Lane j of the warp gets the exact int32 sum over HW pixels of channel j of one 32-channel block.
+__device__ __forceinline__ int warp_channel_sum(const int8_t* block, int HW, int lane) {
   int acc[32];
 #pragma unroll
   for (int j = 0; j < 32; ++j) acc[j] = 0;
   for (int pix = lane; pix < HW; pix += 32) {
-    const int4* v = reinterpret_cast<const int4*>(base + (long long)pix * 32);
+    const int4* v = reinterpret_cast<const int4*>(block + (long long)pix * 32);
     const int4 a = v[0], b = v[1];
     const signed char* pa = reinterpret_cast<const signed char*>(&a);
     const signed char* pb = reinterpret_cast<const signed char*>(&b);
@@ -97,12 +90,23 @@ extern "C" __global__ void trtfuse_global_avgpool_chw32(const int8_t* x, const f
   for (int j = 0; j < 32; ++j)
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
-  // lane j writes channel j (a compile-time-indexed select keeps acc[] in registers)
-  int mine = 0;
+  int mine = 0;  // a compile-time-indexed select keeps acc[] in registers
 #pragma unroll
   for (int j = 0; j < 32; ++j) if (lane == j) mine = acc[j];
-  const float mean = __fdiv_rn(__int2float_rn(mine), __int2float_rn(HW));
-  y[warp * 32 + lane] = sat_rn_s8(__fdiv_rn(__fmul_rn(mean, *in_scale), *out_scale));
+  return mine;
+}
+
+// int8 CHW32 [N][CB][H][W][32] -> int8 [N][CB*32] (= CHW32 with H = W = 1):
+// y = saturate(rint(((float(sum) / float(H*W)) * in_scale) / out_scale)); the int32 sum is exact.
+// One warp per (n, cb), grid-stride.
+extern "C" __global__ void trtfuse_global_avgpool_chw32(const int8_t* x, const float* in_scale, const float* out_scale,
+                                                        int N, int CB, int HW, int8_t* y) {
+  const int lane = threadIdx.x % 32;
+  for (long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; warp < (long long)N * CB;
+       warp += (long long)gridDim.x * blockDim.x / 32) {
+    const int sum = warp_channel_sum(x + warp * HW * 32, HW, lane);
+    const float mean = __fdiv_rn(__int2float_rn(sum), __int2float_rn(HW));
+    y[warp * 32 + lane] = sat_rn_s8(__fdiv_rn(__fmul_rn(mean, *in_scale), *out_scale));
   }
 }
 
@@ -113,27 +117,9 @@ extern "C" __global__ void trtfuse_global_avgpool_chw32_f32(const int8_t* x, con
   const int lane = threadIdx.x % 32;
   for (long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; warp < (long long)N * CB;
        warp += (long long)gridDim.x * blockDim.x / 32) {
-    const int8_t* base = x + warp * HW * 32;
-    int acc[32];
-#pragma unroll
-    for (int j = 0; j < 32; ++j) acc[j] = 0;
-    for (int pix = lane; pix < HW; pix += 32) {
-      const int4* v = reinterpret_cast<const int4*>(base + (long long)pix * 32);
-      const int4 a = v[0], b = v[1];
-      const signed char* pa = reinterpret_cast<const signed char*>(&a);
-      const signed char* pb = reinterpret_cast<const signed char*>(&b);
-#pragma unroll
-      for (int j = 0; j < 16; ++j) { acc[j] += pa[j]; acc[16 + j] += pb[j]; }
-    }
-#pragma unroll
-    for (int j = 0; j < 32; ++j)
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
-    int mine = 0;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) if (lane == j) mine = acc[j];
+    const int sum = warp_channel_sum(x + warp * HW * 32, HW, lane);
     const long long n = warp / CB, c = (warp % CB) * 32 + lane;
-    if (c < C) y[n * C + c] = __fmul_rn(__fdiv_rn(__int2float_rn(mine), __int2float_rn(HW)), *in_scale);
+    if (c < C) y[n * C + c] = __fmul_rn(__fdiv_rn(__int2float_rn(sum), __int2float_rn(HW)), *in_scale);
   }
 }
 
