@@ -36,6 +36,18 @@ struct WarpMma {
     }
   }
 
+  // Visit every accumulator with its output pixel m and channel ch (the m16n8 C-fragment layout).
+  template <typename F>
+  __device__ __forceinline__ static void for_each_acc(int (&acc)[MT][NT][4], int m_base, int n_base, int lane, F&& f) {
+    const int g = lane / 4, t2 = (lane % 4) * 2;
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(m_base + mi * 16 + g + (e / 2) * 8, n_base + ni * 8 + t2 + e % 2, acc[mi][ni][e]);
+  }
+
   __device__ __forceinline__ void mma(int buf, int (&acc)[MT][NT][4]) {
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi)
@@ -110,19 +122,9 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
 
   // ---- split-K: integer partial sums meet in the workspace; the last slice to arrive finishes ----
   const int g = lane / 4, t2 = (lane % 4) * 2;
-  // Every accumulator with its output pixel m and channel ch (the m16n8 C-fragment layout).
-  auto for_each_acc = [&](auto&& f) {
-#pragma unroll
-    for (int mi = 0; mi < Mma::MT; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < Mma::NT; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          f(m0 + wm * (BM / WM) + mi * 16 + g + (e / 2) * 8, n0 + wn * (BN / WN) + ni * 8 + t2 + e % 2, acc[mi][ni][e]);
-  };
   if (SPLIT_K) {  // compiled separately: the no-split kernel keeps these registers free
     __shared__ int s_is_last;
-    for_each_acc([&](int m, int ch, int& a) {
+    Mma::for_each_acc(acc, m0 + wm * (BM / WM), n0 + wn * (BN / WN), lane, [&](int m, int ch, int& a) {
       if (m < sh.M && ch < sh.Kpad) atomicAdd(p.workspace + (size_t)m * sh.Kpad + ch, a);
     });
     __threadfence();
@@ -131,7 +133,7 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
     __syncthreads();
     if (!s_is_last) return;
     __threadfence();
-    for_each_acc([&](int m, int ch, int& a) {
+    Mma::for_each_acc(acc, m0 + wm * (BM / WM), n0 + wn * (BN / WN), lane, [&](int m, int ch, int& a) {
       if (m < sh.M && ch < sh.Kpad) {
         int* cell = p.workspace + (size_t)m * sh.Kpad + ch;
         a = __ldcg(cell);
@@ -149,7 +151,7 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
 
   // ---- fp32-output GEMM (the classifier): logits = float(acc) * scale + bias, straight from registers ----
   if (OUT_F32) {
-    for_each_acc([&](int m, int ch, int& a) {
+    Mma::for_each_acc(acc, m0 + wm * (BM / WM), n0 + wn * (BN / WN), lane, [&](int m, int ch, int& a) {
       if (m < sh.M && ch < p.K) p.y_f32[(size_t)m * p.K + ch] = __fadd_rn(__fmul_rn(__int2float_rn(a), p.scale[ch]), p.bias[ch]);
     });
     return;
