@@ -2,7 +2,7 @@
 # The main job on a fresh machine, on the embedded default model and data (no downloads):
 #   ResNet-50 built here -> INT8 calibration (entropy) -> residual-block fusion rewrite -> CPU golden
 #   execution and accuracy report against fp32. Outputs land in ./out/.
-# With a GPU, also verifies the fused conv kernel on every ResNet-50 layer shape.
+# GPU steps (bench kernels, run --backend cuda, offline) are separate: see README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
