@@ -43,21 +43,12 @@ class ConvProblem:
         return cls(shape, x, w, scale, bias, np.array([rng.uniform(0.01, 0.03)], np.float32), res,
                    np.array([rng.uniform(0.002, 0.01)], np.float32) if has_residual else None, relu)
 
-    def accumulate(self, device: str = "cpu") -> np.ndarray:
+    def golden(self) -> np.ndarray:
+        """docs/ops.md on the CPU (plugins/reference.py). bench/kernels.py has the same on the GPU for batch 256."""
         sh = self.shape
-        if device == "cuda":  # exact too: float64 on integer values, just faster for batch 256
-            import torch
-
-            xp = torch.nn.functional.pad(torch.from_numpy(self.x).cuda().double(),
-                                         (sh.pads[1], sh.pads[3], sh.pads[0], sh.pads[2]))
-            acc = torch.nn.functional.conv2d(xp, torch.from_numpy(self.w).cuda().double(), stride=sh.stride)
-            return acc.round().long().cpu().numpy()
-        return conv_int8_accumulate(self.x, self.w, sh.stride, sh.pads)
-
-    def golden(self, device: str = "cpu") -> np.ndarray:
-        return requantize_epilogue(self.accumulate(device), self.scale, self.bias, float(self.out_scale[0]),
-                                   self.residual, None if self.residual_scale is None else float(self.residual_scale[0]),
-                                   self.relu)
+        return requantize_epilogue(conv_int8_accumulate(self.x, self.w, sh.stride, sh.pads), self.scale, self.bias,
+                                   float(self.out_scale[0]), self.residual,
+                                   None if self.residual_scale is None else float(self.residual_scale[0]), self.relu)
 
 
 class DeviceConv:

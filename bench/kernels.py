@@ -8,7 +8,6 @@ first checked against the golden semantics on fresh random data with the output 
 from __future__ import annotations
 
 import datetime
-import json
 import math
 import statistics
 import sys
@@ -77,7 +76,6 @@ def copy_bandwidth_tbps(torch) -> float:
     a = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
     ms = graph_time_ms(torch, lambda: b.copy_(a), 5)
-    del a, b
     return 2 * (2 << 30) / (ms * 1e-3) / 1e12
 
 
@@ -104,7 +102,7 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
     from ..plugins.elementwise import add_relu_requant
     from ..plugins.layout import channel_vector, pack_nchwv, pack_weight, round_up
     from ..plugins.tactics import candidate_tactics, choose
-    from .conv_problem import POISON, ConvProblem, compare, passes_lsb_rule
+    from .conv_problem import POISON, ConvProblem, passes_lsb_rule
 
     problem = ConvProblem.random(shape, has_res)
     m, n_pad, kg = shape.gemm
@@ -199,7 +197,7 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
 def run(args) -> int:
     torch = _torch()
     from ..plugins import cuda_driver as cd
-    from .layers import edge_layers, resnet50_layers, seed000_layers
+    from .layers import resnet50_layers, seed000_layers
 
     torch.cuda.init()
     cd.context()

@@ -191,17 +191,17 @@ def collect_statistics(model, images, tensors: list[str], batch_size: int = 8, t
     # ufuncs and ORT both release the GIL, so the two overlap instead of leaving a core idle.
     bar = progress(total=images.count, desc="calibrating", enabled=show_progress, unit="img")
     with ThreadPoolExecutor(max_workers=1) as worker:
-        pending = None
+        pending = None  # (future, images it covers) of the batch being histogrammed
         try:
             for batch, real in padded_batches(images, fixed_batch or batch_size, fixed_batch is not None):
                 values = session.run(tensors, {input_name: batch})
                 if pending is not None:
-                    pending.result()
-                    bar.update(pending_count)
-                pending, pending_count = worker.submit(accumulate, values, real), real
+                    pending[0].result()
+                    bar.update(pending[1])
+                pending = (worker.submit(accumulate, values, real), real)
             if pending is not None:
-                pending.result()
-                bar.update(pending_count)
+                pending[0].result()
+                bar.update(pending[1])
         finally:
             bar.close()
     return hists

@@ -226,10 +226,10 @@ def emit_onnx(
 
     fc_w, fc_b = weights["fc.weight"], weights["fc.bias"]
     if classifier == "gemm":
-        logits = g.node("Gemm", "fc", [x, g.const("fc.weight", fc_w), g.const("fc.bias", fc_b)], transB=1)
+        g.node("Gemm", "fc", [x, g.const("fc.weight", fc_w), g.const("fc.bias", fc_b)], transB=1)
     else:  # the form some exporters give: weight stored pre-transposed, bias as a broadcast Add
         y = g.node("MatMul", "fc.matmul", [x, g.const("fc.weight_transposed", np.ascontiguousarray(fc_w.T))])
-        logits = g.node("Add", "fc.add", [y, g.const("fc.bias", fc_b)])
+        g.node("Add", "fc.add", [y, g.const("fc.bias", fc_b)])
     g.nodes[-1].output[0] = OUTPUT_NAME
 
     batch_dim = DYNAMIC_BATCH_DIM if batch is None else batch

@@ -10,7 +10,6 @@ import math
 from dataclasses import dataclass
 
 from . import cuda_driver as cd
-from .nvrtc import compile_kernel
 from .tactics import ConvShape, Tactic, choose, TACTICS_BY_ID
 
 SOURCE = "fused_conv.cu"
@@ -29,15 +28,8 @@ class ConvParamsStruct(ctypes.Structure):
                                       "pad_top", "pad_left", "relu", "splits")]
 
 
-_modules: dict[tuple[int, str], cd.Module] = {}
-
-
-def module_for(tactic: Tactic, arch: str | None = None) -> cd.Module:
-    arch = arch or cd.compute_capability()
-    key = (tactic.id, arch)
-    if key not in _modules:
-        _modules[key] = cd.Module(compile_kernel(SOURCE, tactic.defines(), arch, "cubin").image)
-    return _modules[key]
+def module_for(tactic: Tactic) -> cd.Module:
+    return cd.kernel_module(SOURCE, tactic.defines())
 
 
 @dataclass

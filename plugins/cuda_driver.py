@@ -138,6 +138,20 @@ class Module:
         return fn
 
 
+_kernel_modules: dict[tuple, Module] = {}
+
+
+def kernel_module(source: str, defines: dict | None = None, device_ordinal: int = 0) -> Module:
+    """plugins/kernels/<source> compiled for this GPU (NVRTC, disk-cached) and loaded, once per process."""
+    from .nvrtc import compile_kernel
+
+    arch = compute_capability(device_ordinal)
+    key = (source, tuple(sorted((defines or {}).items())), arch)
+    if key not in _kernel_modules:
+        _kernel_modules[key] = Module(compile_kernel(source, defines or {}, arch, "cubin").image)
+    return _kernel_modules[key]
+
+
 def launch(fn, grid, block, shared_bytes: int, stream, arg_pointers: list[int]) -> None:
     """cuLaunchKernel with kernelParams given as host addresses of each argument's bytes."""
     drv = _driver()

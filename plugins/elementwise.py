@@ -5,16 +5,10 @@ from __future__ import annotations
 import ctypes
 
 from . import cuda_driver as cd
-from .nvrtc import compile_kernel
-
-_module = {}
 
 
 def _fn(name: str):
-    arch = cd.compute_capability()
-    if arch not in _module:
-        _module[arch] = cd.Module(compile_kernel("elementwise.cu", {}, arch, "cubin").image)
-    return _module[arch].function(name)
+    return cd.kernel_module("elementwise.cu").function(name)
 
 
 def add_relu_requant(a: int, a_scale: int, r: int, r_scale: int, out_scale: int, relu: bool, nbytes: int, y: int,

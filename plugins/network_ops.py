@@ -7,17 +7,11 @@ from __future__ import annotations
 import ctypes
 
 from . import cuda_driver as cd
-from .nvrtc import compile_kernel
-
-_modules: dict[str, cd.Module] = {}
 _THREADS = 256
 
 
 def _fn(name: str):
-    arch = cd.compute_capability()
-    if arch not in _modules:
-        _modules[arch] = cd.Module(compile_kernel("network_ops.cu", {}, arch, "cubin").image)
-    return _modules[arch].function(name)
+    return cd.kernel_module("network_ops.cu").function(name)
 
 
 def _launch(name: str, work_items: int, args: list, stream=None, threads: int = _THREADS) -> None:

@@ -22,7 +22,7 @@ from ..plugins import cuda_driver as cd
 from ..plugins import network_ops
 from ..plugins.conv import ConvLaunch
 from ..plugins.layout import channel_vector, round_up, unpack_nchwv
-from ..plugins.op_schema import DOMAIN, OPS
+from ..plugins.op_schema import DOMAIN
 from ..plugins.tactics import ConvShape
 
 
@@ -116,8 +116,7 @@ class CudaRunner:
             raise TrtfuseError(f"--backend cuda: the graph output {self.output_name} is not produced by a supported pattern")
 
     def _quantize_input(self, node) -> None:
-        users = self.consumers.get(node.output[0], [])
-        vec = 4 if all(u.op_type in OPS and _attrs(u)["in_channels"] <= 4 for u in users) and self.input_shape[1] <= 4 else 32
+        vec = channel_vector(self.input_shape[1])  # the CHW4 stem path when the image has <= 4 channels
         out = self.tensors[node.output[0]] = _Tensor(self.input_shape, vec)
         scale = self._const(node.input[1], np.float32)
         n, c, h, w = self.input_shape

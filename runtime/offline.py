@@ -10,7 +10,6 @@ benchmark, so LoadGen's accuracy log can be scored. LoadGen's own logs are kept 
 from __future__ import annotations
 
 import array
-import os
 import queue
 import re
 import threading
@@ -105,7 +104,7 @@ class _CudaWorker(_Worker):
             network_ops.gather_rows(self.samples.ptr, ibuf.ptr, self.sample_bytes, len(index), runner.input.buf.ptr,
                                     stream=runner.stream.handle)
             runner.launch()
-            pending.append((runner, ids, len(indices), done))
+            pending.append((runner, ids, len(ids), done))
             if self.jobs.empty():
                 while pending:
                     self._finish(*pending.pop(0))
@@ -165,7 +164,6 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         n_gpus = 0
         workers = [_OrtWorker(model_path, batch, images)]
 
-    results: dict[int, int] = {}
     lock = threading.Lock()
     completed = [0]
 
@@ -190,10 +188,9 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         for k, start in enumerate(range(0, len(order), batch)):
             chunk = order[start : start + batch]
             idx = np.array([c[0] for c in chunk], np.int64)
-            if len(idx) < batch:  # a static-shape graph: pad the last batch with repeats
-                idx = np.concatenate([idx, np.repeat(idx[:1], batch - len(idx))]) if backend == "cuda" else idx
-            workers[k % len(workers)].jobs.put((idx if backend == "cuda" else idx[: len(chunk)],
-                                                [c[1] for c in chunk], done))
+            if backend == "cuda" and len(idx) < batch:  # a static-shape graph: pad the last batch with repeats
+                idx = np.concatenate([idx, np.repeat(idx[:1], batch - len(idx))])
+            workers[k % len(workers)].jobs.put((idx, [c[1] for c in chunk], done))
 
     def flush_queries():
         pass
