@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..plugins.layout import channel_vector, pack_nchwv, pack_weight, round_up, unpack_chw32
+from ..plugins.layout import pack_nchwv, pack_weight, round_up, unpack_chw32
 from ..plugins.reference import conv_int8_accumulate, requantize_epilogue
 from ..plugins.tactics import ConvShape
 
@@ -43,6 +43,14 @@ class ConvProblem:
         return cls(shape, x, w, scale, bias, np.array([rng.uniform(0.01, 0.03)], np.float32), res,
                    np.array([rng.uniform(0.002, 0.01)], np.float32) if has_residual else None, relu)
 
+    def folded(self) -> "ConvProblem":
+        """The same problem as the space-to-depth stem runs it (plugins/stem.py): same outputs, exactly."""
+        from ..plugins import stem
+
+        fc = stem.fold(self.shape)
+        return ConvProblem(fc.shape, stem.fold_input(self.x), stem.fold_weight(self.w, fc), self.scale, self.bias,
+                           self.out_scale, self.residual, self.residual_scale, self.relu)
+
     def golden(self) -> np.ndarray:
         """docs/ops.md on the CPU (plugins/reference.py). bench/kernels.py has the same on the GPU for batch 256."""
         sh = self.shape
@@ -61,8 +69,8 @@ class DeviceConv:
         sh = problem.shape
         oh, ow = sh.out_hw
         self.kp = round_up(sh.k, 32)
-        self.x = cd.DeviceBuffer.from_array(pack_nchwv(problem.x, channel_vector(sh.c)))
-        self.w = cd.DeviceBuffer.from_array(pack_weight(problem.w))
+        self.x = cd.DeviceBuffer.from_array(pack_nchwv(problem.x, sh.vec))
+        self.w = cd.DeviceBuffer.from_array(pack_weight(problem.w, sh.vec))
         self.scale = cd.DeviceBuffer.from_array(problem.scale)
         self.bias = cd.DeviceBuffer.from_array(problem.bias)
         self.out_scale = cd.DeviceBuffer.from_array(problem.out_scale)

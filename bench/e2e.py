@@ -87,6 +87,8 @@ def main(argv=None) -> int:
     ap.add_argument("--streams", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--autotune", action="store_true", help="time every tactic per conv when building the runner")
+    ap.add_argument("--no-fold-stem", action="store_true", help="run the stem on CHW4 instead of space-to-depth")
     ap.add_argument("-o", "--output")
     args = ap.parse_args(argv)
 
@@ -96,7 +98,9 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     _, fused = build_fused_resnet50(args.batch)
     prep_s = time.perf_counter() - t0
-    runners = [CudaRunner(fused, args.batch) for _ in range(args.streams)]
+    runners = [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, autotune=args.autotune)]
+    runners += [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, plans_from=runners[0])
+                for _ in range(args.streams - 1)]
     images = np.random.default_rng(0).normal(size=(args.batch, 3, 224, 224)).astype(np.float32)
     for r in runners:
         r.load_input(images)
@@ -105,7 +109,8 @@ def main(argv=None) -> int:
     breakdown = layer_breakdown(runners[0])
     torch_fp16 = None if args.no_torch else torch_fp16_samples_per_s(args.batch, args.seconds)
     total = sum(b["ms"] for b in breakdown)
-    result = {"device": cd.device_name(), "batch": args.batch, "streams": args.streams,
+    result = {"device": cd.device_name(), "batch": args.batch, "streams": args.streams, "autotune": args.autotune,
+              "fold_stem": not args.no_fold_stem, "plans": {name: f"{p.tactic.name}/s{p.splits}" for name, p in runners[0].plans},
               "samples_per_s": ours, "samples_per_s_one_stream": ours_one,
               "torch_fp16_samples_per_s": torch_fp16, "forward_ms_sum_of_steps": total,
               "model_prep_seconds": prep_s, "breakdown": breakdown}

@@ -100,7 +100,8 @@ def golden_on_device(torch, problem):
 def bench_layer(torch, name, shape, has_res, args, bw_tbps):
     from ..plugins.conv import ConvLaunch
     from ..plugins.elementwise import add_relu_requant
-    from ..plugins.layout import channel_vector, pack_nchwv, pack_weight, round_up
+    from ..plugins import stem
+    from ..plugins.layout import pack_nchwv, pack_weight, round_up
     from ..plugins.tactics import candidate_tactics, choose
     from .conv_problem import POISON, ConvProblem, passes_lsb_rule
 
@@ -109,33 +110,47 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
     oh, ow = shape.out_hw
     kp = round_up(shape.k, 32)
     dev = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()
-    x = dev(pack_nchwv(problem.x, channel_vector(shape.c)))
-    w = dev(pack_weight(problem.w))
+    x = dev(pack_nchwv(problem.x, shape.vec))
+    w = dev(pack_weight(problem.w, shape.vec))
     scale, bias, out_scale = dev(problem.scale), dev(problem.bias), dev(problem.out_scale)
     res = dev(pack_nchwv(problem.residual, 32)) if has_res else None
     res_scale = dev(problem.residual_scale) if has_res else None
     y = torch.empty((shape.n, kp // 32, oh, ow, 32), dtype=torch.int8, device="cuda")
     cur = lambda: torch.cuda.current_stream().cuda_stream
 
+    # The space-to-depth stem (plugins/stem.py) runs a different conv on folded operands, same output.
+    operands = {id(shape): (x, w)}
+    if stem.applies(shape):
+        folded = problem.folded()
+        operands[id(folded.shape)] = (dev(pack_nchwv(folded.x, folded.shape.vec)), dev(pack_weight(folded.w, folded.shape.vec)))
+
     def make_run(plan, relu=True, with_res=True, out=y):
         ws = torch.zeros(max(plan.workspace_bytes, 4), dtype=torch.uint8, device="cuda")
         r = res if with_res else None
         rs = res_scale if with_res else None
-        return lambda: plan.launch(x.data_ptr(), w.data_ptr(), scale.data_ptr(), bias.data_ptr(), out_scale.data_ptr(),
+        xb, wb = operands[id(plan.shape)]
+        return lambda: plan.launch(xb.data_ptr(), wb.data_ptr(), scale.data_ptr(), bias.data_ptr(), out_scale.data_ptr(),
                                    out.data_ptr(), residual=r.data_ptr() if r is not None else 0,
                                    residual_scale=rs.data_ptr() if rs is not None else 0, relu=relu,
                                    workspace=ws.data_ptr() if plan.workspace_bytes else 0, stream=cur())
 
-    heuristic_tactic, heuristic_splits = choose(shape)
-    plans = [ConvLaunch(shape, heuristic_tactic, heuristic_splits)]
+    forms = [shape] + ([folded.shape] if stem.applies(shape) else [])
+    heuristic_plan = ConvLaunch.plan(forms[-1])  # what the GPU runner launches for this layer
+    heuristic_tactic, heuristic_splits = heuristic_plan.tactic, heuristic_plan.splits
+    plans = [heuristic_plan]
     if args.autotune:
-        ktiles = math.ceil(kg / 64)
-        for t in candidate_tactics(shape):
-            for s in (1, 2, 4, 8):
-                if s <= max(1, ktiles // 2) and not (t == heuristic_tactic and s == heuristic_splits):
-                    plans.append(ConvLaunch(shape, t, s))
+        for form in forms:
+            ktiles = math.ceil(form.gemm[2] / 64)
+            for t in candidate_tactics(form):
+                for s in (1, 2, 4, 8):
+                    if s <= max(1, ktiles // 2) and not (form is heuristic_plan.shape and t == heuristic_tactic and s == heuristic_splits):
+                        plans.append(ConvLaunch(form, t, s))
     timed = [(graph_time_ms(torch, make_run(p), args.reps), p) for p in plans]
     ours_ms, best = min(timed, key=lambda tp: tp[0])
+    form_label = lambda plan: "space-to-depth CHW16" if plan.shape is not shape else f"CHW{shape.vec}"
+    best_by_form = {}
+    for ms, plan in timed:
+        best_by_form[form_label(plan)] = min(ms, best_by_form.get(form_label(plan), ms))
 
     # Correctness of the chosen plan on this layer's data, output poisoned first.
     y.fill_(POISON)
@@ -150,6 +165,7 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
 
     rec = {"layer": name, "batch": shape.n, "M": m, "N": shape.k, "K": shape.c * shape.r * shape.s, "K_gemm": kg,
            "residual": has_res, "tactic": best.tactic.name, "splits": best.splits,
+           "form": form_label(best), "best_ms_by_form": best_by_form,
            "heuristic": f"{heuristic_tactic.name}/s{heuristic_splits}", "heuristic_ms": timed[0][0],
            "ours_ms": ours_ms, "correct": correct, **stats}
     bytes_moved = x.numel() + w.numel() + y.numel() + (res.numel() if has_res else 0)
@@ -161,7 +177,7 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
     rec["unfused_ms"] = rec["cublaslt_int8_ms"] = rec["cudnn_fp16_ms"] = None
     if has_res:  # our own unfused pair: conv(+scale, bias, requant) then add + ReLU + requant
         t_buf = torch.empty_like(y)
-        conv_only = make_run(ConvLaunch(shape, best.tactic, best.splits), relu=False, with_res=False, out=t_buf)
+        conv_only = make_run(ConvLaunch(best.shape, best.tactic, best.splits), relu=False, with_res=False, out=t_buf)
         t_scale = dev(np.array([0.05], np.float32))
 
         def unfused():

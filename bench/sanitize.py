@@ -14,8 +14,10 @@ from .conv_problem import ConvProblem, DeviceConv, compare, passes_lsb_rule
 def main() -> int:
     cases = []
     for t in TACTICS:
-        c = 3 if t.vec == 4 else 40
-        cases.append((ConvShape(1, c, 9, 7, 40, 3, 3, (2, 1), (1, 1, 1, 1)), True, t.id, 1))
+        c, in_vec = {4: (3, 0), 16: (12, 16), 32: (40, 0)}[t.vec]
+        cases.append((ConvShape(1, c, 9, 7, 40, 3, 3, (2, 1), (1, 1, 1, 1), in_vec), True, t.id, 1))
+        if t.persistent:  # more tiles than resident CTAs would be needed to loop; a wide shape gives several
+            cases.append((ConvShape(4, c, 24, 24, 96, 1, 1, (1, 1), (0, 0, 0, 0), in_vec), True, t.id, 1))
     cases.append((ConvShape(1, 64, 5, 5, 64, 3, 3, (1, 1), (1, 1, 1, 1)), True, 4, 3))
     bad = 0
     for shape, res, tid, splits in cases:

@@ -53,9 +53,20 @@ class ConvLaunch:
         return cls(shape, t, splits if splits is not None else s, out_f32)
 
     @property
-    def grid(self) -> tuple[int, int, int]:
+    def tiles(self) -> int:
         m, n, _ = self.shape.gemm
-        return math.ceil(m / self.tactic.bm) * math.ceil(n / self.tactic.bn), self.splits, 1
+        return math.ceil(m / self.tactic.bm) * math.ceil(n / self.tactic.bn)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return self.tiles, self.splits, 1
+
+    def launch_grid(self, fn, smem: int) -> tuple[int, int, int]:
+        """The grid actually launched: a persistent tactic gets only the CTAs that are resident at once."""
+        if not self.tactic.persistent:
+            return self.grid
+        resident = cd.max_active_blocks(fn, self.tactic.threads, smem) * cd.device_attribute("MULTIPROCESSOR_COUNT")
+        return min(self.tiles, max(1, resident)), 1, 1
 
     @property
     def workspace_bytes(self) -> int:
@@ -63,7 +74,7 @@ class ConvLaunch:
         if self.splits == 1:
             return 0
         m, n, _ = self.shape.gemm
-        return 4 * m * n + 4 * self.grid[0]
+        return 4 * m * n + 4 * self.tiles
 
     def launch(self, x: int, w: int, scale: int, bias: int, out_scale: int, y: int, *, residual: int = 0,
                residual_scale: int = 0, relu: bool = True, workspace: int = 0, stream=None) -> None:
@@ -81,4 +92,4 @@ class ConvLaunch:
         smem = t.shared_bytes(sh.c, (sh.r, sh.s))
         entries = (ENTRY_F32, ENTRY_F32_SPLIT_K) if self.out_f32 else (ENTRY, ENTRY_SPLIT_K)
         fn = module_for(t).function(entries[self.splits > 1], smem)
-        cd.launch(fn, self.grid, (t.threads, 1, 1), smem, stream, [ctypes.addressof(p)])
+        cd.launch(fn, self.launch_grid(fn, smem), (t.threads, 1, 1), smem, stream, [ctypes.addressof(p)])

@@ -61,6 +61,7 @@ def gpu_available() -> tuple[bool, str]:
     return True, ""
 
 
+@lru_cache(maxsize=None)
 def device_attribute(name: str, device_ordinal: int = 0) -> int:
     drv = _driver()
     context(device_ordinal)
@@ -150,6 +151,17 @@ def kernel_module(source: str, defines: dict | None = None, device_ordinal: int 
     if key not in _kernel_modules:
         _kernel_modules[key] = Module(compile_kernel(source, defines or {}, arch, "cubin").image)
     return _kernel_modules[key]
+
+
+_occupancy: dict = {}
+
+
+def max_active_blocks(fn, threads: int, dynamic_smem: int) -> int:
+    """CTAs of `fn` resident per SM at once (the driver's occupancy calculator), cached."""
+    key = (int(fn), threads, dynamic_smem)
+    if key not in _occupancy:
+        _occupancy[key] = check(_driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, dynamic_smem))
+    return _occupancy[key]
 
 
 def launch(fn, grid, block, shared_bytes: int, stream, arg_pointers: list[int]) -> None:

@@ -49,21 +49,24 @@ def unpack_chw32(x: np.ndarray, channels: int) -> np.ndarray:
     return unpack_nchwv(x, channels)
 
 
-def gemm_k(in_channels: int, kernel_shape) -> tuple[int, int]:
-    """(KG, KG_pad): the implicit GEMM's reduction length before and after padding to 32."""
-    vec = channel_vector(in_channels)
+def gemm_k(in_channels: int, kernel_shape, vec: int | None = None) -> tuple[int, int]:
+    """(KG, KG_pad): the implicit GEMM's reduction length before and after padding to 32.
+
+    `vec` defaults to the op's layout (channel_vector); the space-to-depth stem (plugins/stem.py)
+    reads a CHW16 tensor of its own."""
+    vec = vec or channel_vector(in_channels)
     r, s = kernel_shape
     kg = round_up(in_channels, vec) * r * s
     return kg, round_up(kg, 32)
 
 
-def pack_weight(w: np.ndarray) -> np.ndarray:
+def pack_weight(w: np.ndarray, vec: int | None = None) -> np.ndarray:
     """int8 [K, C, R, S] -> packed [K_pad, KG_pad] int8 (see module docstring)."""
     k, c, r, s = w.shape
-    vec = channel_vector(c)
+    vec = vec or channel_vector(c)
     cp = round_up(c, vec)
     kp = round_up(k, 32)
-    kg, kg_pad = gemm_k(c, (r, s))
+    kg, kg_pad = gemm_k(c, (r, s), vec)
     full = np.zeros((kp, cp, r, s), dtype=np.int8)
     full[:k, :c] = w
     # [K, cb, V, R, S] -> [K, cb, R, S, V]

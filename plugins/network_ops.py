@@ -33,6 +33,13 @@ def quantize(x: int, scale: int, n: int, c: int, h: int, w: int, y: int, vec: in
     _launch(f"trtfuse_quantize_chw{vec}", n * cb * h * w, [_p(x), _p(scale), _i(n), _i(c), _i(h), _i(w), _p(y)], stream)
 
 
+def quantize_s2d(x: int, scale: int, n: int, c: int, h: int, w: int, y: int, stream=None) -> None:
+    """fp32 NCHW (C <= 4) -> int8 space-to-depth CHW16 [N, 1, ceil(H/2), ceil(W/2), 16] (plugins/stem.py)."""
+    if c > 4:
+        raise ValueError("space-to-depth input needs C <= 4")
+    _launch("trtfuse_quantize_s2d16", n * ((h + 1) // 2) * ((w + 1) // 2), [_p(x), _p(scale), _i(n), _i(c), _i(h), _i(w), _p(y)], stream)
+
+
 def maxpool(x: int, n: int, c: int, h: int, w: int, kernel: int, stride: int, pad: int, y: int, stream=None) -> tuple[int, int]:
     oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
     cb = (c + 31) // 32

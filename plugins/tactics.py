@@ -26,6 +26,10 @@ class Tactic:
     stages: int
     vec: int
     min_blocks: int = 1  # CTAs per SM the register budget must allow (__launch_bounds__)
+    # Persistent: a grid of only the CTAs that fit at once, each looping over output tiles and issuing
+    # the next tile's loads before this tile's epilogue (short-K layers are otherwise a serial chain of
+    # load -> MMA -> epilogue -> store per CTA). Costs a second staging tile of shared memory.
+    persistent: bool = False
 
     @property
     def threads(self) -> int:
@@ -33,18 +37,21 @@ class Tactic:
 
     @property
     def name(self) -> str:
-        return f"t{self.id}_{self.bm}x{self.bn}_w{self.wm}x{self.wn}_s{self.stages}_v{self.vec}_b{self.min_blocks}"
+        return (f"t{self.id}_{self.bm}x{self.bn}_w{self.wm}x{self.wn}_s{self.stages}_v{self.vec}_b{self.min_blocks}"
+                + ("_p" if self.persistent else ""))
 
     def defines(self) -> dict[str, int]:
         return {"TF_BM": self.bm, "TF_BN": self.bn, "TF_WM": self.wm, "TF_WN": self.wn,
-                "TF_STAGES": self.stages, "TF_VEC": self.vec, "TF_MINB": self.min_blocks}
+                "TF_STAGES": self.stages, "TF_VEC": self.vec, "TF_MINB": self.min_blocks,
+                "TF_PERSISTENT": int(self.persistent)}
 
     def shared_bytes(self, in_channels: int, kernel_shape) -> int:
         """Dynamic shared memory: pipeline ring + output/residual staging tile + tap table."""
-        _, kg_pad = gemm_k(in_channels, kernel_shape)
+        _, kg_pad = gemm_k(in_channels, kernel_shape, self.vec)
         ktiles = math.ceil(kg_pad / 64)
         taps = ktiles * 64 // self.vec
-        return self.stages * (self.bm + self.bn) * 64 + self.bm * (self.bn + 16) + taps * 16
+        staging = 2 if self.persistent else 1
+        return self.stages * (self.bm + self.bn) * 64 + staging * self.bm * (self.bn + 16) + taps * 16
 
 
 TACTICS: tuple[Tactic, ...] = (
@@ -58,6 +65,16 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic(9, 64, 64, 2, 2, 2, 32, 4),
     Tactic(6, 128, 64, 2, 2, 4, 4, 2),
     Tactic(7, 64, 64, 2, 2, 4, 4, 3),
+    # CHW16: the space-to-depth stem (plugins/stem.py), 16-byte gathers instead of CHW4's 4-byte ones.
+    Tactic(15, 128, 64, 2, 2, 4, 16, 2),
+    Tactic(16, 64, 64, 2, 2, 4, 16, 3),
+    Tactic(17, 128, 64, 2, 2, 3, 16, 2, persistent=True),
+    # Persistent variants for the short-K, many-tile layers (res2-res5 1x1 convs at large batch).
+    Tactic(10, 128, 128, 2, 4, 2, 32, 2, persistent=True),
+    Tactic(11, 128, 128, 2, 4, 3, 32, 2, persistent=True),
+    Tactic(12, 128, 64, 2, 2, 3, 32, 2, persistent=True),
+    Tactic(13, 64, 128, 2, 2, 3, 32, 2, persistent=True),
+    Tactic(14, 64, 64, 2, 2, 3, 32, 4, persistent=True),
 )
 TACTICS_BY_ID = {t.id: t for t in TACTICS}
 
@@ -73,6 +90,7 @@ class ConvShape:
     s: int
     stride: tuple[int, int] = (1, 1)
     pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    in_vec: int = 0  # input vector width; 0: the op's layout (channel_vector), 16: the space-to-depth stem
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -84,11 +102,11 @@ class ConvShape:
     def gemm(self) -> tuple[int, int, int]:
         """(M, N, K) of the implicit GEMM, K padded as the kernel walks it."""
         oh, ow = self.out_hw
-        return self.n * oh * ow, round_up(self.k, 32), gemm_k(self.c, (self.r, self.s))[1]
+        return self.n * oh * ow, round_up(self.k, 32), gemm_k(self.c, (self.r, self.s), self.vec)[1]
 
     @property
     def vec(self) -> int:
-        return channel_vector(self.c)
+        return self.in_vec or channel_vector(self.c)
 
 
 def candidate_tactics(shape: ConvShape) -> list[Tactic]:

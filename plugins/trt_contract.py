@@ -78,8 +78,10 @@ def io_types(spec: OpSpec) -> list[str]:
 
 def aot_tactics(attrs: ConvAttrs) -> list[Tactic]:
     vec = channel_vector(attrs.in_channels)
-    return [t for t in TACTICS
-            if t.vec == vec and t.shared_bytes(attrs.in_channels, attrs.kernel_shape) <= AOT_SHARED_LIMIT]
+    # The AOT entries take one CTA per output tile (the grid is a shape expression; a persistent grid
+    # would need the SM count), so persistent tactics are ours alone.
+    return [t for t in TACTICS if t.vec == vec and not t.persistent
+            and t.shared_bytes(attrs.in_channels, attrs.kernel_shape) <= AOT_SHARED_LIMIT]
 
 
 @dataclass(frozen=True)

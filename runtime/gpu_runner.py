@@ -21,16 +21,20 @@ from ..errors import TrtfuseError
 from ..plugins import cuda_driver as cd
 from ..plugins import network_ops
 from ..plugins.conv import ConvLaunch
-from ..plugins.layout import channel_vector, round_up, unpack_nchwv
+from ..plugins import stem
+from ..plugins.layout import channel_vector, pack_weight, round_up, unpack_nchwv, unpack_weight
 from ..plugins.op_schema import DOMAIN
-from ..plugins.tactics import ConvShape
+from ..plugins.tactics import ConvShape, candidate_tactics
 
 
 class _Tensor:
-    """An int8 activation on the device in CHW{vec} layout (or an fp32 buffer when vec == 0)."""
+    """An int8 activation on the device in CHW{vec} layout (or an fp32 buffer when vec == 0).
 
-    def __init__(self, shape, vec: int, dtype=np.int8):
+    `folded_from`: this is the space-to-depth form (plugins/stem.py) of a tensor of that logical shape."""
+
+    def __init__(self, shape, vec: int, dtype=np.int8, folded_from=None):
         self.shape, self.vec, self.dtype = tuple(int(d) for d in shape), vec, dtype
+        self.folded_from = folded_from
         if vec:
             n, c, h, w = self.shape
             self.physical = (n, round_up(c, vec) // vec, h, w, vec)
@@ -48,12 +52,15 @@ def _attrs(node) -> dict:
 
 
 class CudaRunner:
-    def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True):
+    def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True, fold_stem: bool = True,
+                 autotune: bool = False, plans_from: "CudaRunner | None" = None):
         ok, why = cd.gpu_available()
         if not ok:
             raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
         cd.context()
-        self.model, self.batch = model, batch
+        self.model, self.batch, self.fold_stem, self.autotune = model, batch, fold_stem, autotune
+        self._timer = cd.Timer() if autotune else None
+        self._given_plans = dict(plans_from.plans) if plans_from is not None else None  # another runner's (tuned) choices
         self.inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
         self.consumers: dict[str, list] = {}
         for node in model.graph.node:
@@ -115,11 +122,26 @@ class CudaRunner:
         if self.output_name not in self.tensors:
             raise TrtfuseError(f"--backend cuda: the graph output {self.output_name} is not produced by a supported pattern")
 
+    @staticmethod
+    def _conv_shape(node, in_shape) -> ConvShape:
+        a = _attrs(node)
+        return ConvShape(*in_shape, a["out_channels"], *a["kernel_shape"], tuple(a["strides"]), tuple(a["pads"]))
+
     def _quantize_input(self, node) -> None:
-        vec = channel_vector(self.input_shape[1])  # the CHW4 stem path when the image has <= 4 channels
-        out = self.tensors[node.output[0]] = _Tensor(self.input_shape, vec)
         scale = self._const(node.input[1], np.float32)
         n, c, h, w = self.input_shape
+        users = self.consumers.get(node.output[0], [])
+        if (self.fold_stem and len(users) == 1 and users[0].domain == DOMAIN and users[0].op_type == "FusedConv"
+                and stem.applies(self._conv_shape(users[0], self.input_shape))):
+            # The stem reads the image folded 2x2 into 16 channels: quantize straight into that form.
+            folded = stem.fold(self._conv_shape(users[0], self.input_shape)).shape
+            out = self.tensors[node.output[0]] = _Tensor((n, folded.c, folded.h, folded.w), stem.S2D_VEC,
+                                                         folded_from=self.input_shape)
+            self.steps.append(("quantize input (space-to-depth)", lambda s, x=self.input.buf.ptr: network_ops.quantize_s2d(
+                x, scale, n, c, h, w, out.buf.ptr, stream=s)))
+            return
+        vec = channel_vector(c)  # the CHW4 stem path when the image has <= 4 channels
+        out = self.tensors[node.output[0]] = _Tensor(self.input_shape, vec)
         self.steps.append(("quantize input", lambda s, x=self.input.buf.ptr: network_ops.quantize(x, scale, n, c, h, w, out.buf.ptr, vec, stream=s)))
 
     def _fused_conv(self, node) -> None:
@@ -127,28 +149,67 @@ class CudaRunner:
         x = self.tensors.get(node.input[0])
         if x is None:
             raise TrtfuseError(f"--backend cuda: input {node.input[0]} of {node.name} is not an int8 tensor it computed")
-        n, c, h, w = x.shape
-        shape = ConvShape(n, c, h, w, a["out_channels"], *a["kernel_shape"], tuple(a["strides"]), tuple(a["pads"]))
-        if channel_vector(c) != x.vec:
-            raise TrtfuseError(f"--backend cuda: {node.name} expects CHW{channel_vector(c)} input")
-        plan = ConvLaunch.plan(shape)
-        self.plans.append((node.name, plan))
+        shape = self._conv_shape(node, x.folded_from or x.shape)
+        n = shape.n
+        if x.folded_from:
+            fc = stem.fold(shape)
+            w = unpack_weight(self.inits[node.input[1]], shape.k, shape.c, (shape.r, shape.s))
+            self.consts[node.name + "__folded_weight"] = cd.DeviceBuffer.from_array(pack_weight(stem.fold_weight(w, fc), stem.S2D_VEC))
+            weight = self.consts[node.name + "__folded_weight"].ptr
+            plan = ConvLaunch.plan(fc.shape)
+        else:
+            if channel_vector(shape.c) != x.vec:
+                raise TrtfuseError(f"--backend cuda: {node.name} expects CHW{channel_vector(shape.c)} input")
+            plan = ConvLaunch.plan(shape)
+            weight = self._const(node.input[1])
         oh, ow = shape.out_hw
         out = self.tensors[node.output[0]] = _Tensor((n, shape.k, oh, ow), 32)
-        ptrs = [self._const(name) for name in node.input[1:5]]
+        ptrs = [weight] + [self._const(name) for name in node.input[2:5]]
         res = res_scale = 0
         if node.op_type == "FusedConvAdd":
             r = self.tensors.get(node.input[5])
             if r is None:
                 raise TrtfuseError(f"--backend cuda: residual {node.input[5]} of {node.name} is not an int8 tensor it computed")
             res, res_scale = r.buf.ptr, self._const(node.input[6])
-        ws = None
-        if plan.workspace_bytes:
-            ws = cd.DeviceBuffer(plan.workspace_bytes)
-            ws.fill(0)
+
+        def make_step(plan):
+            ws = None
+            if plan.workspace_bytes:
+                ws = cd.DeviceBuffer(plan.workspace_bytes)
+                ws.fill(0)  # split-K leaves it zeroed after every launch
+            return lambda s: plan.launch(x.buf.ptr, *ptrs, out.buf.ptr, residual=res, residual_scale=res_scale,
+                                         relu=bool(a["relu"]), workspace=ws.ptr if ws else 0, stream=s), ws
+
+        if self._given_plans is not None:
+            plan = self._given_plans[node.name]
+        elif self.autotune:
+            plan = self._fastest(plan, make_step, [x, out] + ([self.tensors[node.input[5]]] if res else []))
+        step, ws = make_step(plan)
+        if ws is not None:
             self.consts[node.name + "__workspace"] = ws
-        self.steps.append((node.name, lambda s: plan.launch(x.buf.ptr, *ptrs, out.buf.ptr, residual=res, residual_scale=res_scale,
-                                                relu=bool(a["relu"]), workspace=ws.ptr if ws else 0, stream=s)))
+        self.plans.append((node.name, plan))
+        self.steps.append((node.name, step))
+
+    def _fastest(self, heuristic_plan: ConvLaunch, make_step, tensors) -> ConvLaunch:
+        """--autotune: time every tactic and split count of this conv on its own buffers, keep the fastest.
+
+        The buffers hold a constant non-zero byte while tuning (every candidate sees the same data; zeros
+        can run faster than real data)."""
+        for t in tensors:
+            t.buf.fill(0x35)
+        shape = heuristic_plan.shape
+        ktiles = -(-shape.gemm[2] // 64)
+        candidates = [heuristic_plan] + [ConvLaunch(shape, t, s) for t in candidate_tactics(shape) for s in (1, 2, 4, 8)
+                                         if s <= max(1, ktiles // 2) and (t, s) != (heuristic_plan.tactic, heuristic_plan.splits)]
+        stream = cd.Stream()
+        best, best_ms = heuristic_plan, float("inf")
+        for plan in candidates:
+            step, _ = make_step(plan)
+            step(stream.handle)  # module load and attribute setup stay out of the timing
+            ms = sorted(self._timer.time(lambda: [step(stream.handle) for _ in range(5)], stream.handle, 3))[1] / 5
+            if ms < best_ms:
+                best, best_ms = plan, ms
+        return best
 
     def _dequantize_chain(self, node) -> set:
         x = self.tensors.get(node.input[0])

@@ -33,8 +33,21 @@ def test_edge_shapes_default_plan(name, shape, has_res):
 
 @pytest.mark.parametrize("tactic", TACTICS, ids=[t.name for t in TACTICS])
 def test_every_tactic(tactic):
-    c = 3 if tactic.vec == 4 else 64
-    _check(ConvShape(2, c, 14, 14, 96, 3, 3, (1, 1), (1, 1, 1, 1)), tactic.vec == 32, tactic.id)
+    c, in_vec = {4: (3, 0), 16: (12, 16), 32: (64, 0)}[tactic.vec]
+    _check(ConvShape(2, c, 14, 14, 96, 3, 3, (1, 1), (1, 1, 1, 1), in_vec), tactic.vec == 32, tactic.id)
+
+
+@pytest.mark.parametrize("shape", [ConvShape(3, 3, 64, 64, 64, 7, 7, (2, 2), (3, 3, 3, 3)),
+                                   ConvShape(2, 3, 33, 30, 40, 5, 5, (2, 2), (2, 1, 2, 2)),
+                                   ConvShape(2, 4, 20, 21, 64, 3, 3, (2, 2), (1, 1, 1, 1))], ids=str)
+def test_space_to_depth_stem_equals_the_original_conv(shape):
+    """The folded stride-1 CHW16 conv (plugins/stem.py) on the GPU against the golden of the original
+    stride-2 conv: the fold must change nothing."""
+    problem = ConvProblem.random(shape, False)
+    folded = problem.folded()
+    for tactic_id in (None, 15, 16, 17):
+        out, _ = DeviceConv(folded, ConvLaunch.plan(folded.shape, tactic_id)).run_checked()
+        assert passes_lsb_rule(compare(out, problem.golden())), (shape, tactic_id)
 
 
 @pytest.mark.parametrize("splits", [2, 3, 7])

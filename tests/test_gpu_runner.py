@@ -15,15 +15,17 @@ _ok, _why = gpu_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _ok, reason=f"needs a CUDA GPU: {_why}")]
 
 
-@pytest.mark.parametrize("arch,size", [("resnet50", 64), ("resnet18", 96)])
-def test_fuse_all_resnet_matches_cpu_golden(arch, size):
+@pytest.mark.parametrize("arch,size,options", [("resnet50", 64, {}), ("resnet18", 96, {}),
+                                               ("resnet18", 64, {"fold_stem": False}), ("resnet18", 64, {"autotune": True})],
+                         ids=["resnet50", "resnet18", "resnet18-chw4-stem", "resnet18-autotune"])
+def test_fuse_all_resnet_matches_cpu_golden(arch, size, options):
     from trtfuse.runtime.cpu_executor import run_model
     from trtfuse.runtime.gpu_runner import CudaRunner
 
     model = load_cached_model(arch, image_size=size, batch=2)
     images = np.random.default_rng().normal(size=(2, 3, size, size)).astype(np.float32)
     fused, _ = rewrite(model, "all", calib_images=images)
-    runner = CudaRunner(fused, 2)
+    runner = CudaRunner(fused, 2, **options)
     logits = runner.run(images)
     names = [n.output[0] for n in fused.graph.node if n.domain == DOMAIN]
     cpu = run_model(fused, {fused.graph.input[0].name: images}, names + [fused.graph.output[0].name])

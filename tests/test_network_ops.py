@@ -75,6 +75,26 @@ def test_quantize_kernel(c, vec):
     assert np.array_equal(raw, pack_nchwv(ref.quantize(x, scale[0]), vec))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("c,h,w", [(3, 14, 10), (3, 13, 9), (4, 6, 7), (1, 5, 8)])
+def test_quantize_space_to_depth_kernel(c, h, w):
+    """fp32 NCHW -> the stem's folded CHW16 input (plugins/stem.py), odd sizes zero-padded."""
+    if not _ok:
+        pytest.skip(f"needs a CUDA GPU: {_why}")
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins import network_ops, stem
+
+    x = (np.random.default_rng().normal(size=(3, c, h, w)) * 4).astype(np.float32)
+    scale = np.array([0.031], np.float32)
+    xb, sb = cd.DeviceBuffer.from_array(x), cd.DeviceBuffer.from_array(scale)
+    shape = (3, 1, (h + 1) // 2, (w + 1) // 2, 16)
+    yb = cd.DeviceBuffer(int(np.prod(shape)))
+    yb.fill(0x5A)
+    network_ops.quantize_s2d(xb.ptr, sb.ptr, 3, c, h, w, yb.ptr)
+    raw = yb.download(shape, np.int8)
+    assert np.array_equal(raw, pack_nchwv(stem.fold_input(ref.quantize(x, scale[0])), 16))
+
+
 def test_maxpool_and_avgpool_kernels():
     if not _ok:
         pytest.skip(f"needs a CUDA GPU: {_why}")

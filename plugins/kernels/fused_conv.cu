@@ -8,7 +8,8 @@
 //   L2), grid.y = split-K slices.
 //
 // Compile-time configuration (one NVRTC compile per tactic): TF_BM TF_BN TF_WM TF_WN TF_STAGES TF_VEC,
-// TF_MINB (CTAs per SM the register allocation must allow).
+// TF_MINB (CTAs per SM the register allocation must allow), TF_PERSISTENT (the general entry loops
+// over output tiles, overlapping one tile's epilogue with the next tile's loads).
 #include "conv_epilogue.cuh"
 #include "conv_iterators.cuh"
 
@@ -56,70 +57,13 @@ struct WarpMma {
   }
 };
 
-template <int BM, int BN, int WM, int WN, int STAGES, int VEC, bool SPLIT_K, bool OUT_F32 = false>
-__device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
-  constexpr int NTHREADS = WM * WN * 32;
+// After the main loop: split-K reduction (if any), then the fp32 classifier output or the fused
+// requantizing epilogue through the staging tile (which holds the residual tile on entry).
+template <int BM, int BN, int WM, int WN, int NTHREADS, bool SPLIT_K, bool OUT_F32, int MT, int NT>
+__device__ __forceinline__ void epilogue(const ConvParams& p, const ConvShape& sh, int (&acc)[MT][NT][4], int8_t* staging,
+                                         int m0, int n0, int splits, bool has_res, int tid, int lane, int wm, int wn) {
   using Mma = WarpMma<BM, BN, WM, WN>;
   using Out = OutputTile<BM, BN>;
-  extern __shared__ __align__(128) int8_t smem[];
-  int8_t* sA = smem;                          // STAGES x BM x 64
-  int8_t* sB = sA + STAGES * BM * 64;         // STAGES x BN x 64
-  int8_t* sOut = sB + STAGES * BN * 64;       // residual in, output out
-  Tap* taps = reinterpret_cast<Tap*>(sOut + Out::BYTES);
-
-  const ConvShape sh = ConvShape::make<VEC>(p);
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wm = warp / WN, wn = warp % WN;
-  const int n_tiles = (sh.Kpad + BN - 1) / BN;
-  const int m0 = (blockIdx.x / n_tiles) * BM, n0 = (blockIdx.x % n_tiles) * BN;
-  const int splits = SPLIT_K ? p.splits : 1;
-  const int kt_begin = blockIdx.y * sh.ktiles / splits, kt_end = (blockIdx.y + 1) * sh.ktiles / splits;
-  const bool has_res = !OUT_F32 && p.residual != nullptr;
-
-  // The residual tile streams in while the main loop runs (its own cp.async group, the oldest).
-  if (has_res && !SPLIT_K) Out::template prefetch_residual<NTHREADS>(sOut, p, sh, m0, n0, tid);
-  cp_async_commit();
-  build_tap_table<VEC>(taps, p, sh, tid, NTHREADS);
-  __syncthreads();
-
-  const ActivationIterator<BM, NTHREADS, VEC> a_iter(p, sh, m0, tid);
-  const WeightIterator<BN, NTHREADS> b_iter(p, sh, n0, tid);
-  int acc[Mma::MT][Mma::NT][4];
-#pragma unroll
-  for (int i = 0; i < Mma::MT; ++i)
-#pragma unroll
-    for (int j = 0; j < Mma::NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0;
-
-  // ---- main loop: STAGES-1 tiles in flight while the tensor cores eat the oldest ----
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (kt_begin + s < kt_end) {
-      a_iter.load(sA + s * BM * 64, taps, p, kt_begin + s);
-      b_iter.load(sB + s * BN * 64, sh, kt_begin + s);
-    }
-    cp_async_commit();
-  }
-  Mma mma;
-  int read_stage = 0, write_stage = STAGES - 1;
-  for (int kt = kt_begin; kt < kt_end; ++kt) {
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();  // tile kt landed for every thread; stage write_stage is no longer read
-    if (kt + STAGES - 1 < kt_end) {
-      a_iter.load(sA + write_stage * BM * 64, taps, p, kt + STAGES - 1);
-      b_iter.load(sB + write_stage * BN * 64, sh, kt + STAGES - 1);
-    }
-    cp_async_commit();
-    const int8_t* a = sA + read_stage * BM * 64;
-    const int8_t* b = sB + read_stage * BN * 64;
-    mma.load(0, a, b, wm, wn, lane, 0);
-    mma.load(1, a, b, wm, wn, lane, 1);  // second k32 step's fragments in flight during the first MMAs
-    mma.mma(0, acc);
-    mma.mma(1, acc);
-    read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
-    write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
-  }
-  cp_async_wait<0>();
-  __syncthreads();
-
   // ---- split-K: integer partial sums meet in the workspace; the last slice to arrive finishes ----
   const int g = lane / 4, t2 = (lane % 4) * 2;
   if (SPLIT_K) {  // compiled separately: the no-split kernel keeps these registers free
@@ -142,7 +86,7 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
     });
     if (tid == 0) p.counters[blockIdx.x] = 0;
     if (has_res) {
-      Out::template prefetch_residual<NTHREADS>(sOut, p, sh, m0, n0, tid);
+      Out::template prefetch_residual<NTHREADS>(staging, p, sh, m0, n0, tid);
       cp_async_commit();
       cp_async_wait<0>();
       __syncthreads();
@@ -171,7 +115,7 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
     for (int mi = 0; mi < Mma::MT; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        char2* cell = reinterpret_cast<char2*>(sOut + (wm * (BM / WM) + mi * 16 + g + h * 8) * Out::STRIDE + col);
+        char2* cell = reinterpret_cast<char2*>(staging + (wm * (BM / WM) + mi * 16 + g + h * 8) * Out::STRIDE + col);
         float r0 = 0.0f, r1 = 0.0f;
         if (has_res) {
           const char2 r = *cell;
@@ -185,7 +129,102 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
       }
   }
   __syncthreads();
-  Out::template store<NTHREADS>(sOut, p, sh, m0, n0, tid);
+  Out::template store<NTHREADS>(staging, p, sh, m0, n0, tid);
+}
+
+template <int BM, int BN, int WM, int WN, int STAGES, int VEC, bool SPLIT_K, bool OUT_F32 = false,
+          bool PERSISTENT = false>
+__device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
+  constexpr int NTHREADS = WM * WN * 32;
+  // A persistent CTA runs tile i's epilogue while tile i+1's operands and residual are in flight, so
+  // it double-buffers the staging tile that holds the residual on its way in.
+  constexpr int STAGING = PERSISTENT ? 2 : 1;
+  using Mma = WarpMma<BM, BN, WM, WN>;
+  using Out = OutputTile<BM, BN>;
+  extern __shared__ __align__(128) int8_t smem[];
+  int8_t* sA = smem;                          // STAGES x BM x 64
+  int8_t* sB = sA + STAGES * BM * 64;         // STAGES x BN x 64
+  int8_t* sOut = sB + STAGES * BN * 64;       // STAGING x (residual in, output out)
+  Tap* taps = reinterpret_cast<Tap*>(sOut + STAGING * Out::BYTES);
+
+  const ConvShape sh = ConvShape::make<VEC>(p);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wm = warp / WN, wn = warp % WN;
+  const int n_tiles = (sh.Kpad + BN - 1) / BN;
+  const int tiles = (sh.M + BM - 1) / BM * n_tiles;
+  const int splits = SPLIT_K ? p.splits : 1;
+  const int kt_begin = blockIdx.y * sh.ktiles / splits, kt_end = (blockIdx.y + 1) * sh.ktiles / splits;
+  const bool has_res = !OUT_F32 && p.residual != nullptr;
+
+  build_tap_table<VEC>(taps, p, sh, tid, NTHREADS);
+  __syncthreads();
+
+  // Everything a tile needs from global memory, as cp.async groups in the order the main loop waits
+  // for them: the residual tile first (the oldest group), then STAGES-1 pipeline stages.
+  int tile = blockIdx.x;
+  int m0 = (tile / n_tiles) * BM, n0 = (tile % n_tiles) * BN;
+  ActivationIterator<BM, NTHREADS, VEC> a_iter(p, sh, m0, tid);
+  WeightIterator<BN, NTHREADS> b_iter(p, sh, n0, tid);
+  auto issue_prologue = [&](int8_t* staging) {
+    if (has_res && !SPLIT_K) Out::template prefetch_residual<NTHREADS>(staging, p, sh, m0, n0, tid);
+    cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (kt_begin + s < kt_end) {
+        a_iter.load(sA + s * BM * 64, taps, p, kt_begin + s);
+        b_iter.load(sB + s * BN * 64, sh, kt_begin + s);
+      }
+      cp_async_commit();
+    }
+  };
+  issue_prologue(sOut);
+
+  for (int iter = 0;; ++iter) {
+    int8_t* staging = sOut + (iter % STAGING) * Out::BYTES;
+    int acc[Mma::MT][Mma::NT][4];
+#pragma unroll
+    for (int i = 0; i < Mma::MT; ++i)
+#pragma unroll
+      for (int j = 0; j < Mma::NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0;
+
+    // ---- main loop: STAGES-1 tiles in flight while the tensor cores eat the oldest ----
+    Mma mma;
+    int read_stage = 0, write_stage = STAGES - 1;
+    for (int kt = kt_begin; kt < kt_end; ++kt) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();  // tile kt landed for every thread; stage write_stage is no longer read
+      if (kt + STAGES - 1 < kt_end) {
+        a_iter.load(sA + write_stage * BM * 64, taps, p, kt + STAGES - 1);
+        b_iter.load(sB + write_stage * BN * 64, sh, kt + STAGES - 1);
+      }
+      cp_async_commit();
+      const int8_t* a = sA + read_stage * BM * 64;
+      const int8_t* b = sB + read_stage * BN * 64;
+      mma.load(0, a, b, wm, wn, lane, 0);
+      mma.load(1, a, b, wm, wn, lane, 1);  // second k32 step's fragments in flight during the first MMAs
+      mma.mma(0, acc);
+      mma.mma(1, acc);
+      read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
+      write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the ring is free and this tile's residual has landed
+
+    // ---- persistent: the next tile's loads go out now and land while this tile's epilogue runs ----
+    const int tile_m0 = m0, tile_n0 = n0;
+    const int next = tile + gridDim.x;
+    const bool more = PERSISTENT && next < tiles;
+    if (more) {
+      tile = next;
+      m0 = (tile / n_tiles) * BM;
+      n0 = (tile % n_tiles) * BN;
+      a_iter = ActivationIterator<BM, NTHREADS, VEC>(p, sh, m0, tid);
+      b_iter = WeightIterator<BN, NTHREADS>(p, sh, n0, tid);
+      issue_prologue(sOut + ((iter + 1) % STAGING) * Out::BYTES);
+    }
+    epilogue<BM, BN, WM, WN, NTHREADS, SPLIT_K, OUT_F32>(p, sh, acc, staging, tile_m0, tile_n0, splits, has_res,
+                                                          tid, lane, wm, wn);
+    if (!more) break;
+  }
 }
 
 }  // namespace trtfuse
@@ -201,12 +240,16 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
 #ifndef TF_MINB
 #define TF_MINB 1
 #endif
+#ifndef TF_PERSISTENT
+#define TF_PERSISTENT 0
+#endif
 
 #define TF_THREADS (TF_WM * TF_WN * 32)
 
 // General entries (residual optional), used by the Python launcher; split-K is its own kernel.
+// TF_PERSISTENT: the grid holds only as many CTAs as fit at once and each loops over output tiles.
 extern "C" __global__ void __launch_bounds__(TF_THREADS, TF_MINB) trtfuse_fused_conv(const trtfuse::ConvParams p) {
-  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, false>(p);
+  trtfuse::fused_conv_body<TF_BM, TF_BN, TF_WM, TF_WN, TF_STAGES, TF_VEC, false, false, TF_PERSISTENT != 0>(p);
 }
 // Split-K runs few, long CTAs: it gets the full register file rather than spill.
 extern "C" __global__ void __launch_bounds__(TF_THREADS, 1) trtfuse_fused_conv_splitk(const trtfuse::ConvParams p) {

@@ -44,6 +44,36 @@ extern "C" __global__ void trtfuse_quantize_chw4(const float* x, const float* sc
   quantize_chwv<4>(x, scale, N, C, H, W, y);
 }
 
+// fp32 NCHW (C <= 4) -> the space-to-depth stem's int8 input [N][1][ceil(H/2)][ceil(W/2)][16]
+// (plugins/stem.py): channel (2a + b) * C + c of folded pixel (i, j) is pixel (2i + a, 2j + b) of
+// channel c, quantized like QuantizeLinear; unused channels and pixels past H, W are 0. One thread
+// per folded pixel, one 16-byte store.
+extern "C" __global__ void trtfuse_quantize_s2d16(const float* x, const float* scale, int N, int C, int H, int W, int8_t* y) {
+  const int H2 = (H + 1) / 2, W2 = (W + 1) / 2;
+  const long long total = (long long)N * H2 * W2;
+  const float s = *scale;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
+    const int j2 = i % W2, i2 = (i / W2) % H2;
+    const long long n = i / ((long long)W2 * H2);
+    // The slot of a byte depends on C (run time): two 64-bit registers and shifts, not an indexed
+    // array (which would live in local memory).
+    unsigned long long lo = 0ull, hi = 0ull;
+#pragma unroll
+    for (int ab = 0; ab < 4; ++ab) {
+      const int h = 2 * i2 + ab / 2, w = 2 * j2 + ab % 2;
+      if (h >= H || w >= W) continue;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (c >= C) break;
+        const int slot = ab * C + c;
+        const unsigned long long q = (unsigned char)sat_rn_s8(__fdiv_rn(x[((n * C + c) * H + h) * W + w], s));
+        if (slot < 8) lo |= q << (8 * slot); else hi |= q << (8 * (slot - 8));
+      }
+    }
+    reinterpret_cast<ulonglong2*>(y)[i] = make_ulonglong2(lo, hi);
+  }
+}
+
 // int8 CHW32 max-pool (square window k, stride s, padding p; padded positions never win).
 // One thread per 16-byte half of an output pixel's 32-channel vector.
 extern "C" __global__ void trtfuse_maxpool_chw32(const int8_t* x, int N, int CB, int H, int W, int OH, int OW, int k,
