@@ -63,7 +63,7 @@ class ConvLaunch:
 
     def launch_grid(self, fn, smem: int) -> tuple[int, int, int]:
         """The grid actually launched: a persistent tactic gets only the CTAs that are resident at once."""
-        if not self.tactic.persistent:
+        if not self.tactic.persistent or self.splits > 1 or self.out_f32:  # those entries are not persistent
             return self.grid
         resident = cd.max_active_blocks(fn, self.tactic.threads, smem) * cd.device_attribute("MULTIPROCESSOR_COUNT")
         return min(self.tiles, max(1, resident)), 1, 1

@@ -126,7 +126,7 @@ def choose(shape: ConvShape, sms: int = H100_SMS) -> tuple[Tactic, int]:
     the GEMM-K so the grid fills the GPU, keeping >= 4 k-tiles of 64 per slice.
     """
     m, n, kg = shape.gemm
-    cands = [t for t in candidate_tactics(shape) if t.bn <= max(64, n)]
+    cands = [t for t in candidate_tactics(shape) if t.bn <= max(64, n) and not t.persistent]
     cands.sort(key=lambda t: -(t.bm * t.bn))
     for t in cands:
         if output_tiles(shape, t) >= 2 * sms:
