@@ -126,6 +126,9 @@ class ConvPluginLogic:
         self.types = [_QDP_TYPE_TO_DATA_TYPE[t] for t in self.combination.types.split(", ")]
         self.formats = self.combination.formats.split(", ")
         self.tactics = list(self.combination.tactics)
+        if not self.tactics:  # every tactic's shared memory exceeds what trt_contract lets TensorRT launch
+            raise ValueError(f"{spec.name}: no tactic fits this node (in_channels={self.attrs.in_channels}, "
+                             f"kernel {self.attrs.kernel_shape}) under {tc.AOT_SHARED_LIMIT} bytes of shared memory")
         # Same attributes -> same kernel choice for the same shapes and formats: share timings.
         self.timing_cache_id = f"{spec.name}:" + ",".join(f"{k}={self.attrs_dict[k]}" for k in spec.attribute_names)
 

@@ -194,6 +194,15 @@ def test_split_k_gemm_creator_refuses_until_its_kernel_exists(trt):
         creator.create_plugin("n", trt_v3._collection(trt, fields), trt.TensorRTPhase.BUILD)
 
 
+def test_a_node_no_tactic_fits_is_refused_at_creation():
+    attrs = dict(in_channels=8192, out_channels=64, kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), relu=1)
+    assert not tc.autotune(FUSED_CONV, tc.ConvAttrs.from_dict(attrs))[0].tactics
+    with pytest.raises(ValueError, match="no tactic fits"):
+        trt_v3.ConvPluginLogic(FUSED_CONV, attrs)
+    attrs["in_channels"] = 512
+    assert trt_v3.ConvPluginLogic(FUSED_CONV, attrs).tactics
+
+
 def test_import_trt_names_every_module_it_tried():
     with pytest.raises(TrtfuseError, match="no_such_trt_a: ModuleNotFoundError, no_such_trt_b: ModuleNotFoundError"):
         trt_v3.import_trt(("no_such_trt_a", "no_such_trt_b"))
