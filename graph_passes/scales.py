@@ -66,9 +66,14 @@ def model_input_spec(model) -> tuple[str, list]:
 
 def model_images(model, count: int, split: str = "calib", seed: int = 0) -> np.ndarray:
     """`count` default natural images sized for the model's [N, 3, H, W] input."""
+    _, dims = model_input_spec(model)
+    return input_images(dims, count, split, seed)
+
+
+def input_images(dims: list, count: int, split: str = "calib", seed: int = 0) -> np.ndarray:
+    """`count` default natural images for an input of dims [N, 3, S, S] (an ONNX input's or an engine's)."""
     from trtfuse.calib.data import default_images
 
-    _, dims = model_input_spec(model)
     if len(dims) != 4 or dims[1] != 3 or dims[2] is None or dims[3] is None or dims[2] != dims[3]:
         raise TrtfuseError(f"default images need a static square [N, 3, S, S] input, model has {dims}")
     return default_images(count, size=int(dims[2]), seed=seed, split=split)

@@ -1,9 +1,9 @@
-"""`trtfuse run MODEL.onnx --backend cpu [--data default|FILE.npy] [--count N] [--reference FP32.onnx] [--json]`."""
+"""`trtfuse run MODEL.onnx|ENGINE --backend cpu|cuda|trt [--data default|FILE.npy] [--count N] [--reference FP32.onnx] [--json]`,
+`trtfuse build`, `trtfuse offline`."""
 
 from __future__ import annotations
 
 BACKENDS = ("cpu", "cuda", "trt")
-PLANNED = {"trt": "the TensorRT engine runner"}
 
 
 def register(sub) -> None:
@@ -14,9 +14,9 @@ def register(sub) -> None:
         "and top-1 class per image. With --reference, also run an fp32 model on the same images and report "
         "logit cosine similarity and top-1 agreement.",
     )
-    p.add_argument("model", help="ONNX model")
+    p.add_argument("model", help="ONNX model; for --backend trt a serialized TensorRT engine (`trtfuse build`)")
     p.add_argument("--backend", choices=BACKENDS, default="cpu", help="cpu (golden executor; default); cuda (trtfuse's kernels, "
-                   "for --fuse all models); trt is planned")
+                   "for --fuse all models); trt (a TensorRT engine, trtfuse's plugins registered)")
     p.add_argument("--engine", choices=("ort", "reference"), default="ort",
                    help="cpu backend: run standard ops with onnxruntime (default) or onnx's ReferenceEvaluator")
     p.add_argument("--data", default="default", metavar="default|FILE.npy",
@@ -39,7 +39,8 @@ def register(sub) -> None:
     o = sub.add_parser("offline", help="MLPerf-style Offline run on MLPerf LoadGen (samples/s, latency, accuracy)",
                        description="Run LoadGen's Offline scenario on a model: samples preprocessed once and kept on "
                        "the device, one worker per GPU with two CUDA graphs in flight. LoadGen's logs go to --log-dir.")
-    o.add_argument("--model", required=True, help="ONNX model (for --backend cuda: a `rewrite --fuse all` model)")
+    o.add_argument("--model", required=True, help="ONNX model (for --backend cuda: a `rewrite --fuse all` model; "
+                   "for --backend trt: a serialized engine from `trtfuse build`)")
     o.add_argument("--backend", choices=("cuda", "onnxruntime", "trt"), default="cuda")
     o.add_argument("--data", default="synthetic", metavar="DIR|FILE|default|synthetic",
                    help="images folder (with val_map.txt for accuracy), .npy/.npz, default photos, or synthetic")
@@ -81,7 +82,7 @@ def offline(args) -> int:
 
     result["date"] = datetime.date.today().isoformat()
     result["command"] = "trtfuse " + " ".join(__import__("sys").argv[1:])
-    result["device"] = cd.device_name() if args.backend == "cuda" else "cpu"
+    result["device"] = cd.device_name() if args.backend in ("cuda", "trt") else "cpu"
     if args.output:
         atomic_write_json(args.output, result)
     if args.json:
@@ -110,16 +111,17 @@ def build(args) -> int:
     return 0
 
 
-def _load_data(args, model):
+def _load_data(args, dims):
+    """Images for an input of `dims` ([N, C, H, W], None where dynamic)."""
     import numpy as np
 
     from trtfuse.errors import TrtfuseError
-    from trtfuse.graph_passes.scales import model_images
+    from trtfuse.graph_passes.scales import input_images
 
     if args.count < 1:
         raise TrtfuseError("--count must be at least 1")
     if args.data == "default":
-        return model_images(model, args.count, split="heldout")
+        return input_images(dims, args.count, split="heldout")
     try:
         data = np.load(args.data, allow_pickle=False)
     except (OSError, ValueError) as exc:
@@ -165,6 +167,23 @@ def _logits(model, images, engine, desc, backend="cpu"):
     return logits.reshape(len(images), -1)
 
 
+def _trt_logits(trt_engine, images):
+    import numpy as np
+
+    from trtfuse.errors import TrtfuseError
+    from trtfuse.ui import progress
+
+    from .trt_runner import TrtRunner, batch_for
+
+    batch = batch_for(trt_engine.input, len(images))
+    if len(images) % batch:
+        raise TrtfuseError(f"the engine runs batches of {batch}: --count {len(images)} must be a multiple of it")
+    runner = TrtRunner(trt_engine, batch)
+    out = [np.asarray(runner.run(images[i : i + batch]), dtype=np.float32)
+           for i in progress(range(0, len(images), batch), desc="run", unit="batch")]
+    return np.concatenate(out).reshape(len(images), -1)
+
+
 def run(args) -> int:
     import time
 
@@ -175,16 +194,25 @@ def run(args) -> int:
     from trtfuse.ui import print_json, print_table
 
     if args.backend == "trt":
-        raise TrtfuseError(f"backend {args.backend!r} is not available yet ({PLANNED[args.backend]} is a later "
-                           "issue): use --backend cpu")
-    model = load_model(args.model)
-    images = _load_data(args, model)
-    start = time.perf_counter()
-    logits = _logits(model, images, args.engine, "run", args.backend)
+        from .trt_runner import TrtEngine
+
+        trt_engine = TrtEngine(args.model)
+        images = _load_data(args, trt_engine.input_dims)
+        start = time.perf_counter()
+        logits = _trt_logits(trt_engine, images)
+        engine = f"{trt_engine.module_name} {trt_engine.trt.__version__}, {trt_engine.plugins} plugins"
+    else:
+        from trtfuse.graph_passes.scales import model_input_spec
+
+        model = load_model(args.model)
+        images = _load_data(args, model_input_spec(model)[1])
+        start = time.perf_counter()
+        logits = _logits(model, images, args.engine, "run", args.backend)
+        engine = args.engine
     seconds = time.perf_counter() - start
     rows = [{"image": i, "top1": int(np.argmax(l)), "top1_logit": float(np.max(l)),
              "logit_mean": float(l.mean()), "logit_std": float(l.std())} for i, l in enumerate(logits)]
-    summary = {"model": args.model, "backend": args.backend, "engine": args.engine, "images": len(images),
+    summary = {"model": args.model, "backend": args.backend, "engine": engine, "images": len(images),
                "seconds": round(seconds, 2), "images_per_s": round(len(images) / seconds, 2) if seconds else None}
     if args.reference:
         ref = _logits(load_model(args.reference), images, "ort", "reference")

@@ -304,6 +304,10 @@ class CudaRunner:
             raise TrtfuseError(f"--backend cuda: expected input {self.input_shape}, got {tuple(images.shape)}")
         self.input.buf.upload(np.ascontiguousarray(images, dtype=np.float32))
 
+    @property
+    def input_ptr(self) -> int:
+        return self.input.buf.ptr
+
     def copy_input_from(self, device_ptr: int) -> None:
         drv = cd._driver()
         cd.check(drv.cuMemcpyDtoDAsync(self.input.buf.ptr, device_ptr, self.input.buf.nbytes, self.stream.handle))

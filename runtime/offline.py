@@ -63,18 +63,19 @@ class _Worker:
                 job[2](job[1], None)
 
 
-class _CudaWorker(_Worker):
-    """One GPU: two runners (streams) fed by a queue of (sample indices, response ids)."""
+class _GpuWorker(_Worker):
+    """One GPU: two runners (streams) fed by a queue of (sample indices, response ids). A runner is a
+    gpu_runner.CudaRunner (--backend cuda) or a trt_runner.TrtRunner (--backend trt): input_ptr, stream,
+    launch(), fetch(), output_name."""
 
-    def __init__(self, model, batch: int, samples: np.ndarray, device: int, streams: int = 2):
+    def __init__(self, make_runner, batch: int, samples: np.ndarray, device: int, streams: int = 2):
         from ..plugins import cuda_driver as cd
-        from .gpu_runner import CudaRunner
 
         self.device, self.batch = device, batch
         cd.context(device)
         self.samples = cd.DeviceBuffer.from_array(samples)  # preprocessed once, kept on the GPU
         self.sample_bytes = samples[0].nbytes
-        self.runners = [CudaRunner(model, batch) for _ in range(streams)]
+        self.runners = [make_runner() for _ in range(streams)]
         self.index_bufs = [cd.DeviceBuffer(8 * batch) for _ in range(streams)]
         super().__init__()
         self.thread.start()
@@ -101,7 +102,7 @@ class _CudaWorker(_Worker):
             index = np.ascontiguousarray(indices, dtype=np.int64)
             ibuf = self.index_bufs[slot_of_runner]
             cd.check(drv.cuMemcpyHtoDAsync(ibuf.ptr, index.ctypes.data, index.nbytes, runner.stream.handle))
-            network_ops.gather_rows(self.samples.ptr, ibuf.ptr, self.sample_bytes, len(index), runner.input.buf.ptr,
+            network_ops.gather_rows(self.samples.ptr, ibuf.ptr, self.sample_bytes, len(index), runner.input_ptr,
                                     stream=runner.stream.handle)
             runner.launch()
             pending.append((runner, ids, len(ids), done))
@@ -137,29 +138,43 @@ class _OrtWorker(_Worker):
 def run_offline(model_path: str, backend: str, data: str, count: int, batch: int, gpus: str, mode: str,
                 log_dir: str, expected_qps: float, min_duration_s: float, progress_cb=None) -> dict:
     lg = _loadgen()
-    if backend == "trt":
-        raise TrtfuseError("--backend trt needs an engine runner, which is not written yet (docs/tensorrt.md)")
-    from ..io import load_model
+    if backend == "trt":  # --model is a serialized engine (`trtfuse build`)
+        from .trt_runner import TrtEngine, plan_io
 
-    model = load_model(model_path)
-    from ..graph_passes.scales import model_input_spec
+        engines = {0: TrtEngine(model_path, 0)}
+        plan_io(engines[0].tensors, batch)  # refuse a batch the engine cannot run before loading samples
+        dims = engines[0].input_dims
+    else:
+        from ..graph_passes.scales import model_input_spec
+        from ..io import load_model
 
-    _, dims = model_input_spec(model)
+        model = load_model(model_path)
+        _, dims = model_input_spec(model)
     if len(dims) != 4 or dims[2] is None or dims[2] != dims[3]:
         raise TrtfuseError(f"{model_path}: need a square static-size NCHW image input, got {dims}")
     images, labels = load_samples(data, count, size=int(dims[2]))
     count = len(images)
-    if backend == "cuda":
+    if backend in ("cuda", "trt"):
         from ..plugins import cuda_driver as cd
 
         ok, why = cd.gpu_available()
         if not ok:
-            raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
+            raise TrtfuseError(f"--backend {backend} needs an NVIDIA GPU: {why}")
         available = cd.check(cd._driver().cuDeviceGetCount())
         n_gpus = available if gpus == "all" else int(gpus)
         if not 1 <= n_gpus <= available:
             raise TrtfuseError(f"--gpus {gpus}: this machine has {available} GPU(s)")
-        workers = [_CudaWorker(model, batch, images, d) for d in range(n_gpus)]
+        if backend == "cuda":
+            from .gpu_runner import CudaRunner
+
+            makers = [lambda: CudaRunner(model, batch)] * n_gpus
+        else:
+            from .trt_runner import TrtEngine, TrtRunner
+
+            for d in range(1, n_gpus):
+                engines[d] = TrtEngine(model_path, d)
+            makers = [lambda e=engines[d]: TrtRunner(e, batch) for d in range(n_gpus)]
+        workers = [_GpuWorker(makers[d], batch, images, d) for d in range(n_gpus)]
     else:
         n_gpus = 0
         workers = [_OrtWorker(model_path, batch, images)]
@@ -188,7 +203,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         for k, start in enumerate(range(0, len(order), batch)):
             chunk = order[start : start + batch]
             idx = np.array([c[0] for c in chunk], np.int64)
-            if backend == "cuda" and len(idx) < batch:  # a static-shape graph: pad the last batch with repeats
+            if backend in ("cuda", "trt") and len(idx) < batch:  # a static-shape graph: pad the last batch with repeats
                 idx = np.concatenate([idx, np.repeat(idx[:1], batch - len(idx))])
             workers[k % len(workers)].jobs.put((idx, [c[1] for c in chunk], done))
 

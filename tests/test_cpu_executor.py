@@ -114,7 +114,7 @@ def test_cli_run_npy_and_errors(tmp_path, capsys):
     assert "top1" in capsys.readouterr().out
     for argv, msg in [
         (["run", str(dst), "--backend", "cuda"], "--backend cuda"),  # no GPU here, or a non --fuse all model
-        (["run", str(dst), "--backend", "trt"], "not available yet"),
+        (["run", str(dst), "--backend", "trt"], "is an ONNX model"),  # trt runs engines (`trtfuse build`)
         (["run", str(dst), "--data", str(tmp_path / "missing.npy")], "cannot read"),
         (["run", str(dst), "--count", "0"], "--count"),
     ]:

@@ -1,0 +1,307 @@
+"""trtfuse's ops as Python IPluginV3 plugins with IPluginCreatorV3One creators.
+
+The fallback to plugins/trt_plugins.py (Quickly Deployable Plugins): `tensorrt.plugin` imports the full
+`tensorrt` module, so it cannot run on the lean runtime (`tensorrt-lean-cu13`, module `tensorrt_lean`,
+or its bindings wheel's `tensorrt_lean_bindings`) nor where the full module lacks it. These classes
+subclass whichever module they are given, so the same code registers into the full runtime's registry or
+the lean one's (two libraries, two registries).
+
+Written from NVIDIA's samples/python/python_plugin (the IPluginV3OneCore/Build/Runtime pattern) and
+onnx-tensorrt's plugin importer (how fields are built from a node's attributes). Every answer comes from
+plugins/trt_contract.py and every field from plugins/op_schema.py: no list of attributes lives here.
+
+What the ONNX parser does with a trtfuse node (onnx-tensorrt, onnxOpImporters.cpp `loadFields`): it
+walks the creator's `field_names`, in order, and for each one the node carries it passes the attribute,
+INT as one int32 (kINT32, length 1), INTS as an int32 array (kINT32, length n); a declared field the node
+lacks is skipped with a warning; attributes the creator does not declare (`plugin_namespace`, `aot`) are
+not passed. `node_fields` below builds exactly that list, so tests can feed creators what the parser would.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from ..errors import TrtfuseError
+from . import trt_contract as tc
+from .op_schema import NAMESPACE, OPS, PLUGIN_VERSION, SPLIT_K_GEMM, OpSpec
+
+# Module names to try, best first: the full runtime, then the lean runtime as the `tensorrt-lean-cu13`
+# sdist wraps it, then the lean bindings wheel imported directly.
+TRT_MODULES = ("tensorrt", "tensorrt_lean", "tensorrt_lean_bindings")
+# TensorRT's DataType member for each op_schema dtype (trt_contract speaks QDP strings: "FP32").
+_DATA_TYPE = {"int8": "INT8", "float32": "FLOAT"}
+_QDP_TYPE_TO_DATA_TYPE = {"INT8": "INT8", "FP32": "FLOAT"}
+# Integer field types accepted when parsing: the parser sends INT32; other int widths are read exactly too
+# (a field collection written by hand or by another serializer), floats and strings are refused.
+_INT_FIELD_TYPES = ("INT8", "INT16", "INT32", "INT64")
+# SplitKGemm is declared (op_schema) but its GPU kernel is not written (docs/split_k.md): creating the
+# plugin fails at parse time, with this reason, rather than building an engine that cannot run.
+NO_KERNEL = {SPLIT_K_GEMM.name: "has no GPU kernel yet (docs/split_k.md): rewrite with `trtfuse split-k --emit rewrite`"}
+
+
+def import_trt(names=TRT_MODULES):
+    """(module, its name): the first TensorRT Python module of `names` that imports, or a TrtfuseError."""
+    errors = []
+    for name in names:
+        try:
+            return importlib.import_module(name), name
+        except Exception as exc:  # ImportError, or OSError when the module's libraries do not load
+            errors.append(f"{name}: {type(exc).__name__}")
+    raise TrtfuseError("no TensorRT runtime imports (" + ", ".join(errors) + "): install TensorRT >= 10.9 "
+                       "(pip install 'trtfuse[trt]') or the lean runtime (pip install 'trtfuse[lean]')")
+
+
+# ---- fields: ONNX node -> what the parser passes -> attributes ----
+
+def node_fields(spec: OpSpec, node) -> list[tuple[str, str, np.ndarray]]:
+    """(name, PluginFieldType name, data) per field, exactly as TensorRT's ONNX parser builds them from `node`."""
+    import onnx
+
+    attrs = {a.name: a for a in node.attribute}
+    out = []
+    for a in spec.attributes:  # the creator's field order
+        if a.name not in attrs:
+            continue  # the parser warns and passes nothing; create_plugin then refuses
+        proto = attrs[a.name]
+        if proto.type == onnx.AttributeProto.INT:
+            out.append((a.name, "INT32", np.array([proto.i], np.int32)))
+        elif proto.type == onnx.AttributeProto.INTS:
+            out.append((a.name, "INT32", np.array(list(proto.ints), np.int32)))
+        else:
+            raise ValueError(f"{node.name}: attribute {a.name} is {onnx.AttributeProto.AttributeType.Name(proto.type)}, "
+                             f"op_schema declares {a.kind}")
+    return out
+
+
+def parse_fields(spec: OpSpec, fields) -> dict:
+    """Attributes from (name, type name, data) triples; every declared field must be there, with its kind."""
+    got = {}
+    for name, type_name, data in fields:
+        got[name] = (type_name, np.asarray(data).reshape(-1))
+    values = {}
+    for a in spec.attributes:
+        if a.name not in got:
+            raise ValueError(f"{spec.name}: field {a.name!r} is missing (the node must carry every attribute op_schema declares)")
+        type_name, data = got[a.name]
+        if type_name not in _INT_FIELD_TYPES:
+            raise ValueError(f"{spec.name}: field {a.name!r} is {type_name}, an integer field is expected")
+        ints = tuple(int(v) for v in data)
+        if a.kind == "INT":
+            if len(ints) != 1:
+                raise ValueError(f"{spec.name}: field {a.name!r} is INT, got {len(ints)} values")
+            values[a.name] = ints[0]
+        else:
+            values[a.name] = ints
+    extra = set(got) - set(spec.attribute_names)
+    if extra:
+        raise ValueError(f"{spec.name}: unknown field(s) {sorted(extra)}")
+    return values
+
+
+def attribute_fields(spec: OpSpec, attrs: dict) -> list[tuple[str, str, np.ndarray]]:
+    """What a plugin serializes into the engine: the same triples the parser passed (INT32)."""
+    return [(a.name, "INT32", np.array([attrs[a.name]] if a.kind == "INT" else list(attrs[a.name]), np.int32))
+            for a in spec.attributes]
+
+
+def _triples(trt, fc):
+    return [(f.name, f.type.name, np.asarray(f.data)) for f in fc]
+
+
+def _collection(trt, triples):
+    return trt.PluginFieldCollection([trt.PluginField(n, d, getattr(trt.PluginFieldType, t)) for n, t, d in triples])
+
+
+# ---- the plugin's answers, as plain Python (unit-tested) ----
+
+class ConvPluginLogic:
+    """What a FusedConv / FusedConvAdd plugin answers, given its op and attributes; no TensorRT types."""
+
+    def __init__(self, spec: OpSpec, attrs: dict):
+        self.spec, self.attrs_dict = spec, dict(attrs)
+        self.attrs = tc.ConvAttrs.from_dict(attrs)
+        (self.combination,) = tc.autotune(spec, self.attrs)
+        self.types = [_QDP_TYPE_TO_DATA_TYPE[t] for t in self.combination.types.split(", ")]
+        self.formats = self.combination.formats.split(", ")
+        self.tactics = list(self.combination.tactics)
+        if not self.tactics:  # every tactic's shared memory exceeds what trt_contract lets TensorRT launch
+            raise ValueError(f"{spec.name}: no tactic fits this node (in_channels={self.attrs.in_channels}, "
+                             f"kernel {self.attrs.kernel_shape}) under {tc.AOT_SHARED_LIMIT} bytes of shared memory")
+        # Same attributes -> same kernel choice for the same shapes and formats: share timings.
+        self.timing_cache_id = f"{spec.name}:" + ",".join(f"{k}={self.attrs_dict[k]}" for k in spec.attribute_names)
+
+    def output_types(self) -> list[str]:
+        return [_DATA_TYPE[t.dtype] for t in self.spec.outputs]
+
+    def output_dims(self, x_dims, constant) -> list:
+        """[N, K, OH, OW] from x's dims: N passed through (it may be symbolic), the rest `constant(int)`.
+        `x_dims` entries answer is_constant()/get_constant_value() (TensorRT's IDimensionExpr)."""
+        if len(x_dims) != 4:
+            raise ValueError(f"{self.spec.name}: x must be 4-D [N, C, H, W], got {len(x_dims)} dims")
+        static = []
+        for i in (1, 2, 3):
+            if not x_dims[i].is_constant():
+                raise ValueError(f"{self.spec.name}: x dim {i} must be static (only the batch may vary)")
+            static.append(x_dims[i].get_constant_value())
+        n, k, oh, ow = tc.output_shape((None, *static), self.attrs)
+        return [x_dims[0], constant(k), constant(oh), constant(ow)]
+
+    def supports(self, pos: int, type_name: str, format_name: str) -> bool:
+        """supports_format_combination for in_out[pos]: exactly trt_contract's type and format."""
+        return self.types[pos] == type_name and self.formats[pos] == format_name
+
+    def check_tactic(self, tactic: int) -> int:
+        if tactic not in self.tactics:
+            raise ValueError(f"{self.spec.name}: tactic {tactic} was not offered (offered {self.tactics})")
+        return tactic
+
+    def plan(self, x_dims, tactic: int):
+        """The ConvLaunch for runtime dims of x (plain ints)."""
+        from .conv import ConvLaunch
+        from .tactics import ConvShape
+
+        n, c, h, w = (int(d) for d in x_dims)
+        if c != self.attrs.in_channels:
+            raise ValueError(f"{self.spec.name}: x has {c} channels, the node says in_channels={self.attrs.in_channels}")
+        a = self.attrs
+        shape = ConvShape(n, c, h, w, a.out_channels, *a.kernel_shape, a.strides, a.pads)
+        return ConvLaunch.plan(shape, tactic, splits=1)  # splits=1: no workspace (get_workspace_size is 0)
+
+    def enqueue(self, x_dims, inputs, outputs, tactic: int, stream: int, plans: dict) -> None:
+        """Launch on `stream` from device pointers (ints, as TensorRT passes them); no host synchronization."""
+        key = tuple(int(d) for d in x_dims)
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = self.plan(key, tactic)
+        has_res = len(self.spec.inputs) > 5
+        plan.launch(*(int(p) for p in inputs[:5]), int(outputs[0]),
+                    residual=int(inputs[5]) if has_res else 0, residual_scale=int(inputs[6]) if has_res else 0,
+                    relu=bool(self.attrs.relu), stream=int(stream))
+
+
+# ---- the TensorRT classes, built once per TensorRT module ----
+
+_classes: dict[str, tuple] = {}
+
+
+def _module_key(trt) -> str:
+    # `tensorrt_lean` re-exports `tensorrt_lean_bindings`: one extension, one registry, one key.
+    return trt.IPluginV3.__module__
+
+
+def plugin_classes(trt):
+    """(ConvPlugin, Creator) subclassing `trt`'s IPluginV3 interfaces (one pair per module)."""
+    key = _module_key(trt)
+    if key in _classes:
+        return _classes[key]
+
+    class ConvPlugin(trt.IPluginV3, trt.IPluginV3OneCore, trt.IPluginV3OneBuild, trt.IPluginV3OneRuntime):
+        def __init__(self, spec: OpSpec, attrs: dict, layer_name: str = "", phase=None):
+            trt.IPluginV3.__init__(self)
+            trt.IPluginV3OneCore.__init__(self)
+            trt.IPluginV3OneBuild.__init__(self)
+            trt.IPluginV3OneRuntime.__init__(self)
+            self.logic = ConvPluginLogic(spec, attrs)
+            self.plugin_name, self.plugin_namespace, self.plugin_version = spec.name, NAMESPACE, PLUGIN_VERSION
+            self.num_outputs = len(spec.outputs)
+            self.timing_cache_id = self.logic.timing_cache_id
+            self.layer_name, self.phase = layer_name, phase
+            self.tactic = self.logic.tactics[0]
+            self.plans = {}  # runtime x dims -> ConvLaunch
+
+        # core
+        def get_capability_interface(self, capability):
+            return self  # one object implements core, build and runtime
+
+        def clone(self):
+            other = ConvPlugin(self.logic.spec, self.logic.attrs_dict, self.layer_name, self.phase)
+            other.tactic = self.tactic
+            return other
+
+        # build
+        def get_output_data_types(self, input_types):
+            return [getattr(trt.DataType, t) for t in self.logic.output_types()]
+
+        def get_output_shapes(self, inputs, shape_inputs, expr_builder):
+            return [trt.DimsExprs(self.logic.output_dims(inputs[0], expr_builder.constant))]
+
+        def supports_format_combination(self, pos, in_out, num_inputs):
+            desc = in_out[pos].desc
+            return self.logic.supports(pos, desc.type.name, desc.format.name)
+
+        def configure_plugin(self, inp, out):
+            # dims[1] is -1 only if the network lost the static channel count: refuse at build time.
+            c = inp[0].desc.dims[1]
+            if c != self.logic.attrs.in_channels:
+                raise ValueError(f"{self.layer_name}: x has {c} channels, the node says {self.logic.attrs.in_channels}")
+
+        def get_valid_tactics(self):
+            return list(self.logic.tactics)
+
+        def get_workspace_size(self, input_desc, output_desc):
+            return 0  # tactics run unsplit (no split-K workspace)
+
+        # runtime
+        def set_tactic(self, tactic):
+            self.tactic = self.logic.check_tactic(int(tactic))
+
+        def on_shape_change(self, inp, out):
+            self.plans.clear()
+
+        def enqueue(self, input_desc, output_desc, inputs, outputs, workspace, stream):
+            # Reads dims only: in the lean module a PluginTensorDesc's format cannot be read from Python.
+            self.logic.enqueue(list(input_desc[0].dims), inputs, outputs, self.tactic, stream, self.plans)
+
+        def attach_to_context(self, resource_context):
+            return self.clone()
+
+        def get_fields_to_serialize(self):
+            return _collection(trt, attribute_fields(self.logic.spec, self.logic.attrs_dict))
+
+    class Creator(trt.IPluginCreatorV3One):
+        def __init__(self, spec: OpSpec):
+            trt.IPluginCreatorV3One.__init__(self)
+            self.spec = spec
+            self.name, self.plugin_namespace, self.plugin_version = spec.name, NAMESPACE, PLUGIN_VERSION
+            self.field_names = _collection(trt, [(a.name, "INT32", np.array([], np.int32)) for a in spec.attributes])
+
+        def create_plugin(self, name, fc, phase):
+            attrs = parse_fields(self.spec, _triples(trt, fc))
+            if self.spec.name in NO_KERNEL:
+                raise ValueError(f"{NAMESPACE}::{self.spec.name} {NO_KERNEL[self.spec.name]}")
+            return ConvPlugin(self.spec, attrs, name, phase)
+
+    _classes[key] = (ConvPlugin, Creator)
+    return ConvPlugin, Creator
+
+
+# Registries keep raw pointers to the Python creators: they must live as long as the process.
+_creators: dict[str, list] = {}
+
+
+def register_creators(trt=None) -> list:
+    """Register one creator per op of op_schema into `trt`'s plugin registry (idempotent per module)."""
+    if trt is None:
+        trt, _ = import_trt()
+    key = _module_key(trt)
+    if key in _creators:
+        return _creators[key]
+    _, Creator = plugin_classes(trt)
+    registry = trt.get_plugin_registry()
+    creators = []
+    for spec in OPS.values():
+        creator = Creator(spec)
+        if not registry.register_creator(creator, NAMESPACE):
+            raise TrtfuseError(f"another {NAMESPACE}::{spec.name} v{PLUGIN_VERSION} creator is already registered "
+                               f"in {trt.__name__} (tensorrt.plugin's?): register one plugin flavour per process")
+        creators.append(creator)
+    _creators[key] = creators
+    return creators
+
+
+def fields_from_node(trt, spec: OpSpec, node):
+    """The PluginFieldCollection TensorRT's ONNX parser would hand our creator for `node`."""
+    return _collection(trt, node_fields(spec, node))
+

@@ -1,0 +1,240 @@
+"""`--backend trt`: run a serialized TensorRT engine (from `trtfuse build`) on the GPU.
+
+Deserializes with the full runtime (`tensorrt`), or the lean runtime when only it is installed (it runs
+version-compatible engines only); trtfuse's plugins are registered first: the Quickly Deployable Plugins
+(plugins/trt_plugins.py) where `tensorrt.plugin` imports, else the IPluginV3 creators (plugins/trt_v3.py).
+One execution context per runner, device buffers from plugins/cuda_driver.py, `execute_async_v3` on the
+runner's stream, optionally captured once into a CUDA graph and replayed. The runner has the same
+surface as runtime/gpu_runner.CudaRunner (input_ptr, launch, fetch, run), so `trtfuse offline` drives both
+with one worker.
+
+Which engine I/O is accepted is decided by `plan_io`, plain Python over the engine's tensor list (tested
+without TensorRT): one float32 linear NCHW image input with static C, H, W; linear outputs of a numpy
+dtype; a batch the engine's profile allows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import TrtfuseError
+
+# TensorRT DataType name -> numpy dtype (bf16/fp8/fp4/int4 have no numpy dtype: refused).
+NUMPY_DTYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
+                "UINT8": np.uint8, "BOOL": np.bool_}
+
+
+@dataclass(frozen=True)
+class IOTensor:
+    name: str
+    is_input: bool
+    dtype: str  # TensorRT DataType name
+    shape: tuple  # as the engine declares it; -1 where dynamic
+    vectorized: bool  # a vectorized format (CHW32...): the host cannot read it as NCHW
+    batch_range: tuple | None = None  # inputs: (min, max) of dim 0 in optimization profile 0
+
+
+@dataclass(frozen=True)
+class IOPlan:
+    input: IOTensor
+    input_shape: tuple
+    outputs: tuple
+
+
+def plan_io(tensors: list[IOTensor], batch: int) -> IOPlan:
+    """The input shape to set for `batch` images, or a one-line reason the engine cannot be run this way."""
+    inputs = [t for t in tensors if t.is_input]
+    outputs = tuple(t for t in tensors if not t.is_input)
+    if len(inputs) != 1:
+        raise TrtfuseError(f"the engine has {len(inputs)} inputs ({', '.join(t.name for t in inputs)}): trtfuse runs one image input")
+    if not outputs:
+        raise TrtfuseError("the engine has no outputs")
+    x = inputs[0]
+    if len(x.shape) != 4 or x.dtype != "FLOAT" or x.vectorized:
+        raise TrtfuseError(f"engine input {x.name!r} is {x.dtype} {list(x.shape)}{' vectorized' if x.vectorized else ''}: "
+                           "need float32 linear [N, C, H, W]")
+    if any(d < 0 for d in x.shape[1:]):
+        raise TrtfuseError(f"engine input {x.name!r} has dynamic non-batch dims {list(x.shape)}")
+    if x.shape[0] >= 0:
+        if batch != x.shape[0]:
+            raise TrtfuseError(f"the engine's batch is fixed at {x.shape[0]}, not {batch}")
+    else:
+        lo, hi = x.batch_range
+        if not lo <= batch <= hi:
+            raise TrtfuseError(f"batch {batch} is outside the engine's profile ({lo}..{hi}): rebuild with `trtfuse build --batch`")
+    for t in outputs:
+        if t.vectorized or t.dtype not in NUMPY_DTYPES:
+            raise TrtfuseError(f"engine output {t.name!r} is {t.dtype}{' vectorized' if t.vectorized else ''}: "
+                               f"need a linear {'/'.join(NUMPY_DTYPES)} tensor")
+    return IOPlan(x, (batch, *x.shape[1:]), outputs)
+
+
+def batch_for(x: IOTensor, count: int) -> int:
+    """The batch to run `count` images with: the fixed one, else as many as the profile allows."""
+    return x.shape[0] if x.shape[0] >= 0 else max(x.batch_range[0], min(count, x.batch_range[1]))
+
+
+def resolved_shape(name: str, shape) -> tuple:
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise TrtfuseError(f"engine output {name!r} has shape {list(shape)} after the input shape is set: "
+                           "data-dependent output shapes are not supported")
+    return shape
+
+
+def register_plugins(trt, module_name: str) -> str:
+    """trtfuse's plugins in `trt`'s registry before deserializing; returns which flavour ("qdp" or "v3")."""
+    from ..plugins import trt_v3
+
+    if module_name == "tensorrt":
+        try:
+            from ..plugins.trt_plugins import register_all
+
+            register_all()
+            return "qdp"
+        except (TrtfuseError, ImportError):
+            pass  # tensorrt.plugin missing (TensorRT < 10.6) or too old for aot_impl: the V3 creators run anywhere
+    trt_v3.register_creators(trt)
+    return "v3"
+
+
+class TrtEngine:
+    """A deserialized engine on one GPU, its runtime and plugins; runners (contexts) are made from it."""
+
+    def __init__(self, path: str, device: int = 0):
+        from ..plugins import cuda_driver as cd
+        from ..plugins.trt_v3 import import_trt
+
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise TrtfuseError(f"cannot read engine {path}: {exc.strerror or exc}") from None
+        if Path(path).suffix == ".onnx":
+            raise TrtfuseError(f"{path} is an ONNX model: --backend trt runs an engine, build one with `trtfuse build`")
+        trt, self.module_name = import_trt()
+        ok, why = cd.gpu_available()  # before trt.Runtime: without a GPU the lean runtime's object is unusable
+        if not ok:
+            raise TrtfuseError(f"--backend trt needs an NVIDIA GPU: {why}")
+        _make_current(device)
+        self.trt, self.device, self.path = trt, device, path
+        self.plugins = register_plugins(trt, self.module_name)
+        self.logger = trt.Logger(trt.Logger.WARNING)
+        self.runtime = trt.Runtime(self.logger)
+        self.engine = self.runtime.deserialize_cuda_engine(data)
+        if self.engine is None:
+            lean = " (the lean runtime runs version-compatible engines only)" if self.module_name != "tensorrt" else ""
+            raise TrtfuseError(f"{self.module_name} {trt.__version__} could not deserialize {path}{lean}: see TensorRT's messages above")
+        self.tensors = engine_io(trt, self.engine)
+
+    @property
+    def input(self) -> IOTensor:
+        return next(t for t in self.tensors if t.is_input)
+
+    @property
+    def input_dims(self) -> list:
+        """[N or None, C, H, W], as model_input_spec gives an ONNX input's dims."""
+        return [d if d >= 0 else None for d in self.input.shape]
+
+
+def _make_current(device: int) -> None:
+    # cd.context() sets the context current only on its first (cached) call; with several GPUs the engine
+    # and runners of each device must be made on that device's context, whatever ran before.
+    from ..plugins import cuda_driver as cd
+
+    cd.check(cd._driver().cuCtxSetCurrent(cd.context(device)))
+
+
+def engine_io(trt, engine) -> list[IOTensor]:
+    out = []
+    for i in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(i)
+        is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+        batch_range = None
+        if is_input and engine.num_optimization_profiles:
+            lo, _, hi = engine.get_tensor_profile_shape(name, 0)
+            batch_range = (int(lo[0]), int(hi[0])) if len(lo) else None
+        # get_tensor_vectorized_dim, not get_tensor_format: the lean module cannot return a TensorFormat.
+        out.append(IOTensor(name, is_input, engine.get_tensor_dtype(name).name, tuple(int(d) for d in engine.get_tensor_shape(name)),
+                            engine.get_tensor_vectorized_dim(name) != -1, batch_range))
+    return out
+
+
+class TrtRunner:
+    """One execution context with its own buffers and stream; static shapes after construction."""
+
+    def __init__(self, engine: TrtEngine, batch: int, use_graph: bool = True):
+        from ..plugins import cuda_driver as cd
+
+        _make_current(engine.device)
+        self.plan = plan_io(engine.tensors, batch)
+        self.batch, self.engine = batch, engine
+        self.context = engine.engine.create_execution_context()
+        if self.context is None:
+            raise TrtfuseError("TensorRT could not create an execution context (out of device memory?)")
+        x = self.plan.input
+        if not self.context.set_input_shape(x.name, self.plan.input_shape):
+            raise TrtfuseError(f"TensorRT refused input shape {list(self.plan.input_shape)} for {x.name!r}")
+        self.input_shape = self.plan.input_shape
+        self.shapes = {x.name: self.input_shape}
+        self.dtypes = {x.name: np.float32}
+        for t in self.plan.outputs:
+            self.shapes[t.name] = resolved_shape(t.name, self.context.get_tensor_shape(t.name))
+            self.dtypes[t.name] = NUMPY_DTYPES[t.dtype]
+        self.buffers = {n: cd.DeviceBuffer(int(np.prod(s)) * np.dtype(self.dtypes[n]).itemsize) for n, s in self.shapes.items()}
+        for name, buf in self.buffers.items():
+            if not self.context.set_tensor_address(name, buf.ptr):
+                raise TrtfuseError(f"TensorRT refused the address of {name!r}")
+        self.output_name = self.plan.outputs[0].name
+        self.stream = cd.Stream()
+        self.graph_exec = None
+        if use_graph:
+            self._capture()
+
+    @property
+    def input_ptr(self) -> int:
+        return self.buffers[self.plan.input.name].ptr
+
+    def _execute(self) -> None:
+        if not self.context.execute_async_v3(int(self.stream.handle)):
+            raise RuntimeError("TensorRT execute_async_v3 failed (see TensorRT's messages)")
+
+    def _capture(self) -> None:
+        from ..plugins import cuda_driver as cd
+
+        drv = cd._driver()
+        # One run outside the capture first: TensorRT does its deferred, shape-dependent work in the first
+        # enqueue after set_input_shape, and our plugins load their kernel modules there.
+        self._execute()
+        self.stream.synchronize()
+        cd.check(drv.cuStreamBeginCapture(self.stream.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+        try:
+            self._execute()
+        finally:
+            graph = cd.check(drv.cuStreamEndCapture(self.stream.handle))
+        self.graph_exec = cd.check(drv.cuGraphInstantiate(graph, 0))
+
+    def launch(self) -> None:
+        """The forward on the runner's stream over whatever the input buffer holds (asynchronous)."""
+        from ..plugins import cuda_driver as cd
+
+        if self.graph_exec is not None:
+            cd.check(cd._driver().cuGraphLaunch(self.graph_exec, self.stream.handle))
+        else:
+            self._execute()
+
+    def load_input(self, images: np.ndarray) -> None:
+        if tuple(images.shape) != self.input_shape:
+            raise TrtfuseError(f"--backend trt: expected input {list(self.input_shape)}, got {list(images.shape)}")
+        self.buffers[self.plan.input.name].upload(np.ascontiguousarray(images, dtype=np.float32))
+
+    def fetch(self, name: str) -> np.ndarray:
+        self.stream.synchronize()
+        return self.buffers[name].download(self.shapes[name], self.dtypes[name])
+
+    def run(self, images: np.ndarray) -> np.ndarray:
+        self.load_input(images)
+        self.launch()
+        return self.fetch(self.output_name)

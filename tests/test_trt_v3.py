@@ -1,0 +1,263 @@
+"""The IPluginV3 fallback plugins and their creators (plugins/trt_v3.py).
+
+On the CPU, with the lean runtime's Python module (`trtfuse[lean]`, in the `test` extra): our creators go
+into the lean plugin registry, are looked up by (name, "1", "trtfuse") as TensorRT's ONNX parser looks them
+up, and create plugins from the field collection the parser would build from each plugin node of a
+`--fuse all` ResNet-50; the plugins' answers must equal trt_contract's and the shapes the CPU executor
+produces. With the full `tensorrt` module, the same tests run against its registry too.
+On a GPU: the created plugin's `enqueue`, called with real PluginTensorDesc objects, device pointers and a
+stream handle as ints (as TensorRT calls it), must reproduce the golden reference for every node.
+"""
+
+import types
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from trtfuse.errors import TrtfuseError
+from trtfuse.graph_passes.pipeline import rewrite
+from trtfuse.models.cache import load_cached_model
+from trtfuse.plugins import trt_contract as tc
+from trtfuse.plugins import trt_v3
+from trtfuse.plugins.op_schema import DOMAIN, FUSED_CONV, NAMESPACE, OPS, PLUGIN_VERSION, SPLIT_K_GEMM
+
+_MODULES = {"lean": ("tensorrt_lean", "tensorrt_lean_bindings"), "full": ("tensorrt",)}
+
+
+def _import(flavour):
+    try:
+        return trt_v3.import_trt(_MODULES[flavour])[0], ""
+    except TrtfuseError as exc:
+        return None, str(exc)
+
+
+@pytest.fixture(scope="module", params=["lean", "full"])
+def trt(request):
+    module, why = _import(request.param)
+    if module is None:
+        pytest.skip(f"{request.param} TensorRT Python module does not import here: {why}")
+    trt_v3.register_creators(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def resnet50_all():
+    """`rewrite --fuse all` ResNet-50 at 64x64, batch 2, and every plugin node's input and output values."""
+    from trtfuse.runtime.cpu_executor import run_model
+
+    model = load_cached_model("resnet50", image_size=64, batch=2)
+    images = np.random.default_rng(0).normal(size=(2, 3, 64, 64)).astype(np.float32)
+    out, _ = rewrite(model, "all", calib_images=images)
+    nodes = [n for n in out.graph.node if n.domain == DOMAIN]
+    names = sorted({t for n in nodes for t in list(n.input) + list(n.output)} - {i.name for i in out.graph.initializer})
+    values = dict(zip(names, run_model(out, {out.graph.input[0].name: images}, names)))
+    values.update({i.name: onnx.numpy_helper.to_array(i) for i in out.graph.initializer})
+    return out, nodes, values
+
+
+class _Dim:
+    """Stands in for TensorRT's IDimensionExpr (no builder here): a constant or a symbolic batch."""
+
+    def __init__(self, value=None):
+        self.value = value
+
+    def is_constant(self):
+        return self.value is not None
+
+    def get_constant_value(self):
+        return self.value
+
+
+def _desc(trt, type_name, format_name):
+    # DataType is real; a format cannot be set on the lean module's PluginTensorDesc (its TensorFormat is
+    # not exposed), so the format is a stand-in with the enum's `.name`, which is all the plugin reads.
+    return types.SimpleNamespace(desc=types.SimpleNamespace(type=getattr(trt.DataType, type_name),
+                                                            format=types.SimpleNamespace(name=format_name)))
+
+
+def test_creators_are_found_as_the_parser_finds_them(trt):
+    registry = trt.get_plugin_registry()
+    for spec in OPS.values():
+        creator = registry.get_creator(spec.name, PLUGIN_VERSION, NAMESPACE)
+        assert creator is not None, spec.name
+        assert (creator.name, creator.plugin_namespace, creator.plugin_version) == (spec.name, NAMESPACE, "1")
+        assert [(f.name, f.type) for f in creator.field_names] == [(a.name, trt.PluginFieldType.INT32) for a in spec.attributes]
+    assert trt_v3.register_creators(trt) is trt_v3.register_creators(trt)  # idempotent: no second registration
+
+
+def test_node_fields_follow_the_onnx_parser(resnet50_all):
+    _, nodes, _ = resnet50_all
+    for node in nodes:
+        spec = OPS[node.op_type]
+        fields = trt_v3.node_fields(spec, node)
+        assert [f[0] for f in fields] == list(spec.attribute_names)  # creator order; no plugin_namespace / aot
+        for (name, type_name, data), a in zip(fields, spec.attributes):
+            assert type_name == "INT32" and data.dtype == np.int32
+            want = helper.get_attribute_value(next(x for x in node.attribute if x.name == name))
+            assert data.tolist() == ([want] if a.kind == "INT" else list(want))
+
+
+def test_created_plugins_answer_the_contract_for_every_resnet50_node(trt, resnet50_all):
+    _, nodes, values = resnet50_all
+    registry = trt.get_plugin_registry()
+    assert {n.op_type for n in nodes} == {"FusedConv", "FusedConvAdd"}
+    for node in nodes:
+        spec = OPS[node.op_type]
+        creator = registry.get_creator(spec.name, PLUGIN_VERSION, NAMESPACE)
+        plugin = creator.create_plugin(node.name, trt_v3.fields_from_node(trt, spec, node), trt.TensorRTPhase.BUILD)
+        attrs = tc.ConvAttrs.from_dict({a.name: helper.get_attribute_value(a) for a in node.attribute})
+        assert plugin.logic.attrs == attrs, node.name
+        assert (plugin.plugin_name, plugin.plugin_namespace, plugin.plugin_version, plugin.num_outputs) == (spec.name, NAMESPACE, "1", 1)
+        assert plugin.get_capability_interface(trt.PluginCapabilityType.RUNTIME) is plugin
+        x, y = values[node.input[0]], values[node.output[0]]
+        # types
+        in_types = [getattr(trt.DataType, "INT8" if values[i].dtype == np.int8 else "FLOAT") for i in node.input]
+        assert plugin.get_output_data_types(in_types) == [trt.DataType.INT8] and y.dtype == np.int8
+        # shapes: N symbolic, the rest static, against the CPU executor's output and trt_contract
+        dims = plugin.logic.output_dims([_Dim(None)] + [_Dim(d) for d in x.shape[1:]], lambda v: v)
+        assert dims[1:] == list(y.shape[1:]) and not dims[0].is_constant(), node.name
+        assert tuple(dims[1:]) == tc.output_shape(x.shape, attrs)[1:]
+        # formats: exactly the contract's (type, format) at every position, nothing else
+        (combo,) = tc.autotune(spec, attrs)
+        types_, formats = combo.types.split(", "), combo.formats.split(", ")
+        n_io = len(spec.inputs) + len(spec.outputs)
+        want = [("INT8" if t == "INT8" else "FLOAT", f) for t, f in zip(types_, formats)]
+        in_out = [_desc(trt, t, f) for t, f in want]
+        for pos in range(n_io):
+            assert plugin.supports_format_combination(pos, in_out, len(spec.inputs)), (node.name, pos)
+        assert formats[0] == ("CHW4" if x.shape[1] <= 4 else "CHW32") and formats[-1] == "CHW32"
+        for pos, bad in [(0, ("INT8", "LINEAR")), (0, ("FLOAT", formats[0])), (0, ("INT8", "CHW4" if formats[0] == "CHW32" else "CHW32")),
+                         (n_io - 1, ("INT8", "LINEAR")), (2, ("FLOAT", "CHW32"))]:
+            trial = list(in_out)
+            trial[pos] = _desc(trt, *bad)
+            assert not plugin.supports_format_combination(pos, trial, len(spec.inputs)), (node.name, pos, bad)
+        # tactics, timing-cache id, serialization round trip
+        assert plugin.get_valid_tactics() == list(combo.tactics) and plugin.get_valid_tactics()
+        assert plugin.get_workspace_size([], []) == 0
+        plugin.set_tactic(combo.tactics[-1])
+        copy = plugin.attach_to_context(None)
+        assert copy is not plugin and copy.tactic == combo.tactics[-1] and copy.logic.attrs == attrs
+        again = creator.create_plugin(node.name, plugin.get_fields_to_serialize(), trt.TensorRTPhase.RUNTIME)
+        assert again.logic.attrs == attrs and again.timing_cache_id == plugin.timing_cache_id
+        with pytest.raises(ValueError, match="not offered"):
+            plugin.set_tactic(max(t.id for t in tc.TACTICS) + 1)
+
+
+def test_plugins_with_different_attributes_do_not_share_timings(resnet50_all):
+    _, nodes, _ = resnet50_all
+    ids = {}
+    for node in nodes:
+        spec = OPS[node.op_type]
+        attrs = trt_v3.parse_fields(spec, trt_v3.node_fields(spec, node))
+        ids.setdefault(trt_v3.ConvPluginLogic(spec, attrs).timing_cache_id, set()).add(
+            (spec.name, tuple(sorted((k, str(v)) for k, v in attrs.items()))))
+    assert all(len(v) == 1 for v in ids.values()) and len(ids) > 10
+
+
+def _conv_node(**drop):
+    attrs = dict(in_channels=64, out_channels=256, kernel_shape=[1, 1], strides=[1, 1], pads=[0, 0, 0, 0], relu=1)
+    for k in drop:
+        attrs.pop(k)
+    return helper.make_node("FusedConv", ["x", "w", "s", "b", "o"], ["y"], name="n", domain=DOMAIN,
+                            plugin_namespace=NAMESPACE, aot=1, **attrs)
+
+
+def test_a_node_missing_a_field_is_refused_naming_it(trt):
+    creator = trt.get_plugin_registry().get_creator("FusedConv", "1", NAMESPACE)
+    fc = trt_v3.fields_from_node(trt, FUSED_CONV, _conv_node(relu=None))
+    assert [f.name for f in fc] == ["in_channels", "out_channels", "kernel_shape", "strides", "pads"]
+    with pytest.raises(ValueError, match="'relu' is missing"):
+        creator.create_plugin("n", fc, trt.TensorRTPhase.BUILD)
+
+
+def test_wrong_field_types_and_counts_are_refused(trt):
+    creator = trt.get_plugin_registry().get_creator("FusedConv", "1", NAMESPACE)
+    good = trt_v3.node_fields(FUSED_CONV, _conv_node())
+    as_float = [(n, "FLOAT32", d.astype(np.float32)) if n == "relu" else (n, t, d) for n, t, d in good]
+    with pytest.raises(ValueError, match="'relu' is FLOAT32"):
+        creator.create_plugin("n", trt_v3._collection(trt, as_float), trt.TensorRTPhase.BUILD)
+    two_values = [(n, t, np.array([64, 64], np.int32)) if n == "in_channels" else (n, t, d) for n, t, d in good]
+    with pytest.raises(ValueError, match="'in_channels' is INT, got 2"):
+        creator.create_plugin("n", trt_v3._collection(trt, two_values), trt.TensorRTPhase.BUILD)
+    assert creator.create_plugin("n", trt_v3._collection(trt, good), trt.TensorRTPhase.BUILD).logic.attrs.in_channels == 64
+
+
+def test_split_k_gemm_creator_refuses_until_its_kernel_exists(trt):
+    node = helper.make_node(SPLIT_K_GEMM.name, ["a", "w", "b"], ["y"], domain=DOMAIN, splits=4,
+                            plugin_namespace=NAMESPACE, aot=1)
+    fields = trt_v3.node_fields(SPLIT_K_GEMM, node)
+    assert fields[0][0] == "splits" and fields[0][2].tolist() == [4]
+    creator = trt.get_plugin_registry().get_creator(SPLIT_K_GEMM.name, "1", NAMESPACE)
+    with pytest.raises(ValueError, match="no GPU kernel"):
+        creator.create_plugin("n", trt_v3._collection(trt, fields), trt.TensorRTPhase.BUILD)
+
+
+def test_a_node_no_tactic_fits_is_refused_at_creation():
+    attrs = dict(in_channels=8192, out_channels=64, kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), relu=1)
+    assert not tc.autotune(FUSED_CONV, tc.ConvAttrs.from_dict(attrs))[0].tactics
+    with pytest.raises(ValueError, match="no tactic fits"):
+        trt_v3.ConvPluginLogic(FUSED_CONV, attrs)
+    attrs["in_channels"] = 512
+    assert trt_v3.ConvPluginLogic(FUSED_CONV, attrs).tactics
+
+
+def test_import_trt_names_every_module_it_tried():
+    with pytest.raises(TrtfuseError, match="no_such_trt_a: ModuleNotFoundError, no_such_trt_b: ModuleNotFoundError"):
+        trt_v3.import_trt(("no_such_trt_a", "no_such_trt_b"))
+
+
+# ---- on a GPU: enqueue as TensorRT calls it ----
+from trtfuse.plugins.cuda_driver import gpu_available  # noqa: E402
+
+_gpu_ok, _gpu_why = gpu_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu_ok, reason=f"needs a CUDA GPU: {_gpu_why}")
+def test_enqueue_with_tensorrt_descs_and_pointers_equals_golden(trt, resnet50_all):
+    from trtfuse.bench.conv_problem import POISON, compare, passes_lsb_rule
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins.layout import channel_vector, pack_nchwv, unpack_chw32
+    from trtfuse.plugins.reference import fused_conv_int8
+
+    _, nodes, values = resnet50_all
+    registry = trt.get_plugin_registry()
+    stream = cd.Stream()
+    tactics_run = set()
+    for i, node in enumerate(nodes):
+        spec = OPS[node.op_type]
+        plugin = registry.get_creator(spec.name, "1", NAMESPACE).create_plugin(
+            node.name, trt_v3.fields_from_node(trt, spec, node), trt.TensorRTPhase.RUNTIME)
+        tactic = plugin.get_valid_tactics()[i % len(plugin.get_valid_tactics())]  # every tactic, across nodes
+        plugin.set_tactic(tactic)
+        runtime = plugin.attach_to_context(None)  # TensorRT enqueues on the per-context clone
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name in spec.attribute_names}
+        args = [values[n] for n in node.input]
+        golden = fused_conv_int8(*args, **attrs)
+        # device operands in the formats the plugin declared: x CHW4/CHW32, residual CHW32, the rest linear
+        x = args[0]
+        bufs = [cd.DeviceBuffer.from_array(pack_nchwv(x, channel_vector(x.shape[1])))]
+        bufs += [cd.DeviceBuffer.from_array(a) for a in args[1:5]]
+        if len(args) > 5:
+            bufs += [cd.DeviceBuffer.from_array(pack_nchwv(args[5], 32)), cd.DeviceBuffer.from_array(args[6])]
+        y_shape = (golden.shape[0], -(-golden.shape[1] // 32), *golden.shape[2:], 32)
+        y = cd.DeviceBuffer(int(np.prod(y_shape)))
+        y.fill(POISON)
+        in_desc = []
+        for a in args:
+            d = trt.PluginTensorDesc()
+            d.type = trt.DataType.INT8 if a.dtype == np.int8 else trt.DataType.FLOAT
+            d.dims = trt.Dims(list(a.shape))
+            in_desc.append(d)
+        out_desc = trt.PluginTensorDesc()
+        out_desc.type, out_desc.dims = trt.DataType.INT8, trt.Dims(list(golden.shape))
+        runtime.on_shape_change(in_desc, [out_desc])
+        runtime.enqueue(in_desc, [out_desc], [int(b.ptr) for b in bufs], [int(y.ptr)], 0, int(stream.handle))
+        stream.synchronize()
+        out = unpack_chw32(y.download(y_shape, np.int8), golden.shape[1])
+        stats = compare(out, golden)
+        assert passes_lsb_rule(stats), (node.name, tactic, stats)
+        tactics_run.add(tactic)
+    assert len(tactics_run) >= 3
