@@ -33,14 +33,33 @@ def check(result):
 
 
 @lru_cache(maxsize=None)
-def context(device_ordinal: int = 0):
-    """Retain and make current the device's primary context (shared with PyTorch/CuPy)."""
+def _primary_context(device_ordinal: int):
     drv = _driver()
     check(drv.cuInit(0))
-    dev = check(drv.cuDeviceGet(device_ordinal))
-    ctx = check(drv.cuDevicePrimaryCtxRetain(dev))
+    return check(drv.cuDevicePrimaryCtxRetain(check(drv.cuDeviceGet(device_ordinal))))
+
+
+def context(device_ordinal: int | None = None):
+    """The device's primary context (shared with PyTorch/CuPy), made current on this thread.
+
+    With no device named: keep whatever context is current (a worker for GPU 1 set its own), else
+    make GPU 0's current. Everything that allocates or loads calls this, so with several GPUs each
+    object lands on the GPU whose context its creator made current."""
+    drv = _driver()
+    if device_ordinal is None:
+        check(drv.cuInit(0))
+        current = check(drv.cuCtxGetCurrent())
+        if current is not None and int(current) != 0:
+            return current
+        device_ordinal = 0
+    ctx = _primary_context(device_ordinal)
     check(drv.cuCtxSetCurrent(ctx))
     return ctx
+
+
+def current_device() -> int:
+    context()
+    return int(check(_driver().cuCtxGetDevice()))
 
 
 def gpu_available() -> tuple[bool, str]:
@@ -64,7 +83,7 @@ def gpu_available() -> tuple[bool, str]:
 @lru_cache(maxsize=None)
 def device_attribute(name: str, device_ordinal: int = 0) -> int:
     drv = _driver()
-    context(device_ordinal)
+    check(drv.cuInit(0))  # no context needed, and none is made current (that would switch GPUs)
     attr = getattr(drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
     return check(drv.cuDeviceGetAttribute(attr, check(drv.cuDeviceGet(device_ordinal))))
 
@@ -75,7 +94,7 @@ def compute_capability(device_ordinal: int = 0) -> str:
 
 def device_name(device_ordinal: int = 0) -> str:
     drv = _driver()
-    context(device_ordinal)
+    check(drv.cuInit(0))
     name = check(drv.cuDeviceGetName(256, check(drv.cuDeviceGet(device_ordinal))))
     return name.split(b"\0")[0].decode()
 
@@ -142,12 +161,14 @@ class Module:
 _kernel_modules: dict[tuple, Module] = {}
 
 
-def kernel_module(source: str, defines: dict | None = None, device_ordinal: int = 0) -> Module:
+def kernel_module(source: str, defines: dict | None = None, device_ordinal: int | None = None) -> Module:
     """plugins/kernels/<source> compiled for this GPU (NVRTC, disk-cached) and loaded, once per process."""
     from .nvrtc import compile_kernel
 
-    arch = compute_capability(device_ordinal)
-    key = (source, tuple(sorted((defines or {}).items())), arch)
+    device = current_device() if device_ordinal is None else device_ordinal
+    context(device)
+    arch = compute_capability(device)
+    key = (source, tuple(sorted((defines or {}).items())), arch, device)  # a module belongs to one context
     if key not in _kernel_modules:
         _kernel_modules[key] = Module(compile_kernel(source, defines or {}, arch, "cubin").image)
     return _kernel_modules[key]

@@ -51,6 +51,8 @@ def register(sub) -> None:
     o.add_argument("--expected-qps", type=float, default=30000.0, help="LoadGen offline_expected_qps")
     o.add_argument("--min-duration", type=float, default=10.0, metavar="S", help="LoadGen min duration in seconds")
     o.add_argument("--log-dir", default="offline-logs", help="folder for LoadGen's logs (default offline-logs)")
+    o.add_argument("--autotune", action="store_true",
+                   help="--backend cuda: time every tactic per conv on each GPU before the run (else the heuristic)")
     o.add_argument("--compare-torch", action="store_true",
                    help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run")
     o.add_argument("-o", "--output", help="also write the result JSON here (atomically)")
@@ -68,7 +70,8 @@ def offline(args) -> int:
         raise TrtfuseError("--count and --batch must be at least 1")
     bar = progress(total=None, desc="offline", unit="img")
     result = run_offline(args.model, args.backend, args.data, args.count, args.batch, args.gpus, args.mode,
-                         args.log_dir, args.expected_qps, args.min_duration, progress_cb=bar.update)
+                         args.log_dir, args.expected_qps, args.min_duration, progress_cb=bar.update,
+                         autotune=args.autotune)
     bar.close()
     if args.compare_torch:
         from trtfuse.bench.e2e import torch_fp16_samples_per_s

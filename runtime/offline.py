@@ -136,7 +136,7 @@ class _OrtWorker(_Worker):
 
 
 def run_offline(model_path: str, backend: str, data: str, count: int, batch: int, gpus: str, mode: str,
-                log_dir: str, expected_qps: float, min_duration_s: float, progress_cb=None) -> dict:
+                log_dir: str, expected_qps: float, min_duration_s: float, progress_cb=None, autotune: bool = False) -> dict:
     lg = _loadgen()
     if backend == "trt":  # --model is a serialized engine (`trtfuse build`)
         from .trt_runner import TrtEngine, plan_io
@@ -167,7 +167,16 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         if backend == "cuda":
             from .gpu_runner import CudaRunner
 
-            makers = [lambda: CudaRunner(model, batch)] * n_gpus
+            def maker():  # a GPU's first runner plans (or autotunes); its other runners reuse those plans
+                first = []
+
+                def make():
+                    runner = CudaRunner(model, batch, autotune=autotune and not first, plans_from=first[0] if first else None)
+                    first.append(runner)
+                    return runner
+                return make
+
+            makers = [maker() for _ in range(n_gpus)]
         else:
             from .trt_runner import TrtEngine, TrtRunner
 

@@ -140,11 +140,11 @@ class TrtEngine:
 
 
 def _make_current(device: int) -> None:
-    # cd.context() sets the context current only on its first (cached) call; with several GPUs the engine
-    # and runners of each device must be made on that device's context, whatever ran before.
+    # With several GPUs the engine and runners of each device must be made on that device's context,
+    # whatever ran before.
     from ..plugins import cuda_driver as cd
 
-    cd.check(cd._driver().cuCtxSetCurrent(cd.context(device)))
+    cd.context(device)
 
 
 def engine_io(trt, engine) -> list[IOTensor]:
