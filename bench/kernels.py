@@ -126,12 +126,15 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
                                    residual_scale=rs.data_ptr() if rs is not None else 0, relu=relu,
                                    workspace=ws.data_ptr() if plan.workspace_bytes else 0, stream=cur())
 
-    heuristic_tactic, heuristic_splits = choose(shape)
+    from ..plugins.cuda_driver import compute_capability
+
+    arch = compute_capability()  # sm_90: the wgmma tactics (plugins/wgmma.py) join the heuristic and autotune
+    heuristic_tactic, heuristic_splits = choose(shape, arch=arch)
     plans = [ConvLaunch(shape, heuristic_tactic, heuristic_splits)]
     if args.autotune:
         ktiles = math.ceil(kg / 64)
-        for t in candidate_tactics(shape):
-            for s in (1, 2, 4, 8):
+        for t in candidate_tactics(shape, arch):
+            for s in (1, 2, 4, 8) if t.family == "mma" else (1,):
                 if s <= max(1, ktiles // 2) and not (t == heuristic_tactic and s == heuristic_splits):
                     plans.append(ConvLaunch(shape, t, s))
     timed = [(graph_time_ms(torch, make_run(p), args.reps), p) for p in plans]
@@ -149,7 +152,7 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
     correct = passes_lsb_rule(stats) and pad_zero
 
     rec = {"layer": name, "batch": shape.n, "M": m, "N": shape.k, "K": shape.c * shape.r * shape.s, "K_gemm": kg,
-           "residual": has_res, "tactic": best.tactic.name, "splits": best.splits,
+           "residual": has_res, "tactic": best.tactic.name, "family": best.tactic.family, "splits": best.splits,
            "heuristic": f"{heuristic_tactic.name}/s{heuristic_splits}", "heuristic_ms": timed[0][0],
            "ours_ms": ours_ms, "correct": correct, **stats}
     bytes_moved = x.numel() + w.numel() + y.numel() + (res.numel() if has_res else 0)
