@@ -9,6 +9,7 @@ small-channel stem path). Each compiles to its own cubin/PTX (plugins/nvrtc.py).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -93,8 +94,8 @@ class ConvShape:
 
 
 def candidate_tactics(shape: ConvShape, arch: str | None = None) -> list[Tactic]:
-    """Tactics that can run `shape`; the Hopper ones only when `arch` (e.g. "sm_90") has wgmma."""
-    return [t for t in TACTICS if t.vec == shape.vec] + [t for t in WGMMA_TACTICS if has_wgmma(arch) and t.geometry(shape)]
+    """Tactics that can run `shape`; the Hopper ones only where wgmma_enabled(arch)."""
+    return [t for t in TACTICS if t.vec == shape.vec] + [t for t in WGMMA_TACTICS if wgmma_enabled(arch) and t.geometry(shape)]
 
 
 def output_tiles(shape: ConvShape, tactic: Tactic) -> int:
@@ -105,12 +106,13 @@ def output_tiles(shape: ConvShape, tactic: Tactic) -> int:
 def choose(shape: ConvShape, sms: int = H100_SMS, arch: str | None = None) -> tuple[Tactic, int]:
     """(tactic, split-K slices) for a shape, without measuring.
 
-    On Hopper (`arch` "sm_90"), shapes where the wgmma tactic measured faster take it (choose_wgmma).
+    On Hopper (`arch` "sm_90") with the wgmma tactics enabled (wgmma_enabled), the long-K shapes take
+    one (choose_wgmma).
     Otherwise prefer the largest tile that still gives every SM at least two CTAs (large tiles re-read the
     operands least); when even the smallest tile leaves SMs idle (small batch, late stages), split
     the GEMM-K so the grid fills the GPU, keeping >= 4 k-tiles of 64 per slice.
     """
-    if has_wgmma(arch):
+    if wgmma_enabled(arch):
         w = choose_wgmma(shape, sms)
         if w is not None:
             return w, 1
@@ -133,6 +135,13 @@ def choose(shape: ConvShape, sms: int = H100_SMS, arch: str | None = None) -> tu
 
 def has_wgmma(arch: str | None) -> bool:
     return arch is not None and arch.startswith("sm_90")
+
+
+def wgmma_enabled(arch: str | None) -> bool:
+    """Whether the heuristic and autotune may pick a wgmma tactic: the GPU has wgmma AND the environment
+    says TRTFUSE_WGMMA=1. Opt-in until the kernel has been checked and timed on an H100/H200
+    (docs/wgmma.md, "Status"); explicit tactic ids (ConvLaunch.plan(shape, 22)) work regardless."""
+    return has_wgmma(arch) and os.environ.get("TRTFUSE_WGMMA", "0") == "1"
 
 
 @dataclass(frozen=True)
@@ -220,8 +229,9 @@ def wgmma_cost(shape: ConvShape, tactic: WgmmaTactic, sms: int = H100_SMS) -> fl
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     """The wgmma tactic for a shape where it is expected to beat the mma.sync kernel, else None.
 
-    Rule (from the H200 measurements in docs/PERF.md): long GEMM-K (>= 1024, the 3x3 convs of 128+
-    channels) with at least 128 output channels and a grid of at least one full wave.
+    Rule (a prior, not yet a measurement: docs/wgmma.md): long GEMM-K (>= 1024, the 3x3 convs of 128+
+    channels) with at least 128 output channels and a grid of at least one full wave; among the
+    wgmma tiles, the fewest waves x pixel capacity x k32 steps (wgmma_cost).
     """
     m, n, kg = shape.gemm
     if kg < 1024 or n < 128:
