@@ -54,9 +54,9 @@ def test_wgmma_is_deterministic_and_replays():
 
 def test_heuristic_plan_with_opt_in(monkeypatch):
     monkeypatch.setenv("TRTFUSE_WGMMA", "1")
-    shape = ConvShape(2, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1))
+    shape = ConvShape(68, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1))  # 136 CTAs: past one wave, so wgmma
     plan = ConvLaunch.plan(shape)
-    assert plan.tactic.family == "wgmma" or plan.grid[0] < 132  # tiny grids stay on mma.sync by rule
+    assert plan.tactic.family == "wgmma" and plan.splits == 1 and plan.grid == (136, 1, 1)
     problem = ConvProblem.random(shape, True)
     out, _ = DeviceConv(problem, plan).run_checked()
     assert passes_lsb_rule(compare(out, problem.golden()))
