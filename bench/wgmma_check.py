@@ -33,6 +33,7 @@ EDGE_CASES = [
     ("3x3 s1 28x28 C=128 K=128 (row tiles)", ConvShape(2, 128, 28, 28, 128, 3, 3, (1, 1), (1, 1, 1, 1)), True, True),
     ("3x3 s2 56->28 C=128", ConvShape(1, 128, 56, 56, 128, 3, 3, (2, 2), (1, 1, 1, 1)), False, True),
     ("tiny M=1", ConvShape(1, 32, 1, 1, 32, 1, 1), True, True),
+    ("3x3 56x56 K=256: 152 tiles > 132 SMs", ConvShape(4, 32, 56, 56, 256, 3, 3, (1, 1), (1, 1, 1, 1)), True, True),
 ]
 
 
@@ -88,11 +89,18 @@ def correctness() -> int:
 
 
 def tiny() -> int:
+    """Small launches of a one-tile-per-CTA and a persistent tactic; the persistent grid is capped at
+    2 CTAs (TRTFUSE_WGMMA_MAX_CTAS) so each CTA walks several tiles through the ring."""
+    import os
+
+    os.environ["TRTFUSE_WGMMA_MAX_CTAS"] = "2"
     bad = 0
     cases = [(ConvShape(2, 64, 6, 5, 160, 3, 3, (1, 1), (1, 1, 1, 1)), True),
-             (ConvShape(3, 64, 4, 4, 64, 3, 3, (2, 2), (1, 1, 1, 1)), False)]
+             (ConvShape(3, 64, 4, 4, 64, 3, 3, (2, 2), (1, 1, 1, 1)), False),
+             (ConvShape(2, 32, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1)), True)]
+    by_id = {t.id: t for t in WGMMA_TACTICS}
     for shape, res in cases:
-        for t in WGMMA_TACTICS[-2:]:
+        for t in (by_id[22], by_id[24]):
             if t.geometry(shape) is None:
                 continue
             ok, stats, _ = _run_case(shape, res, True, t)

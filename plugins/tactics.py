@@ -167,6 +167,7 @@ class WgmmaTactic(Tactic):
     consumer warpgroups x m64), `stages` = TMA ring slots of `ks` k32 steps each. 384 threads."""
 
     ks: int = 2
+    persistent: bool = False  # min(tiles, SMs) CTAs walk the tiles; the producer runs ahead across tiles
     family: ClassVar[str] = "wgmma"
     CHANNELS: ClassVar[int] = 128
 
@@ -176,10 +177,10 @@ class WgmmaTactic(Tactic):
 
     @property
     def name(self) -> str:
-        return f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}"
+        return f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_pers' if self.persistent else ''}"
 
     def defines(self) -> dict[str, int]:
-        return {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks}
+        return {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks, "WG_PERSISTENT": int(self.persistent)}
 
     def shared_bytes(self, in_channels: int = 0, kernel_shape=None) -> int:
         """Operand ring + staging tile [pixels][128 + 16] + mbarriers + 1024 for aligning the ring."""
@@ -214,6 +215,8 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(21, 224, 128, 2, 1, 6, 32, 1, ks=2),
     WgmmaTactic(22, 208, 128, 2, 1, 6, 32, 1, ks=2),
     WgmmaTactic(23, 128, 128, 2, 1, 8, 32, 1, ks=2),
+    WgmmaTactic(24, 208, 128, 2, 1, 6, 32, 1, ks=2, persistent=True),
+    WgmmaTactic(25, 256, 128, 2, 1, 6, 32, 1, ks=2, persistent=True),
 )
 TACTICS_BY_ID = {t.id: t for t in TACTICS + WGMMA_TACTICS}
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 from collections import OrderedDict
 
 from . import cuda_driver as cd
 from .layout import gemm_k, round_up
-from .tactics import ConvShape, WgmmaGeometry, WgmmaTactic
+from .tactics import H100_SMS, ConvShape, WgmmaGeometry, WgmmaTactic
 
 SOURCE = "wgmma_conv.cu"
 ENTRY = "trtfuse_wgmma_conv"
@@ -31,7 +32,7 @@ ARCH = "sm_90a"
 class WgmmaTileStruct(ctypes.Structure):
     """Mirror of trtfuse::WgmmaTile (plugins/kernels/wgmma_conv.cu); same field order."""
 
-    _fields_ = [(n, ctypes.c_int32) for n in ("th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes")]
+    _fields_ = [(n, ctypes.c_int32) for n in ("th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles")]
 
 
 TensorMapBytes = ctypes.c_uint64 * 16
@@ -90,11 +91,20 @@ def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: in
     return wmap, xmap
 
 
+def _sms() -> int:
+    """SMs a persistent grid fills; TRTFUSE_WGMMA_MAX_CTAS caps it (tests: several tiles per CTA on small shapes)."""
+    ok, _ = cd.gpu_available()
+    sms = cd.device_attribute("MULTIPROCESSOR_COUNT") if ok else H100_SMS
+    cap = os.environ.get("TRTFUSE_WGMMA_MAX_CTAS")
+    return min(sms, max(1, int(cap))) if cap else sms
+
+
 def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
+    """One CTA per tile, or for a persistent tactic min(tiles, SMs) CTAs."""
     geo = tactic.geometry(shape)
     if geo is None:
         raise ValueError(f"{tactic.name} does not handle {shape}")
-    return geo.ctas, 1, 1
+    return (min(geo.ctas, _sms()) if tactic.persistent else geo.ctas), 1, 1
 
 
 def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream) -> None:
@@ -104,8 +114,8 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
         raise ValueError(f"{tactic.name} does not handle {shape}")
     wmap, xmap = tensor_maps(shape, tactic, geo, x, w)
     tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,
-                           kt=geo.kt, box_bytes=geo.box_bytes)
+                           kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas)
     smem = tactic.shared_bytes()
     fn = module_for(tactic).function(ENTRY, smem)
-    cd.launch(fn, (geo.ctas, 1, 1), (tactic.threads, 1, 1), smem, stream,
+    cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,
               [ctypes.addressof(wmap), ctypes.addressof(xmap), ctypes.addressof(params), ctypes.addressof(tile)])

@@ -103,5 +103,5 @@ def test_wgmma_kernel_refuses_plain_sm90():
 def test_wgmma_struct_mirrors_the_kernel():
     from trtfuse.plugins.wgmma import WgmmaTileStruct
 
-    assert [f for f, _ in WgmmaTileStruct._fields_] == ["th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes"]
-    assert __import__("ctypes").sizeof(WgmmaTileStruct) == 24
+    assert [f for f, _ in WgmmaTileStruct._fields_] == ["th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles"]
+    assert __import__("ctypes").sizeof(WgmmaTileStruct) == 28

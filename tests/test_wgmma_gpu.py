@@ -60,3 +60,11 @@ def test_heuristic_plan_with_opt_in(monkeypatch):
     problem = ConvProblem.random(shape, True)
     out, _ = DeviceConv(problem, plan).run_checked()
     assert passes_lsb_rule(compare(out, problem.golden()))
+
+
+def test_persistent_ctas_walk_several_tiles(monkeypatch):
+    monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")  # 3 CTAs for 8 tiles: the ring runs on across tiles
+    tactic = next(t for t in WGMMA_TACTICS if t.persistent)
+    shape = ConvShape(2, 64, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1))
+    assert ConvLaunch(shape, tactic, 1).grid == (3, 1, 1) and tactic.geometry(shape).ctas > 3
+    _check(shape, True, tactic)

@@ -54,8 +54,11 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray) -> np.ndarra
     assert box_px <= bn
     acc_out = np.zeros((shape.n, kpad, oh, ow), np.int64)
     writes = np.zeros((shape.n, kpad, oh, ow), np.int32)
-    for cta in range(g.ctas):
-        ch_tile, pix_tile = cta % g.ch_tiles, cta // g.ch_tiles
+    grid = min(g.ctas, 132) if tactic.persistent else g.ctas
+    order = [tile for cta in range(grid) for tile in range(cta, g.ctas, grid)]  # each CTA's tile loop
+    assert sorted(order) == list(range(g.ctas))
+    for tile in order:
+        ch_tile, pix_tile = tile % g.ch_tiles, tile // g.ch_tiles
         if g.nb == 1:
             n0 = pix_tile // g.tiles_per_image
             oh0 = (pix_tile - n0 * g.tiles_per_image) * g.th

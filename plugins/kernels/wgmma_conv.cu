@@ -27,14 +27,16 @@
 // one batch of KS per slot, keeping one batch in flight (wait_group 1) before releasing the previous
 // slot. setmaxnreg moves registers from the producer (40) to the consumers (232).
 //
-// Epilogue (consumers): the residual tile is cp.async-prefetched into the staging tile at kernel start
+// Epilogue (consumers): the residual tile is cp.async-prefetched into the staging tile at tile start
 // (its own group), every accumulator is requantized in docs/ops.md's order by requantize() (branch-free
 // correctly rounded division, round half to even, saturate) into the staging tile [pixel][128 + 16],
 // then written back as coalesced 16-byte CHW32 vectors. Pixels of the wgmma N past the tile (BN > P)
 // read zero rows and are never stored.
 //
 // Compile-time configuration (one NVRTC compile per tactic, sm_90a only): WG_BN (wgmma N = pixel
-// capacity of a tile), WG_STAGES (ring depth), WG_KS (k32 steps per ring slot).
+// capacity of a tile), WG_STAGES (ring depth), WG_KS (k32 steps per ring slot), WG_PERSISTENT (1: a grid
+// of at most one CTA per SM walks the tiles; the producer runs ahead into the next tile's slots while
+// the consumers are in the epilogue).
 #include "conv_epilogue.cuh"
 #include "sm90_primitives.cuh"
 #include "wgmma_s8.cuh"
@@ -48,6 +50,9 @@
 #define WG_STAGES 4
 #define WG_KS 2
 #endif
+#ifndef WG_PERSISTENT
+#define WG_PERSISTENT 0
+#endif
 
 namespace trtfuse {
 
@@ -59,6 +64,26 @@ struct WgmmaTile {
   int ch_tiles;         // 128-channel tiles: ceil(Kpad / 128)
   int kt;               // k32 steps of the GEMM-K: CB * R * S
   int box_bytes;        // bytes one activation box writes: nb * th * OW * 32
+  int tiles;            // CTA tiles: pixel tiles x channel tiles (a persistent CTA walks tile += gridDim.x)
+};
+
+// Where tile `tile` sits: channel tile fastest (CTAs sharing an activation tile run together, hit L2).
+struct TileCoord {
+  int n0, oh0, valid_px, m0, c0;
+  __device__ __forceinline__ TileCoord(int tile, const ConvParams& p, const WgmmaTile& t, int ohw, int channels) {
+    const int ch_tile = tile % t.ch_tiles, pix_tile = tile / t.ch_tiles;
+    if (t.nb == 1) {
+      n0 = pix_tile / t.tiles_per_image;
+      oh0 = (pix_tile - n0 * t.tiles_per_image) * t.th;
+      valid_px = (p.OH - oh0 < t.th ? p.OH - oh0 : t.th) * p.OW;
+    } else {
+      n0 = pix_tile * t.nb;
+      oh0 = 0;
+      valid_px = (p.N - n0 < t.nb ? p.N - n0 : t.nb) * ohw;
+    }
+    m0 = n0 * ohw + oh0 * p.OW;  // the tile's pixels are m0 .. m0 + valid_px - 1 of the linear output
+    c0 = ch_tile * channels;
+  }
 };
 
 template <int BN, int STAGES, int KS>
@@ -74,7 +99,7 @@ struct WgmmaSmem {
   static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
 };
 
-template <int BN, int STAGES, int KS>
+template <int BN, int STAGES, int KS, bool PERSISTENT>
 __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x,
                                                 const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS>;
@@ -89,20 +114,10 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 
   const int tid = threadIdx.x, wg = tid / 128;
   const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
-  const int ch_tile = blockIdx.x % t.ch_tiles, pix_tile = blockIdx.x / t.ch_tiles;
-  int n0, oh0, valid_px;
-  if (t.nb == 1) {
-    n0 = pix_tile / t.tiles_per_image;
-    oh0 = (pix_tile - n0 * t.tiles_per_image) * t.th;
-    valid_px = (p.OH - oh0 < t.th ? p.OH - oh0 : t.th) * p.OW;
-  } else {
-    n0 = pix_tile * t.nb;
-    oh0 = 0;
-    valid_px = (p.N - n0 < t.nb ? p.N - n0 : t.nb) * ohw;
-  }
-  const int m0 = n0 * ohw + oh0 * p.OW;  // the tile's pixels are m0 .. m0 + valid_px - 1 of the linear output
-  const int c0 = ch_tile * L::CH;
   const int kblocks = (t.kt + KS - 1) / KS;
+  // One tile per CTA, or (PERSISTENT) tiles blockIdx.x, + gridDim.x, ...: the ring and its phases run on
+  // across tiles, so the producer fills the next tile's slots while the consumers store this one.
+  const int tile_step = PERSISTENT ? gridDim.x : t.tiles;
 
   if (tid == 0) {
 #pragma unroll
@@ -132,22 +147,26 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     if (tid == 256) {
       sm90::prefetch_tensor_map(tmap_w);
       sm90::prefetch_tensor_map(tmap_x);
-      const int h0 = oh0 * p.stride_h - p.pad_top, w0 = -p.pad_left;
-      int cb = 0, r = 0, s = 0;  // tap of k32 step k = (cb * R + r) * S + s (the packed weight's GEMM-K order)
-      for (int kb = 0; kb < kblocks; ++kb) {
-        const int slot = kb % STAGES;
-        sm90::mbar_wait(empty0 + 8 * slot, ((kb / STAGES) & 1) ^ 1);
-        const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
-        const uint32_t full = full0 + 8 * slot;
-        sm90::mbar_arrive_expect_tx(full, steps * (L::A_STEP + t.box_bytes));
-        const uint32_t sa = base + slot * L::STAGE, sb = sa + KS * L::A_STEP;
-        for (int j = 0; j < steps; ++j) {
-          const int k = kb * KS + j;
-          sm90::tma_load_2d(sa + j * L::A_STEP, tmap_w, full, k * 32, c0);
-          sm90::tma_load_5d(sb + j * L::B_STEP, tmap_x, full, 0, w0 + s, h0 + r, cb, n0);
-          if (++s == p.S) {
-            s = 0;
-            if (++r == p.R) { r = 0; ++cb; }
+      int it = 0;  // ring slot use counter, continuous across tiles
+      for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step) {
+        const TileCoord tc(tile, p, t, ohw, L::CH);
+        const int h0 = tc.oh0 * p.stride_h - p.pad_top, w0 = -p.pad_left;
+        int cb = 0, r = 0, s = 0;  // tap of k32 step k = (cb * R + r) * S + s (the packed weight's GEMM-K order)
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          const int slot = it % STAGES;
+          sm90::mbar_wait(empty0 + 8 * slot, ((it / STAGES) & 1) ^ 1);
+          const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
+          const uint32_t full = full0 + 8 * slot;
+          sm90::mbar_arrive_expect_tx(full, steps * (L::A_STEP + t.box_bytes));
+          const uint32_t sa = base + slot * L::STAGE, sb = sa + KS * L::A_STEP;
+          for (int j = 0; j < steps; ++j) {
+            const int k = kb * KS + j;
+            sm90::tma_load_2d(sa + j * L::A_STEP, tmap_w, full, k * 32, tc.c0);
+            sm90::tma_load_5d(sb + j * L::B_STEP, tmap_x, full, 0, w0 + s, h0 + r, cb, tc.n0);
+            if (++s == p.S) {
+              s = 0;
+              if (++r == p.R) { r = 0; ++cb; }
+            }
           }
         }
       }
@@ -159,89 +178,95 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   sm90::regs_alloc<232>();
   const int lane = tid % 32, warp = (tid % 128) / 32;
   const bool has_res = p.residual != nullptr;
-  // Residual tile -> staging tile, in flight during the main loop (its own cp.async group).
-  if (has_res) {
-    for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
-      const int cbl = v / (BN * 2), rem = v - cbl * (BN * 2), px = rem / 2, half = rem % 2;
-      const int c = c0 + cbl * 32;
-      const bool ok = px < valid_px && c < kpad;
-      const int8_t* g = p.residual;
-      if (ok) {
-        const int m = m0 + px, n = m / ohw, pix = m - n * ohw;
-        g = p.residual + ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32 + half * 16;
-      }
-      cp_async_16(smem_u32(s_out + px * L::OUT_STRIDE + cbl * 32 + half * 16), g, ok);
-    }
-  }
-  cp_async_commit();
-
-  int acc[BN / 2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-  const uint32_t a_rows = wg * 64 * 32;  // this warpgroup's 64 weight rows inside the A tile
-  for (int kb = 0; kb < kblocks; ++kb) {
-    const int slot = kb % STAGES;
-    sm90::mbar_wait(full0 + 8 * slot, (kb / STAGES) & 1);
-    const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
-    const uint32_t sa = base + slot * L::STAGE + a_rows, sb = base + slot * L::STAGE + KS * L::A_STEP;
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < KS; ++j)
-      if (j < steps)
-        sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw32(sa + j * L::A_STEP), sm90::desc_kmajor_sw32(sb + j * L::B_STEP));
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
-    if (kb > 0 && lane == 0) sm90::mbar_arrive(empty0 + 8 * ((kb - 1) % STAGES));
-  }
-  sm90::wgmma_wait<0>();
-
-  // ---------------- epilogue: requantize into the staging tile, then coalesced CHW32 stores ----------------
-  cp_async_wait<0>();
-  sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed
   const int c_lo = wg * 64 + warp * 16 + lane / 4;  // tile channel of this thread's accumulator rows (and + 8)
-  float sc[2], bi[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int c = c0 + c_lo + 8 * h;
-    sc[h] = c < kpad ? p.scale[c] : 0.0f;
-    bi[h] = c < kpad ? p.bias[c] : 0.0f;
-  }
   const float out_scale = *p.out_scale;
   const float out_scale_inv = __frcp_rn(out_scale);
   const float res_scale = has_res ? *p.residual_scale : 0.0f;
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int px = 8 * j + 2 * (lane % 4) + e;
-      if (px < valid_px) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          int8_t* cell = s_out + px * L::OUT_STRIDE + c_lo + 8 * h;
-          const float res_term = has_res ? __fmul_rn(static_cast<float>(*cell), res_scale) : 0.0f;
-          *cell = requantize(acc[4 * j + 2 * h + e], sc[h], bi[h], res_term, has_res, p.relu, out_scale, out_scale_inv);
+  const uint32_t a_rows = wg * 64 * 32;  // this warpgroup's 64 weight rows inside the A tile
+  int it = 0;  // ring slot use counter, continuous across tiles (same sequence as the producer's)
+  for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step) {
+    const TileCoord tc(tile, p, t, ohw, L::CH);
+    // Residual tile -> staging tile, in flight during the main loop (its own cp.async group).
+    if (has_res) {
+      for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
+        const int cbl = v / (BN * 2), rem = v - cbl * (BN * 2), px = rem / 2, half = rem % 2;
+        const int c = tc.c0 + cbl * 32;
+        const bool ok = px < tc.valid_px && c < kpad;
+        const int8_t* g = p.residual;
+        if (ok) {
+          const int m = tc.m0 + px, n = m / ohw, pix = m - n * ohw;
+          g = p.residual + ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32 + half * 16;
         }
+        cp_async_16(smem_u32(s_out + px * L::OUT_STRIDE + cbl * 32 + half * 16), g, ok);
       }
     }
-  sm90::named_barrier(1, CONSUMERS);
-  for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
-    const int cbl = v / (BN * 2), rem = v - cbl * (BN * 2), px = rem / 2, half = rem % 2;
-    const int c = c0 + cbl * 32;
-    if (px < valid_px && c < kpad) {
-      const int m = m0 + px, n = m / ohw, pix = m - n * ohw;
-      int8_t* g = p.y + ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32 + half * 16;
-      *reinterpret_cast<int4*>(g) = *reinterpret_cast<const int4*>(s_out + px * L::OUT_STRIDE + cbl * 32 + half * 16);
+    cp_async_commit();
+
+    int acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      const int slot = it % STAGES;
+      sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
+      const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
+      const uint32_t sa = base + slot * L::STAGE + a_rows, sb = base + slot * L::STAGE + KS * L::A_STEP;
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < KS; ++j)
+        if (j < steps)
+          sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw32(sa + j * L::A_STEP), sm90::desc_kmajor_sw32(sb + j * L::B_STEP));
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
+      if (kb > 0 && lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
     }
+    sm90::wgmma_wait<0>();
+    if (lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
+
+    // ---------------- epilogue: requantize into the staging tile, then coalesced CHW32 stores ----------------
+    cp_async_wait<0>();
+    sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed
+    float sc[2], bi[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int c = tc.c0 + c_lo + 8 * h;
+      sc[h] = c < kpad ? p.scale[c] : 0.0f;
+      bi[h] = c < kpad ? p.bias[c] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int px = 8 * j + 2 * (lane % 4) + e;
+        if (px < tc.valid_px) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            int8_t* cell = s_out + px * L::OUT_STRIDE + c_lo + 8 * h;
+            const float res_term = has_res ? __fmul_rn(static_cast<float>(*cell), res_scale) : 0.0f;
+            *cell = requantize(acc[4 * j + 2 * h + e], sc[h], bi[h], res_term, has_res, p.relu, out_scale, out_scale_inv);
+          }
+        }
+      }
+    sm90::named_barrier(1, CONSUMERS);
+    for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
+      const int cbl = v / (BN * 2), rem = v - cbl * (BN * 2), px = rem / 2, half = rem % 2;
+      const int c = tc.c0 + cbl * 32;
+      if (px < tc.valid_px && c < kpad) {
+        const int m = tc.m0 + px, n = m / ohw, pix = m - n * ohw;
+        int8_t* g = p.y + ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32 + half * 16;
+        *reinterpret_cast<int4*>(g) = *reinterpret_cast<const int4*>(s_out + px * L::OUT_STRIDE + cbl * 32 + half * 16);
+      }
+    }
+    if (PERSISTENT) sm90::named_barrier(1, CONSUMERS);  // the staging tile is free for the next tile's residual
   }
 }
 
 }  // namespace trtfuse
 
-// One CTA per (pixel tile, 128-channel tile), channel tile fastest (CTAs sharing an activation tile
-// run together and hit L2). 384 threads: consumer warpgroups 0-1, producer warpgroup 2.
+// One CTA per (pixel tile, 128-channel tile), or WG_PERSISTENT: min(tiles, SMs) CTAs walking the tiles.
+// 384 threads: consumer warpgroups 0-1, producer warpgroup 2.
 extern "C" __global__ void __launch_bounds__(384, 1)
     trtfuse_wgmma_conv(const __grid_constant__ trtfuse::sm90::TensorMap tmap_w,
                        const __grid_constant__ trtfuse::sm90::TensorMap tmap_x, const trtfuse::ConvParams p,
                        const trtfuse::WgmmaTile t) {
-  trtfuse::wgmma_conv_body<WG_BN, WG_STAGES, WG_KS>(&tmap_w, &tmap_x, p, t);
+  trtfuse::wgmma_conv_body<WG_BN, WG_STAGES, WG_KS, WG_PERSISTENT != 0>(&tmap_w, &tmap_x, p, t);
 }
