@@ -62,6 +62,7 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic(6, 128, 64, 2, 2, 4, 4, 2),
     Tactic(7, 64, 64, 2, 2, 4, 4, 3),
 )
+TACTICS_BY_ID = {t.id: t for t in TACTICS}
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,8 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(24, 208, 128, 2, 1, 6, 32, 1, ks=2, persistent=True),
     WgmmaTactic(25, 256, 128, 2, 1, 6, 32, 1, ks=2, persistent=True),
 )
-TACTICS_BY_ID = {t.id: t for t in TACTICS + WGMMA_TACTICS}
+assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
+TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})
 
 
 def wgmma_cost(shape: ConvShape, tactic: WgmmaTactic, sms: int = H100_SMS) -> float | None:
