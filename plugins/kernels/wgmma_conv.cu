@@ -208,6 +208,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int slot = it % STAGES;
       sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
+      __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
       const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
       const uint32_t sa = base + slot * L::STAGE + a_rows, sb = base + slot * L::STAGE + KS * L::A_STEP;
       sm90::wgmma_fence();
@@ -218,9 +219,11 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
       if (kb > 0 && lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+      __syncwarp();
     }
     sm90::wgmma_wait<0>();
     if (lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
+    __syncwarp();
 
     // ---------------- epilogue: requantize into the staging tile, then coalesced CHW32 stores ----------------
     cp_async_wait<0>();
