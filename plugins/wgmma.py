@@ -69,6 +69,30 @@ def _encode(rank: int, ptr: int, dims, strides, box, elem_strides):
     return TensorMapBytes(*[int(v) for v in tmap.opaque])
 
 
+def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -> dict:
+    """(dims, byte strides of dims 1.., box, element strides) of the two maps; checked against
+    cuTensorMapEncodeTiled's documented limits so a bad shape fails here, by name."""
+    kp = round_up(shape.k, 32)
+    _, kg_pad = gemm_k(shape.c, (shape.r, shape.s))
+    cb = math.ceil(shape.c / 32)
+    oh, ow = shape.out_hw
+    sh, sw = shape.stride
+    args = {
+        "w": ((kg_pad, kp), (kg_pad,), (32, tactic.CHANNELS), (1, 1)),
+        "x": ((32, shape.w, shape.h, cb, shape.n),
+              (32, shape.w * 32, shape.h * shape.w * 32, cb * shape.h * shape.w * 32),
+              (32, ow * sw, geo.th * sh, 1, geo.nb), (1, sw, sh, 1, 1)),
+    }
+    for name, (dims, strides, box, es) in args.items():
+        ok = (len(strides) == len(dims) - 1 and all(0 < d <= 1 << 32 for d in dims)
+              and all(st % 16 == 0 and st < 1 << 40 for st in strides)
+              and all(0 < b <= 256 for b in box) and box[0] <= 32  # 32-byte swizzle: inner box <= 32 bytes
+              and all(1 <= e <= 8 and b % e == 0 for b, e in zip(box, es)))
+        if not ok:
+            raise ValueError(f"{tactic.name}: {name} tensor map outside TMA limits for {shape}: {dims} {strides} {box} {es}")
+    return args
+
+
 def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: int, w: int):
     """(weight map, activation map) as 128-byte host buffers, cached."""
     key = (x, w, shape, tactic.id)
@@ -76,15 +100,9 @@ def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: in
     if hit is not None:
         _maps.move_to_end(key)
         return hit
-    kp = round_up(shape.k, 32)
-    _, kg_pad = gemm_k(shape.c, (shape.r, shape.s))
-    cb = math.ceil(shape.c / 32)
-    oh, ow = shape.out_hw
-    sh, sw = shape.stride
-    wmap = _encode(2, w, (kg_pad, kp), (kg_pad,), (32, tactic.CHANNELS), (1, 1))
-    xmap = _encode(5, x, (32, shape.w, shape.h, cb, shape.n),
-                   (32, shape.w * 32, shape.h * shape.w * 32, cb * shape.h * shape.w * 32),
-                   (32, ow * sw, geo.th * sh, 1, geo.nb), (1, sw, sh, 1, 1))
+    args = tensor_map_args(shape, tactic, geo)
+    wmap = _encode(2, w, *args["w"])
+    xmap = _encode(5, x, *args["x"])
     _maps[key] = (wmap, xmap)
     if len(_maps) > _MAP_CACHE:
         _maps.popitem(last=False)

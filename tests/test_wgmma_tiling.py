@@ -158,3 +158,15 @@ def test_heuristic_with_opt_in_takes_wgmma_for_the_long_k_3x3(monkeypatch):
         assert choose_wgmma(shapes[name]) is t
     assert choose(shapes["res2 conv3 1x1 64->256 +res"], arch="sm_90")[0].family == "mma"
     assert choose(shapes["res4 conv2 3x3 256"], arch="sm_86")[0].family == "mma"
+
+
+def test_tensor_map_arguments_are_within_tma_limits():
+    from trtfuse.plugins.wgmma import tensor_map_args
+
+    for name, shape, _ in resnet50_layers(256) + resnet50_layers(1) + edge_layers() + [(str(c), c, 0) for c in CASES]:
+        for t in WGMMA_TACTICS:
+            g = t.geometry(shape)
+            if g is not None:
+                args = tensor_map_args(shape, t, g)  # raises outside the limits
+                dims, strides, box, es = args["x"]
+                assert math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name  # = expect_tx bytes
