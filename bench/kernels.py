@@ -134,6 +134,9 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
                                    residual_scale=rs.data_ptr() if rs is not None else 0, relu=relu,
                                    workspace=ws.data_ptr() if plan.workspace_bytes else 0, stream=cur())
 
+    from ..plugins.cuda_driver import compute_capability
+
+    arch = compute_capability()  # sm_90: the wgmma tactics (plugins/wgmma.py) join the heuristic and autotune
     forms = [shape] + ([folded.shape] if stem.applies(shape) else [])
     heuristic_plan = ConvLaunch.plan(forms[-1])  # what the GPU runner launches for this layer
     heuristic_tactic, heuristic_splits = heuristic_plan.tactic, heuristic_plan.splits
@@ -141,8 +144,8 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
     if args.autotune:
         for form in forms:
             ktiles = math.ceil(form.gemm[2] / 64)
-            for t in candidate_tactics(form):
-                for s in (1, 2, 4, 8):
+            for t in candidate_tactics(form, arch):
+                for s in (1, 2, 4, 8) if t.family == "mma" else (1,):
                     if s <= max(1, ktiles // 2) and not (form is heuristic_plan.shape and t == heuristic_tactic and s == heuristic_splits):
                         plans.append(ConvLaunch(form, t, s))
     timed = [(graph_time_ms(torch, make_run(p), args.reps), p) for p in plans]
@@ -164,7 +167,7 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
     correct = passes_lsb_rule(stats) and pad_zero
 
     rec = {"layer": name, "batch": shape.n, "M": m, "N": shape.k, "K": shape.c * shape.r * shape.s, "K_gemm": kg,
-           "residual": has_res, "tactic": best.tactic.name, "splits": best.splits,
+           "residual": has_res, "tactic": best.tactic.name, "family": best.tactic.family, "splits": best.splits,
            "form": form_label(best), "best_ms_by_form": best_by_form,
            "heuristic": f"{heuristic_tactic.name}/s{heuristic_splits}", "heuristic_ms": timed[0][0],
            "ours_ms": ours_ms, "correct": correct, **stats}

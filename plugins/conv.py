@@ -28,6 +28,12 @@ class ConvParamsStruct(ctypes.Structure):
                                       "pad_top", "pad_left", "relu", "splits")]
 
 
+def _device_arch() -> str | None:
+    """The current GPU's sm_XY, or None without one (the heuristic then stays on sm_80 tactics)."""
+    ok, _ = cd.gpu_available()
+    return cd.compute_capability() if ok else None
+
+
 def module_for(tactic: Tactic) -> cd.Module:
     return cd.kernel_module(SOURCE, tactic.defines())
 
@@ -45,7 +51,7 @@ class ConvLaunch:
     def plan(cls, shape: ConvShape, tactic_id: int | None = None, splits: int | None = None,
              out_f32: bool = False) -> "ConvLaunch":
         if tactic_id is None:
-            t, s = choose(shape)
+            t, s = choose(shape, arch=_device_arch())
         else:
             t, s = TACTICS_BY_ID[tactic_id], 1
             if t.vec != shape.vec:
@@ -59,6 +65,9 @@ class ConvLaunch:
 
     @property
     def grid(self) -> tuple[int, int, int]:
+        if self.tactic.family == "wgmma":
+            from . import wgmma
+            return wgmma.grid(self.shape, self.tactic)
         return self.tiles, self.splits, 1
 
     def launch_grid(self, fn, smem: int) -> tuple[int, int, int]:
@@ -89,6 +98,11 @@ class ConvLaunch:
                              counters=workspace + 4 * m * n if workspace else 0, N=sh.n, C=sh.c, H=sh.h, W=sh.w,
                              K=sh.k, OH=oh, OW=ow, R=sh.r, S=sh.s, stride_h=sh.stride[0], stride_w=sh.stride[1],
                              pad_top=sh.pads[0], pad_left=sh.pads[1], relu=int(relu), splits=self.splits)
+        if t.family == "wgmma":  # Hopper tactic: plugins/wgmma.py (tensor maps + sm_90a module)
+            if self.splits > 1 or self.out_f32:
+                raise ValueError(f"{t.name} has no split-K or fp32-output variant")
+            from . import wgmma
+            return wgmma.launch(sh, t, p, x, w, stream)
         smem = t.shared_bytes(sh.c, (sh.r, sh.s))
         entries = (ENTRY_F32, ENTRY_F32_SPLIT_K) if self.out_f32 else (ENTRY, ENTRY_SPLIT_K)
         fn = module_for(t).function(entries[self.splits > 1], smem)

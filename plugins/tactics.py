@@ -9,7 +9,9 @@ small-channel stem path). Each compiles to its own cubin/PTX (plugins/nvrtc.py).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .layout import channel_vector, gemm_k, round_up
 
@@ -30,6 +32,7 @@ class Tactic:
     # the next tile's loads before this tile's epilogue (short-K layers are otherwise a serial chain of
     # load -> MMA -> epilogue -> store per CTA). Costs a second staging tile of shared memory.
     persistent: bool = False
+    family: ClassVar[str] = "mma"  # "mma": fused_conv.cu (mma.sync, sm_80+); "wgmma": WgmmaTactic below (sm_90a)
 
     @property
     def threads(self) -> int:
@@ -110,8 +113,9 @@ class ConvShape:
         return self.in_vec or channel_vector(self.c)
 
 
-def candidate_tactics(shape: ConvShape) -> list[Tactic]:
-    return [t for t in TACTICS if t.vec == shape.vec]
+def candidate_tactics(shape: ConvShape, arch: str | None = None) -> list[Tactic]:
+    """Tactics that can run `shape`; the Hopper ones only where wgmma_enabled(arch)."""
+    return [t for t in TACTICS if t.vec == shape.vec] + [t for t in WGMMA_TACTICS if wgmma_enabled(arch) and t.geometry(shape)]
 
 
 def output_tiles(shape: ConvShape, tactic: Tactic) -> int:
@@ -119,15 +123,21 @@ def output_tiles(shape: ConvShape, tactic: Tactic) -> int:
     return math.ceil(m / tactic.bm) * math.ceil(n / tactic.bn)
 
 
-def choose(shape: ConvShape, sms: int = H100_SMS) -> tuple[Tactic, int]:
+def choose(shape: ConvShape, sms: int = H100_SMS, arch: str | None = None) -> tuple[Tactic, int]:
     """(tactic, split-K slices) for a shape, without measuring.
 
-    Prefer the largest tile that still gives every SM at least two CTAs (large tiles re-read the
+    On Hopper (`arch` "sm_90") with the wgmma tactics enabled (wgmma_enabled), the long-K shapes take
+    one (choose_wgmma).
+    Otherwise prefer the largest tile that still gives every SM at least two CTAs (large tiles re-read the
     operands least); when even the smallest tile leaves SMs idle (small batch, late stages), split
     the GEMM-K so the grid fills the GPU, keeping >= 4 k-tiles of 64 per slice. A short-K layer
     with many 128x128 tiles runs persistent (measured on the H200 at batch 256, 2026-11-21: 3-8%
     faster on every 1x1 conv with GEMM-K <= 512, slower on longer K; docs/PERF.md).
     """
+    if wgmma_enabled(arch):
+        w = choose_wgmma(shape, sms)
+        if w is not None:
+            return w, 1
     m, n, kg = shape.gemm
     cands = [t for t in candidate_tactics(shape) if t.bn <= max(64, n) and not t.persistent]
     cands.sort(key=lambda t: -(t.bm * t.bn))
@@ -142,3 +152,123 @@ def choose(shape: ConvShape, sms: int = H100_SMS) -> tuple[Tactic, int]:
     ktiles = math.ceil(kg / 64)
     splits = max(1, min(ktiles // 4, math.ceil(sms / tiles), 16))
     return smallest, splits
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hopper tactics: plugins/kernels/wgmma_conv.cu (wgmma + TMA, sm_90a), launched by plugins/wgmma.py.
+
+
+def has_wgmma(arch: str | None) -> bool:
+    return arch is not None and arch.startswith("sm_90")
+
+
+def wgmma_enabled(arch: str | None) -> bool:
+    """Whether the heuristic and autotune may pick a wgmma tactic: the GPU has wgmma AND the environment
+    says TRTFUSE_WGMMA=1. Opt-in until the kernel has been checked and timed on an H100/H200
+    (docs/wgmma.md, "Status"); explicit tactic ids (ConvLaunch.plan(shape, 22)) work regardless."""
+    return has_wgmma(arch) and os.environ.get("TRTFUSE_WGMMA", "0") == "1"
+
+
+@dataclass(frozen=True)
+class WgmmaGeometry:
+    """How a shape is cut into CTA tiles (mirrors trtfuse::WgmmaTile)."""
+
+    th: int  # output rows per pixel tile (= OH when nb > 1)
+    nb: int  # images per pixel tile
+    tiles_per_image: int
+    ch_tiles: int  # 128-channel tiles
+    kt: int  # k32 steps (CB * R * S)
+    box_bytes: int  # bytes of one activation TMA box: nb * th * OW * 32
+    pix_tiles: int
+
+    @property
+    def ctas(self) -> int:
+        return self.pix_tiles * self.ch_tiles
+
+
+@dataclass(frozen=True)
+class WgmmaTactic(Tactic):
+    """A wgmma tile: `bm` = pixel capacity of a tile (the wgmma N), `bn` = 128 output channels (two
+    consumer warpgroups x m64), `stages` = TMA ring slots of `ks` k32 steps each. 384 threads."""
+
+    ks: int = 2
+    persistent: bool = False  # min(tiles, SMs) CTAs walk the tiles; the producer runs ahead across tiles
+    family: ClassVar[str] = "wgmma"
+    CHANNELS: ClassVar[int] = 128
+
+    @property
+    def threads(self) -> int:
+        return 384
+
+    @property
+    def name(self) -> str:
+        return f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_pers' if self.persistent else ''}"
+
+    def defines(self) -> dict[str, int]:
+        return {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks, "WG_PERSISTENT": int(self.persistent)}
+
+    def shared_bytes(self, in_channels: int = 0, kernel_shape=None) -> int:
+        """Operand ring + staging tile [pixels][128 + 16] + mbarriers + 1024 for aligning the ring."""
+        return self.stages * self.ks * 32 * (self.CHANNELS + self.bm) + self.bm * (self.CHANNELS + 16) + 16 * self.stages + 1024
+
+    def geometry(self, shape: ConvShape) -> WgmmaGeometry | None:
+        """Pixel tiles of TH full output rows (or NB whole images) whose TMA box fits the tile; None when
+        the shape is outside what the kernel handles (CHW4 input, boxes over 256, strides over 8)."""
+        if shape.vec != 32:
+            return None
+        oh, ow = shape.out_hw
+        sh, sw = shape.stride
+        if sh > 8 or sw > 8 or ow * sw > 256 or ow > self.bm:
+            return None
+        if oh * ow <= self.bm:
+            nb, th = min(self.bm // (oh * ow), shape.n, 256), oh
+            if th * sh > 256:
+                return None
+            tpi, pix_tiles = 1, math.ceil(shape.n / nb)
+        else:
+            th_max = min(self.bm // ow, 256 // sh)
+            tpi = math.ceil(oh / th_max)
+            th, nb = math.ceil(oh / tpi), 1
+            pix_tiles = shape.n * tpi
+        kt = math.ceil(shape.c / 32) * shape.r * shape.s
+        ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
+        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, nb * th * ow * 32, pix_tiles)
+
+
+WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
+    WgmmaTactic(20, 256, 128, 2, 1, 6, 32, 1, ks=2),
+    WgmmaTactic(21, 224, 128, 2, 1, 6, 32, 1, ks=2),
+    WgmmaTactic(22, 208, 128, 2, 1, 6, 32, 1, ks=2),
+    WgmmaTactic(23, 128, 128, 2, 1, 8, 32, 1, ks=2),
+    WgmmaTactic(24, 208, 128, 2, 1, 6, 32, 1, ks=2, persistent=True),
+    WgmmaTactic(25, 256, 128, 2, 1, 6, 32, 1, ks=2, persistent=True),
+)
+assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
+TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})
+
+
+def wgmma_cost(shape: ConvShape, tactic: WgmmaTactic, sms: int = H100_SMS) -> float | None:
+    """Relative time of a wgmma tactic: waves of CTAs x (pixel capacity x k32 steps) per CTA."""
+    g = tactic.geometry(shape)
+    if g is None:
+        return None
+    return math.ceil(g.ctas / sms) * tactic.bm * g.kt
+
+
+def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
+    """The wgmma tactic for a shape where it is expected to beat the mma.sync kernel, else None.
+
+    Rule (a prior, not yet a measurement: docs/wgmma.md): long GEMM-K (>= 1024, the 3x3 convs of 128+
+    channels) with at least 128 output channels and a grid of at least one full wave; among the
+    wgmma tiles, the fewest waves x pixel capacity x k32 steps (wgmma_cost).
+    """
+    m, n, kg = shape.gemm
+    if kg < 1024 or n < 128:
+        return None
+    costs = [(c, t) for t in WGMMA_TACTICS if (c := wgmma_cost(shape, t, sms)) is not None]
+    if not costs:
+        return None
+    cost, best = min(costs, key=lambda ct: ct[0])
+    if best.geometry(shape).ctas < sms:
+        return None
+    return best

@@ -69,3 +69,39 @@ def test_shared_memory_fits_every_architecture():
         for t in TACTICS:
             if t.vec == shape.vec:
                 assert t.shared_bytes(shape.c, (shape.r, shape.s)) <= 99 * 1024, (name, t.name)  # sm_86/89 limit
+
+
+# ---- Hopper wgmma tactic (plugins/kernels/wgmma_conv.cu): sm_90a only ----
+from trtfuse.plugins.tactics import WGMMA_TACTICS  # noqa: E402
+
+
+@pytest.mark.parametrize("tactic", WGMMA_TACTICS, ids=[t.name for t in WGMMA_TACTICS])
+def test_wgmma_variant_compiles_for_sm90a_without_spills(tactic):
+    k = compile_kernel("wgmma_conv.cu", tactic.defines(), "sm_90a", "cubin")
+    assert k.image[:4] == b"\x7fELF"
+    assert set(k.resources) == {"trtfuse_wgmma_conv"}, k.log
+    assert not k.spills(), f"{tactic.name} spills: {k.spills()}"
+    res = k.resources["trtfuse_wgmma_conv"]
+    assert res["stack"] == 0 and res["registers"] * tactic.threads <= 65536
+    assert "serialized" not in k.log, k.log  # ptxas' "wgmma.mma_async instructions are serialized" advisory
+    assert tactic.shared_bytes() <= 227 * 1024
+
+
+def test_wgmma_ptx_uses_the_hopper_instructions():
+    ptx = compile_kernel("wgmma_conv.cu", WGMMA_TACTICS[0].defines(), "sm_90a", "ptx").image.decode(errors="replace")
+    assert ".target sm_90a" in ptx
+    for needle in ("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8", "cp.async.bulk.tensor.5d", "cp.async.bulk.tensor.2d",
+                   "mbarrier.try_wait.parity", "setmaxnreg.inc", "setmaxnreg.dec", ".param .align 64 .b8 trtfuse_wgmma_conv_param_0[128]"):
+        assert needle in ptx, needle
+
+
+def test_wgmma_kernel_refuses_plain_sm90():
+    with pytest.raises(Exception, match="sm_90a"):
+        compile_kernel("wgmma_conv.cu", WGMMA_TACTICS[0].defines(), "sm_90", "cubin", use_cache=False)
+
+
+def test_wgmma_struct_mirrors_the_kernel():
+    from trtfuse.plugins.wgmma import WgmmaTileStruct
+
+    assert [f for f, _ in WgmmaTileStruct._fields_] == ["th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles"]
+    assert __import__("ctypes").sizeof(WgmmaTileStruct) == 28

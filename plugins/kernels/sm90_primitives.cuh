@@ -1,0 +1,105 @@
+// Hopper (sm_90a) primitives of the wgmma conv kernel (wgmma_conv.cu): mbarriers, the bulk tensor
+// copy engine (TMA), async-proxy fences, register reallocation and the wgmma shared-memory matrix
+// descriptor. Thin wrappers over PTX so the kernel reads as a pipeline, not as asm.
+#pragma once
+#include "int_types.cuh"
+
+namespace trtfuse {
+namespace sm90 {
+
+// A CUtensorMap as the kernel receives it: 128 opaque bytes, 64-byte aligned, passed by value as a
+// `const __grid_constant__` parameter (NVRTC has no cuda.h; the host encodes it with
+// cuTensorMapEncodeTiled, plugins/wgmma.py).
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarrier (shared::cta, 8 bytes) ----
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Make the initialised barriers visible to the async proxy (the copy engine completes on them).
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Wait until the phase with this parity has completed (a fresh barrier counts phase "parity 1" as done).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// ---- fences ----
+// Generic-proxy shared-memory writes that the async proxy (TMA, wgmma) reads next.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- TMA: global -> shared, completion counted in bytes on an mbarrier ----
+__device__ __forceinline__ void prefetch_tensor_map(const TensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const TensorMap* map, uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_5d(uint32_t dst, const TensorMap* map, uint32_t bar, int c0, int c1, int c2,
+                                            int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+      : "memory");
+}
+
+// ---- register reallocation between warpgroups (needs __launch_bounds__(threads, 1)) ----
+template <int REGS>
+__device__ __forceinline__ void regs_dealloc() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+template <int REGS>
+__device__ __forceinline__ void regs_alloc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+
+// ---- named barrier over a subset of warps (id 0 is __syncthreads) ----
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- wgmma ordering ----
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// Shared-memory matrix descriptor of a K-major operand tile stored as dense 32-byte rows with the
+// 32-byte swizzle (what a TMA box of 32 bytes x rows with CU_TENSOR_MAP_SWIZZLE_32B writes):
+// start address >> 4 in bits 0-13; leading byte offset (unused for swizzled K-major: one k32 step of
+// s8 is exactly the 32-byte swizzle width) = 1; stride byte offset = 8 rows x 32 B = 256 B between
+// 8-row core-matrix groups, >> 4, in bits 32-45; base offset 0 (tiles start 256-byte aligned); layout
+// type 3 = 32-byte swizzle in bits 62-63.
+__device__ __forceinline__ uint64_t desc_kmajor_sw32(uint32_t smem_byte_addr) {
+  uint64_t d = (uint64_t)((smem_byte_addr & 0x3FFFF) >> 4);
+  d |= (uint64_t)1 << 16;
+  d |= (uint64_t)(256 >> 4) << 32;
+  d |= (uint64_t)3 << 62;
+  return d;
+}
+
+}  // namespace sm90
+}  // namespace trtfuse

@@ -1,0 +1,275 @@
+// Hopper (sm_90a) implicit-GEMM INT8 convolution: warpgroup wgmma fed by the bulk tensor copy engine
+// (TMA) through an mbarrier ring, producer/consumer warp-specialised, with the fused epilogue of
+// docs/ops.md (the same requantize() as fused_conv.cu) and CHW32 in and out.
+//
+// The GEMM is laid out transposed against fused_conv.cu: wgmma's M is the output channels and its N
+// the output pixels, so the weights are operand A and the activations operand B, both K-major:
+//
+//   A (weights)      128 output channels x 32 bytes of GEMM-K per k32 step: one TMA box of the packed
+//                    weight [Kpad][KGpad] (2-D tensor map, box 32 x 128, rows past Kpad zero-filled).
+//   B (activations)  P output pixels x 32 bytes per k32 step. One k32 step of the GEMM-K order
+//                    (cb, r, s, cv) is one filter tap (r, s) of one 32-channel block cb, i.e. one 32-byte
+//                    CHW32 vector per pixel, so the whole im2col row block is ONE TMA box of the 5-D
+//                    view (32 channels, W, H, CB, N) of the activation: box (32, OW*stride_w,
+//                    TH*stride_h, 1, NB) at (0, s - pad_left, oh0*stride_h + r - pad_top, cb, n0), with
+//                    elementStrides (1, stride_w, stride_h, 1, 1) doing the convolution stride and the
+//                    copy engine's out-of-bounds zero fill doing the padding. A pixel tile is TH full
+//                    output rows of one image (NB = 1) or NB whole images (TH = OH), so its pixels are
+//                    consecutive in the linear output index m and the box lands as P dense 32-byte rows.
+//   Both boxes use CU_TENSOR_MAP_SWIZZLE_32B, which is exactly wgmma's K-major 32-byte-swizzle layout
+//   (8-row groups 256 bytes apart), so no thread touches the operands between global memory and the
+//   tensor cores.
+//
+// CTA: 3 warpgroups. Warpgroup 2 is the producer (one thread issues the TMA boxes of STAGES-deep ring
+// slots of KS k32 steps, each slot guarded by a "full" mbarrier, completed by the copy engine's byte
+// count, and an "empty" mbarrier that the 8 consumer warps arrive on once their wgmmas have read it);
+// warpgroups 0 and 1 each own 64 of the 128 output channels and issue wgmma.m64n{BN}k32.s32.s8.s8,
+// one batch of KS per slot, keeping one batch in flight (wait_group 1) before releasing the previous
+// slot. setmaxnreg moves registers from the producer (40) to the consumers (232).
+//
+// Epilogue (consumers): the residual tile is cp.async-prefetched into the staging tile at tile start
+// (its own group), every accumulator is requantized in docs/ops.md's order by requantize() (branch-free
+// correctly rounded division, round half to even, saturate) into the staging tile [pixel][128 + 16],
+// then written back as coalesced 16-byte CHW32 vectors. Pixels of the wgmma N past the tile (BN > P)
+// read zero rows and are never stored.
+//
+// Compile-time configuration (one NVRTC compile per tactic, sm_90a only): WG_BN (wgmma N = pixel
+// capacity of a tile), WG_STAGES (ring depth), WG_KS (k32 steps per ring slot), WG_PERSISTENT (1: a grid
+// of at most one CTA per SM walks the tiles; the producer runs ahead into the next tile's slots while
+// the consumers are in the epilogue).
+#include "conv_epilogue.cuh"
+#include "sm90_primitives.cuh"
+#include "wgmma_s8.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "wgmma_conv.cu needs the sm_90a target (wgmma, setmaxnreg)"
+#endif
+
+#ifndef WG_BN
+#define WG_BN 256
+#define WG_STAGES 4
+#define WG_KS 2
+#endif
+#ifndef WG_PERSISTENT
+#define WG_PERSISTENT 0
+#endif
+
+namespace trtfuse {
+
+// Pixel-tile geometry, computed on the host (plugins/tactics.py: WgmmaTactic.geometry).
+struct WgmmaTile {
+  int th;               // output rows per tile (= OH when nb > 1)
+  int nb;               // images per tile
+  int tiles_per_image;  // pixel tiles per image when nb == 1 (unused otherwise)
+  int ch_tiles;         // 128-channel tiles: ceil(Kpad / 128)
+  int kt;               // k32 steps of the GEMM-K: CB * R * S
+  int box_bytes;        // bytes one activation box writes: nb * th * OW * 32
+  int tiles;            // CTA tiles: pixel tiles x channel tiles (a persistent CTA walks tile += gridDim.x)
+};
+
+// Where tile `tile` sits: channel tile fastest (CTAs sharing an activation tile run together, hit L2).
+struct TileCoord {
+  int n0, oh0, valid_px, m0, c0;
+  __device__ __forceinline__ TileCoord(int tile, const ConvParams& p, const WgmmaTile& t, int ohw, int channels) {
+    const int ch_tile = tile % t.ch_tiles, pix_tile = tile / t.ch_tiles;
+    if (t.nb == 1) {
+      n0 = pix_tile / t.tiles_per_image;
+      oh0 = (pix_tile - n0 * t.tiles_per_image) * t.th;
+      valid_px = (p.OH - oh0 < t.th ? p.OH - oh0 : t.th) * p.OW;
+    } else {
+      n0 = pix_tile * t.nb;
+      oh0 = 0;
+      valid_px = (p.N - n0 < t.nb ? p.N - n0 : t.nb) * ohw;
+    }
+    m0 = n0 * ohw + oh0 * p.OW;  // the tile's pixels are m0 .. m0 + valid_px - 1 of the linear output
+    c0 = ch_tile * channels;
+  }
+};
+
+template <int BN, int STAGES, int KS>
+struct WgmmaSmem {
+  static constexpr int CH = 128;                    // output channels per CTA (2 consumer warpgroups x m64)
+  static constexpr int A_STEP = CH * 32;            // weights of one k32 step
+  static constexpr int B_STEP = BN * 32;            // activations of one k32 step
+  static constexpr int STAGE = KS * (A_STEP + B_STEP);
+  static constexpr int OUT_STRIDE = CH + 16;        // staging row: 16-byte pad keeps 16-byte alignment, spreads banks
+  static constexpr int OUT_OFFSET = STAGES * STAGE;
+  static constexpr int BAR_OFFSET = OUT_OFFSET + BN * OUT_STRIDE;
+  static constexpr int BYTES = BAR_OFFSET + 2 * STAGES * 8;
+  static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
+};
+
+template <int BN, int STAGES, int KS, bool PERSISTENT>
+__device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x,
+                                                const ConvParams& p, const WgmmaTile& t) {
+  using L = WgmmaSmem<BN, STAGES, KS>;
+  constexpr int CONSUMERS = 256;
+  extern __shared__ __align__(1024) int8_t smem_raw[];
+  // Align the operand ring to 1024 bytes of shared-memory address (the host asks for 1024 more).
+  const uint32_t raw = sm90::smem_addr(smem_raw);
+  int8_t* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  const uint32_t base = sm90::smem_addr(smem);
+  int8_t* s_out = smem + L::OUT_OFFSET;
+  const uint32_t full0 = base + L::BAR_OFFSET, empty0 = full0 + STAGES * 8;
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
+  const int kblocks = (t.kt + KS - 1) / KS;
+  // One tile per CTA, or (PERSISTENT) tiles blockIdx.x, + gridDim.x, ...: the ring and its phases run on
+  // across tiles, so the producer fills the next tile's slots while the consumers store this one.
+  const int tile_step = PERSISTENT ? gridDim.x : t.tiles;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      sm90::mbar_init(full0 + 8 * s, 1);       // the producer's arrive + the copy engine's bytes
+      sm90::mbar_init(empty0 + 8 * s, CONSUMERS / 32);  // one arrive per consumer warp
+    }
+    sm90::fence_barrier_init();
+  }
+  // Activation rows past the box (BN > the tile's P pixels) are never written by the copy engine:
+  // zero them once, before the async proxy reads them.
+  const int tail = L::B_STEP - t.box_bytes;
+  if (tail > 0) {
+    const int per_step = tail / 16;
+    for (int i = tid; i < STAGES * KS * per_step; i += blockDim.x) {
+      const int step = i / per_step, off = i - step * per_step;
+      int8_t* dst = smem + (step / KS) * L::STAGE + KS * L::A_STEP + (step % KS) * L::B_STEP + t.box_bytes + off * 16;
+      *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
+    }
+    sm90::fence_proxy_async_shared();
+  }
+  __syncthreads();
+
+  if (wg == 2) {
+    // ---------------- producer warpgroup: one thread drives the copy engine ----------------
+    sm90::regs_dealloc<40>();
+    if (tid == 256) {
+      sm90::prefetch_tensor_map(tmap_w);
+      sm90::prefetch_tensor_map(tmap_x);
+      int it = 0;  // ring slot use counter, continuous across tiles
+      for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step) {
+        const TileCoord tc(tile, p, t, ohw, L::CH);
+        const int h0 = tc.oh0 * p.stride_h - p.pad_top, w0 = -p.pad_left;
+        int cb = 0, r = 0, s = 0;  // tap of k32 step k = (cb * R + r) * S + s (the packed weight's GEMM-K order)
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          const int slot = it % STAGES;
+          sm90::mbar_wait(empty0 + 8 * slot, ((it / STAGES) & 1) ^ 1);
+          const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
+          const uint32_t full = full0 + 8 * slot;
+          sm90::mbar_arrive_expect_tx(full, steps * (L::A_STEP + t.box_bytes));
+          const uint32_t sa = base + slot * L::STAGE, sb = sa + KS * L::A_STEP;
+          for (int j = 0; j < steps; ++j) {
+            const int k = kb * KS + j;
+            sm90::tma_load_2d(sa + j * L::A_STEP, tmap_w, full, k * 32, tc.c0);
+            sm90::tma_load_5d(sb + j * L::B_STEP, tmap_x, full, 0, w0 + s, h0 + r, cb, tc.n0);
+            if (++s == p.S) {
+              s = 0;
+              if (++r == p.R) { r = 0; ++cb; }
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumer warpgroups 0 and 1: 64 output channels each ----------------
+  sm90::regs_alloc<232>();
+  const int lane = tid % 32, warp = (tid % 128) / 32;
+  const bool has_res = p.residual != nullptr;
+  const int c_lo = wg * 64 + warp * 16 + lane / 4;  // tile channel of this thread's accumulator rows (and + 8)
+  const float out_scale = *p.out_scale;
+  const float out_scale_inv = __frcp_rn(out_scale);
+  const float res_scale = has_res ? *p.residual_scale : 0.0f;
+  const uint32_t a_rows = wg * 64 * 32;  // this warpgroup's 64 weight rows inside the A tile
+  int it = 0;  // ring slot use counter, continuous across tiles (same sequence as the producer's)
+  for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step) {
+    const TileCoord tc(tile, p, t, ohw, L::CH);
+    // Residual tile -> staging tile, in flight during the main loop (its own cp.async group).
+    if (has_res) {
+      for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
+        const int cbl = v / (BN * 2), rem = v - cbl * (BN * 2), px = rem / 2, half = rem % 2;
+        const int c = tc.c0 + cbl * 32;
+        const bool ok = px < tc.valid_px && c < kpad;
+        const int8_t* g = p.residual;
+        if (ok) {
+          const int m = tc.m0 + px, n = m / ohw, pix = m - n * ohw;
+          g = p.residual + ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32 + half * 16;
+        }
+        cp_async_16(smem_u32(s_out + px * L::OUT_STRIDE + cbl * 32 + half * 16), g, ok);
+      }
+    }
+    cp_async_commit();
+
+    int acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      const int slot = it % STAGES;
+      sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
+      __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
+      const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
+      const uint32_t sa = base + slot * L::STAGE + a_rows, sb = base + slot * L::STAGE + KS * L::A_STEP;
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < KS; ++j)
+        if (j < steps)
+          sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw32(sa + j * L::A_STEP), sm90::desc_kmajor_sw32(sb + j * L::B_STEP));
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
+      if (kb > 0 && lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+      __syncwarp();
+    }
+    sm90::wgmma_wait<0>();
+    if (lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
+    __syncwarp();
+
+    // ---------------- epilogue: requantize into the staging tile, then coalesced CHW32 stores ----------------
+    cp_async_wait<0>();
+    sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed
+    float sc[2], bi[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int c = tc.c0 + c_lo + 8 * h;
+      sc[h] = c < kpad ? p.scale[c] : 0.0f;
+      bi[h] = c < kpad ? p.bias[c] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int px = 8 * j + 2 * (lane % 4) + e;
+        if (px < tc.valid_px) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            int8_t* cell = s_out + px * L::OUT_STRIDE + c_lo + 8 * h;
+            const float res_term = has_res ? __fmul_rn(static_cast<float>(*cell), res_scale) : 0.0f;
+            *cell = static_cast<int8_t>(requantize<false>(acc[4 * j + 2 * h + e], sc[h], bi[h], res_term, has_res, p.relu, out_scale, out_scale_inv));
+          }
+        }
+      }
+    sm90::named_barrier(1, CONSUMERS);
+    for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
+      const int cbl = v / (BN * 2), rem = v - cbl * (BN * 2), px = rem / 2, half = rem % 2;
+      const int c = tc.c0 + cbl * 32;
+      if (px < tc.valid_px && c < kpad) {
+        const int m = tc.m0 + px, n = m / ohw, pix = m - n * ohw;
+        int8_t* g = p.y + ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32 + half * 16;
+        *reinterpret_cast<int4*>(g) = *reinterpret_cast<const int4*>(s_out + px * L::OUT_STRIDE + cbl * 32 + half * 16);
+      }
+    }
+    if (PERSISTENT) sm90::named_barrier(1, CONSUMERS);  // the staging tile is free for the next tile's residual
+  }
+}
+
+}  // namespace trtfuse
+
+// One CTA per (pixel tile, 128-channel tile), or WG_PERSISTENT: min(tiles, SMs) CTAs walking the tiles.
+// 384 threads: consumer warpgroups 0-1, producer warpgroup 2.
+extern "C" __global__ void __launch_bounds__(384, 1)
+    trtfuse_wgmma_conv(const __grid_constant__ trtfuse::sm90::TensorMap tmap_w,
+                       const __grid_constant__ trtfuse::sm90::TensorMap tmap_x, const trtfuse::ConvParams p,
+                       const trtfuse::WgmmaTile t) {
+  trtfuse::wgmma_conv_body<WG_BN, WG_STAGES, WG_KS, WG_PERSISTENT != 0>(&tmap_w, &tmap_x, p, t);
+}

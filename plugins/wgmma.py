@@ -1,0 +1,139 @@
+"""Host side of the Hopper wgmma tactic (plugins/kernels/wgmma_conv.cu): tensor maps, module, launch.
+
+The kernel reads both operands through the bulk tensor copy engine, so each launch needs two
+CUtensorMaps, encoded here with cuTensorMapEncodeTiled from the device pointers and the shape, and
+passed by value (128 bytes each) ahead of ConvParams:
+
+* weights: 2-D (KG_pad bytes, K_pad rows), row stride KG_pad, box (32, 128), 32-byte swizzle;
+* activations: the CHW32 tensor [N][CB][H][W][32] as 5-D (32, W, H, CB, N) with byte strides
+  (32, W*32, H*W*32, CB*H*W*32), box (32, OW*stride_w, TH*stride_h, 1, NB), elementStrides
+  (1, stride_w, stride_h, 1, 1), 32-byte swizzle, out-of-bounds elements read as zero (the padding).
+
+Encoded maps are cached per (pointers, shape, tactic): a CUDA-graph capture or a benchmark loop
+re-encodes nothing. The module is compiled for sm_90a (wgmma, setmaxnreg are not in plain sm_90).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+from collections import OrderedDict
+
+from . import cuda_driver as cd
+from .layout import gemm_k, round_up
+from .tactics import H100_SMS, ConvShape, WgmmaGeometry, WgmmaTactic
+
+SOURCE = "wgmma_conv.cu"
+ENTRY = "trtfuse_wgmma_conv"
+ARCH = "sm_90a"
+
+
+class WgmmaTileStruct(ctypes.Structure):
+    """Mirror of trtfuse::WgmmaTile (plugins/kernels/wgmma_conv.cu); same field order."""
+
+    _fields_ = [(n, ctypes.c_int32) for n in ("th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles")]
+
+
+TensorMapBytes = ctypes.c_uint64 * 16
+
+_modules: dict[tuple, cd.Module] = {}
+_maps: "OrderedDict[tuple, tuple]" = OrderedDict()
+_MAP_CACHE = 512
+
+
+def device_supported(device_ordinal: int = 0) -> bool:
+    return cd.compute_capability(device_ordinal) == "sm_90"
+
+
+def module_for(tactic: WgmmaTactic) -> cd.Module:
+    from .nvrtc import compile_kernel
+
+    key = tuple(sorted(tactic.defines().items()))
+    if key not in _modules:
+        if not device_supported():
+            raise RuntimeError(f"{tactic.name} needs an sm_90 GPU (this one is {cd.compute_capability()})")
+        _modules[key] = cd.Module(compile_kernel(SOURCE, tactic.defines(), ARCH, "cubin").image)
+    return _modules[key]
+
+
+def _encode(rank: int, ptr: int, dims, strides, box, elem_strides):
+    drv = cd._driver()
+    tmap = cd.check(drv.cuTensorMapEncodeTiled(
+        drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, rank, ptr,
+        [drv.cuuint64_t(v) for v in dims], [drv.cuuint64_t(v) for v in strides],
+        [drv.cuuint32_t(v) for v in box], [drv.cuuint32_t(v) for v in elem_strides],
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
+    return TensorMapBytes(*[int(v) for v in tmap.opaque])
+
+
+def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -> dict:
+    """(dims, byte strides of dims 1.., box, element strides) of the two maps; checked against
+    cuTensorMapEncodeTiled's documented limits so a bad shape fails here, by name."""
+    kp = round_up(shape.k, 32)
+    _, kg_pad = gemm_k(shape.c, (shape.r, shape.s))
+    cb = math.ceil(shape.c / 32)
+    oh, ow = shape.out_hw
+    sh, sw = shape.stride
+    args = {
+        "w": ((kg_pad, kp), (kg_pad,), (32, tactic.CHANNELS), (1, 1)),
+        "x": ((32, shape.w, shape.h, cb, shape.n),
+              (32, shape.w * 32, shape.h * shape.w * 32, cb * shape.h * shape.w * 32),
+              (32, ow * sw, geo.th * sh, 1, geo.nb), (1, sw, sh, 1, 1)),
+    }
+    for name, (dims, strides, box, es) in args.items():
+        ok = (len(strides) == len(dims) - 1 and all(0 < d <= 1 << 32 for d in dims)
+              and all(st % 16 == 0 and st < 1 << 40 for st in strides)
+              and all(0 < b <= 256 for b in box) and box[0] <= 32  # 32-byte swizzle: inner box <= 32 bytes
+              and all(1 <= e <= 8 and b % e == 0 for b, e in zip(box, es)))
+        if not ok:
+            raise ValueError(f"{tactic.name}: {name} tensor map outside TMA limits for {shape}: {dims} {strides} {box} {es}")
+    return args
+
+
+def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: int, w: int):
+    """(weight map, activation map) as 128-byte host buffers, cached."""
+    key = (x, w, shape, tactic.id)
+    hit = _maps.get(key)
+    if hit is not None:
+        _maps.move_to_end(key)
+        return hit
+    args = tensor_map_args(shape, tactic, geo)
+    wmap = _encode(2, w, *args["w"])
+    xmap = _encode(5, x, *args["x"])
+    _maps[key] = (wmap, xmap)
+    if len(_maps) > _MAP_CACHE:
+        _maps.popitem(last=False)
+    return wmap, xmap
+
+
+def _sms() -> int:
+    """SMs a persistent grid fills; TRTFUSE_WGMMA_MAX_CTAS caps it (tests: several tiles per CTA on small shapes)."""
+    ok, _ = cd.gpu_available()
+    sms = cd.device_attribute("MULTIPROCESSOR_COUNT") if ok else H100_SMS
+    cap = os.environ.get("TRTFUSE_WGMMA_MAX_CTAS")
+    return min(sms, max(1, int(cap))) if cap else sms
+
+
+def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
+    """One CTA per tile, or for a persistent tactic min(tiles, SMs) CTAs."""
+    geo = tactic.geometry(shape)
+    if geo is None:
+        raise ValueError(f"{tactic.name} does not handle {shape}")
+    return (min(geo.ctas, _sms()) if tactic.persistent else geo.ctas), 1, 1
+
+
+def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream) -> None:
+    """Launch with a filled ConvParamsStruct (plugins/conv.py); x, w are the device pointers in it."""
+    geo = tactic.geometry(shape)
+    if geo is None:
+        raise ValueError(f"{tactic.name} does not handle {shape}")
+    wmap, xmap = tensor_maps(shape, tactic, geo, x, w)
+    tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,
+                           kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas)
+    smem = tactic.shared_bytes()
+    fn = module_for(tactic).function(ENTRY, smem)
+    cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,
+              [ctypes.addressof(wmap), ctypes.addressof(xmap), ctypes.addressof(params), ctypes.addressof(tile)])

@@ -1,0 +1,70 @@
+"""The Hopper wgmma tactic (plugins/kernels/wgmma_conv.cu) against the golden reference on the GPU:
+fresh random data each run, output poisoned first, every wgmma tile on 1x1 / 3x3 / strided / padded /
+multi-image / partial-channel-tile shapes, CHW32 padding channels written as 0, and the launch plan
+the heuristic makes with TRTFUSE_WGMMA=1. Skips, saying why, without a GPU or on a GPU without wgmma
+(anything but compute capability 9.0)."""
+
+import pytest
+
+from trtfuse.bench.conv_problem import ConvProblem, DeviceConv, compare, passes_lsb_rule
+from trtfuse.bench.wgmma_check import EDGE_CASES
+from trtfuse.plugins.conv import ConvLaunch
+from trtfuse.plugins.cuda_driver import gpu_available
+from trtfuse.plugins.tactics import WGMMA_TACTICS, ConvShape
+
+ok, why = gpu_available()
+if ok:
+    from trtfuse.plugins.cuda_driver import compute_capability
+
+    arch = compute_capability()
+    if arch != "sm_90":
+        ok, why = False, f"the wgmma tactic needs an sm_90 (Hopper) GPU, this one is {arch}"
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not ok, reason=f"needs a Hopper GPU: {why}")]
+
+
+def _check(shape, has_res, tactic, relu=True):
+    problem = ConvProblem.random(shape, has_res, relu)
+    dev = DeviceConv(problem, ConvLaunch(shape, tactic, 1))
+    out, raw = dev.run_checked()
+    stats = compare(out, problem.golden())
+    assert passes_lsb_rule(stats), (shape, tactic.name, stats)
+    padded = raw.transpose(0, 1, 4, 2, 3).reshape(shape.n, -1, *raw.shape[2:4])
+    assert not padded[:, shape.k:].any(), "CHW32 padding channels must be written as 0"
+    return stats
+
+
+@pytest.mark.parametrize("tactic", WGMMA_TACTICS, ids=[t.name for t in WGMMA_TACTICS])
+@pytest.mark.parametrize("label,shape,has_res,relu", EDGE_CASES, ids=[c[0] for c in EDGE_CASES])
+def test_wgmma_tactic_matches_golden(label, shape, has_res, relu, tactic):
+    if tactic.geometry(shape) is None:
+        pytest.skip(f"{tactic.name} does not take {label}")
+    _check(shape, has_res, tactic, relu)
+
+
+def test_wgmma_is_deterministic_and_replays():
+    shape = ConvShape(4, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1))
+    problem = ConvProblem.random(shape, True)
+    dev = DeviceConv(problem, ConvLaunch(shape, WGMMA_TACTICS[2], 1))
+    first, _ = dev.run_checked()
+    for _ in range(3):
+        again, _ = dev.run_checked()
+        assert (again == first).all()
+    assert passes_lsb_rule(compare(first, problem.golden()))
+
+
+def test_heuristic_plan_with_opt_in(monkeypatch):
+    monkeypatch.setenv("TRTFUSE_WGMMA", "1")
+    shape = ConvShape(68, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1))  # 136 CTAs: past one wave, so wgmma
+    plan = ConvLaunch.plan(shape)
+    assert plan.tactic.family == "wgmma" and plan.splits == 1 and plan.grid == (136, 1, 1)
+    problem = ConvProblem.random(shape, True)
+    out, _ = DeviceConv(problem, plan).run_checked()
+    assert passes_lsb_rule(compare(out, problem.golden()))
+
+
+def test_persistent_ctas_walk_several_tiles(monkeypatch):
+    monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")  # 3 CTAs for 8 tiles: the ring runs on across tiles
+    tactic = next(t for t in WGMMA_TACTICS if t.persistent)
+    shape = ConvShape(2, 64, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1))
+    assert ConvLaunch(shape, tactic, 1).grid == (3, 1, 1) and tactic.geometry(shape).ctas > 3
+    _check(shape, True, tactic)

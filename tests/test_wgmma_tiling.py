@@ -1,0 +1,172 @@
+"""The wgmma tactic's implicit GEMM, replayed on the CPU: every CTA's TMA boxes (start coordinates,
+element strides, out-of-bounds zero fill), the k32 tap order against the packed weight, the pixel-tile
+geometry and the epilogue's store mask, exactly as plugins/kernels/wgmma_conv.cu computes them, must
+give the exact int32 convolution, each output written once. This checks the tiling and addressing
+without a GPU; tests/test_wgmma_gpu.py checks the kernel itself on Hopper."""
+
+import math
+
+import numpy as np
+import pytest
+
+from trtfuse.bench.layers import edge_layers, resnet50_layers
+from trtfuse.plugins.layout import pack_nchwv, pack_weight, round_up
+from trtfuse.plugins.reference import conv_int8_accumulate
+from trtfuse.plugins.tactics import WGMMA_TACTICS, ConvShape, choose, choose_wgmma, candidate_tactics
+
+
+def tma_box(t: np.ndarray, coords, box, elem_strides) -> np.ndarray:
+    """A tile-mode TMA load: `t` is indexed [d_{r-1}]...[d_0] (dim 0 innermost, as the tensor map
+    lists dims), the box is ceil(box[i] / elem_strides[i]) elements of dim i from coords[i] in steps
+    of elem_strides[i]; out-of-bounds elements read 0. Returns the box in the same axis order."""
+    rank = len(coords)
+    idx = []
+    for i in range(rank):
+        count = math.ceil(box[i] / elem_strides[i])
+        idx.append(coords[i] + elem_strides[i] * np.arange(count))
+    shape = t.shape[::-1]  # extent of dim i
+    out = np.zeros([len(v) for v in idx[::-1]], dtype=t.dtype)
+    valid = [(v >= 0) & (v < shape[i]) for i, v in enumerate(idx)]
+    src = [np.clip(v, 0, shape[i] - 1) for i, v in enumerate(idx)]
+    gathered = t[np.ix_(*src[::-1])]
+    mask = np.ones(out.shape, dtype=bool)
+    for axis, i in enumerate(range(rank - 1, -1, -1)):
+        shp = [1] * rank
+        shp[axis] = -1
+        mask &= valid[i].reshape(shp)
+    out[mask] = gathered[mask]
+    return out
+
+
+def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """int32 accumulators [N, Kpad, OH, OW] as the kernel's CTAs produce and store them (-1 sentinel
+    count check: every stored element is written exactly once)."""
+    g = tactic.geometry(shape)
+    assert g is not None
+    x5 = pack_nchwv(x, 32).astype(np.int64)  # [N][CB][H][W][32] = dims (32, W, H, CB, N)
+    wp = pack_weight(w).astype(np.int64)  # [Kpad][KGpad] = dims (KGpad, Kpad)
+    oh, ow = shape.out_hw
+    ohw, kpad = oh * ow, round_up(shape.k, 32)
+    sh, sw = shape.stride
+    pt, pl = shape.pads[0], shape.pads[1]
+    bn, ch = tactic.bm, tactic.CHANNELS
+    box_px = g.box_bytes // 32
+    assert box_px <= bn
+    acc_out = np.zeros((shape.n, kpad, oh, ow), np.int64)
+    writes = np.zeros((shape.n, kpad, oh, ow), np.int32)
+    grid = min(g.ctas, 132) if tactic.persistent else g.ctas
+    order = [tile for cta in range(grid) for tile in range(cta, g.ctas, grid)]  # each CTA's tile loop
+    assert sorted(order) == list(range(g.ctas))
+    for tile in order:
+        ch_tile, pix_tile = tile % g.ch_tiles, tile // g.ch_tiles
+        if g.nb == 1:
+            n0 = pix_tile // g.tiles_per_image
+            oh0 = (pix_tile - n0 * g.tiles_per_image) * g.th
+            valid_px = min(g.th, oh - oh0) * ow
+        else:
+            n0, oh0 = pix_tile * g.nb, 0
+            valid_px = min(g.nb, shape.n - n0) * ohw
+        m0, c0 = n0 * ohw + oh0 * ow, ch_tile * ch
+        h0, w0 = oh0 * sh - pt, -pl
+        acc = np.zeros((ch, bn), np.int64)  # D = channels x pixels
+        cb = r = s = 0
+        for k in range(g.kt):
+            a = tma_box(wp, (k * 32, c0), (32, ch), (1, 1))  # [128][32]
+            b = np.zeros((bn, 32), np.int64)
+            b[:box_px] = tma_box(x5, (0, w0 + s, h0 + r, cb, n0), (32, ow * sw, g.th * sh, 1, g.nb),
+                                 (1, sw, sh, 1, 1)).reshape(-1, 32)
+            acc += a @ b.T
+            s += 1
+            if s == shape.s:
+                s = 0
+                r += 1
+                if r == shape.r:
+                    r, cb = 0, cb + 1
+        for px in range(valid_px):
+            m = m0 + px
+            n, pix = divmod(m, ohw)
+            for c in range(ch):
+                if c0 + c < kpad:
+                    acc_out[n, c0 + c, pix // ow, pix % ow] = acc[c, px]
+                    writes[n, c0 + c, pix // ow, pix % ow] += 1
+    assert (writes == 1).all(), "every output element is stored exactly once"
+    return acc_out
+
+
+CASES = [
+    ConvShape(2, 64, 8, 8, 96, 1, 1),
+    ConvShape(2, 40, 13, 11, 40, 3, 3, (1, 1), (1, 1, 1, 1)),
+    ConvShape(3, 64, 15, 13, 160, 3, 3, (2, 2), (1, 1, 1, 1)),
+    ConvShape(9, 64, 7, 7, 64, 3, 3, (1, 1), (1, 1, 1, 1)),
+    ConvShape(3, 96, 9, 9, 200, 1, 1, (2, 2)),
+    ConvShape(2, 64, 10, 12, 64, 3, 3, (1, 1), (0, 1, 2, 1)),
+    ConvShape(2, 32, 9, 9, 128, 5, 5, (1, 1), (2, 2, 2, 2)),
+    ConvShape(1, 64, 28, 28, 32, 3, 3, (1, 1), (1, 1, 1, 1)),
+    ConvShape(1, 32, 1, 1, 32, 1, 1),
+]
+
+
+@pytest.mark.parametrize("tactic", WGMMA_TACTICS, ids=[t.name for t in WGMMA_TACTICS])
+@pytest.mark.parametrize("shape", CASES, ids=[f"{s.c}x{s.h}x{s.w}k{s.k}r{s.r}s{s.stride[0]}" for s in CASES])
+def test_tiles_compute_the_exact_convolution(shape, tactic):
+    if tactic.geometry(shape) is None:
+        pytest.skip(f"{tactic.name} does not take this shape")
+    rng = np.random.default_rng()
+    x = rng.integers(-128, 128, (shape.n, shape.c, shape.h, shape.w), dtype=np.int8)
+    w = rng.integers(-127, 128, (shape.k, shape.c, shape.r, shape.s), dtype=np.int8)
+    got = emulate(shape, tactic, x, w)
+    ref = conv_int8_accumulate(x, w, shape.stride, shape.pads)
+    np.testing.assert_array_equal(got[:, : shape.k], ref)
+    assert not got[:, shape.k:].any()
+
+
+def test_tma_box_model_matches_strided_slicing():
+    t = np.arange(2 * 3 * 5 * 7 * 32).reshape(2, 3, 5, 7, 32)
+    box = tma_box(t, (0, -1, 1, 2, 1), (32, 6, 4, 1, 1), (1, 2, 2, 1, 1))  # 3 W, 2 H elements
+    assert box.shape == (1, 1, 2, 3, 32)
+    assert not box[0, 0, :, 0].any()  # w = -1: padding
+    np.testing.assert_array_equal(box[0, 0, 0, 1], t[1, 2, 1, 1])
+    np.testing.assert_array_equal(box[0, 0, 1, 2], t[1, 2, 3, 3])
+
+
+def test_geometry_respects_the_hardware_limits():
+    for name, shape, _ in resnet50_layers(256) + resnet50_layers(1) + edge_layers():
+        for t in WGMMA_TACTICS:
+            g = t.geometry(shape)
+            if g is None:
+                continue
+            oh, ow = shape.out_hw
+            assert g.box_bytes <= t.bm * 32 and g.box_bytes % 32 == 0, name
+            assert ow * shape.stride[1] <= 256 and g.th * shape.stride[0] <= 256 and g.nb <= 256, name
+            assert t.shared_bytes() <= 227 * 1024, t.name  # sm_90 opt-in limit per block
+
+
+def test_heuristic_without_opt_in_or_off_hopper_keeps_the_mma_kernel(monkeypatch):
+    monkeypatch.delenv("TRTFUSE_WGMMA", raising=False)
+    for name, shape, _ in resnet50_layers(256):
+        assert choose(shape, arch="sm_90")[0].family == "mma", name
+        assert choose(shape, arch="sm_80")[0].family == "mma", name
+        assert all(t.family == "mma" for t in candidate_tactics(shape, "sm_80"))
+
+
+def test_heuristic_with_opt_in_takes_wgmma_for_the_long_k_3x3(monkeypatch):
+    monkeypatch.setenv("TRTFUSE_WGMMA", "1")
+    shapes = {name: shape for name, shape, _ in resnet50_layers(256)}
+    for name in ("res3 conv2 3x3 128", "res4 conv2 3x3 256", "res5 conv2 3x3 512"):
+        t, splits = choose(shapes[name], arch="sm_90")
+        assert t.family == "wgmma" and splits == 1, name
+        assert choose_wgmma(shapes[name]) is t
+    assert choose(shapes["res2 conv3 1x1 64->256 +res"], arch="sm_90")[0].family == "mma"
+    assert choose(shapes["res4 conv2 3x3 256"], arch="sm_86")[0].family == "mma"
+
+
+def test_tensor_map_arguments_are_within_tma_limits():
+    from trtfuse.plugins.wgmma import tensor_map_args
+
+    for name, shape, _ in resnet50_layers(256) + resnet50_layers(1) + edge_layers() + [(str(c), c, 0) for c in CASES]:
+        for t in WGMMA_TACTICS:
+            g = t.geometry(shape)
+            if g is not None:
+                args = tensor_map_args(shape, t, g)  # raises outside the limits
+                dims, strides, box, es = args["x"]
+                assert math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name  # = expect_tx bytes
