@@ -67,37 +67,21 @@ __device__ __forceinline__ float div_rn(float v, float s, float s_inv) {
   return __fmaf_rn(e, s_inv, q0);
 }
 
-// Conversions run on the SM's quarter-rate conversion pipe (I2F, F2I: 16 per SM per clock on Hopper
-// against 128 FP32 operations); at three per output element they bound the epilogue of short-K layers.
-// Both ends are done with full-rate float adds instead, exactly:
-//
-// * int -> float for |v| < 2^22: the bits 0x4B400000 + v are the float 1.5 * 2^23 + v (the binade
-//   [2^23, 2^24) has unit spacing), so subtracting 1.5 * 2^23 gives v exactly. Holds for a residual
-//   byte always, and for an accumulator when GEMM-K <= 256 (|acc| <= 256 * 128 * 127 < 2^22).
-// * round half to even + saturate to int8: clamp to [-128, 127] first (same result as rounding then
-//   saturating, for every finite value), then adding 1.5 * 2^23 rounds to an integer in the FADD's own
-//   round-to-nearest-even, and the low byte of the sum's bits is that integer in two's complement.
-constexpr float MAGIC_1_5_2_23 = 12582912.0f;
-
-__device__ __forceinline__ float small_int_to_float(int v) {
-  return __fsub_rn(__int_as_float(0x4B400000 + v), MAGIC_1_5_2_23);
+// Round half to even and saturate to [-128, 127] in one instruction.
+__device__ __forceinline__ int8_t round_saturate_s8(float v) {
+  short q;
+  asm("cvt.rni.sat.s8.f32 %0, %1;" : "=h"(q) : "f"(v));
+  return static_cast<int8_t>(q);
 }
 
-// The int8 result in the low byte of the returned word (upper bytes are garbage).
-__device__ __forceinline__ uint32_t round_saturate_s8_bits(float v) {
-  return __float_as_uint(__fadd_rn(fminf(fmaxf(v, -128.0f), 127.0f), MAGIC_1_5_2_23));
-}
-
-// One element, exactly as docs/ops.md orders it; __f*_rn forbid FMA contraction. SMALL_ACC: the
-// accumulator is known to be below 2^22 in magnitude (see above).
-template <bool SMALL_ACC>
-__device__ __forceinline__ uint32_t requantize(int acc, float scale, float bias, float res_term, bool has_res,
-                                               bool relu, float out_scale, float out_scale_inv) {
-  float v = __fmul_rn(SMALL_ACC ? small_int_to_float(acc) : __int2float_rn(acc), scale);
+// One element, exactly as docs/ops.md orders it; __f*_rn forbid FMA contraction.
+__device__ __forceinline__ int8_t requantize(int acc, float scale, float bias, float res_term, bool has_res,
+                                             bool relu, float out_scale, float out_scale_inv) {
+  float v = __fmul_rn(__int2float_rn(acc), scale);
   v = __fadd_rn(v, bias);
   if (has_res) v = __fadd_rn(v, res_term);
   if (relu) v = fmaxf(v, 0.0f);
-  return round_saturate_s8_bits(div_rn(v, out_scale, out_scale_inv));
+  return round_saturate_s8(div_rn(v, out_scale, out_scale_inv));
 }
 
 }  // namespace trtfuse

@@ -57,39 +57,6 @@ struct WarpMma {
   }
 };
 
-// Each thread's accumulators -> requantized int8 in the staging tile, where the residual tile waits.
-template <int BM, int BN, int WM, int WN, bool SMALL_ACC, int MT, int NT>
-__device__ __forceinline__ void requantize_tile(const ConvParams& p, const ConvShape& sh, int (&acc)[MT][NT][4],
-                                                int8_t* staging, int n0, bool has_res, int lane, int wm, int wn) {
-  using Out = OutputTile<BM, BN>;
-  const int g = lane / 4, t2 = (lane % 4) * 2;
-  const float out_scale = *p.out_scale;
-  const float out_scale_inv = __frcp_rn(out_scale);
-  const float res_scale = has_res ? *p.residual_scale : 0.0f;
-#pragma unroll
-  for (int ni = 0; ni < NT; ++ni) {
-    const int col = wn * (BN / WN) + ni * 8 + t2;
-    if (n0 + col >= sh.Kpad) continue;
-    const float2 sc = *reinterpret_cast<const float2*>(p.scale + n0 + col);
-    const float2 bi = *reinterpret_cast<const float2*>(p.bias + n0 + col);
-#pragma unroll
-    for (int mi = 0; mi < MT; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        char2* cell = reinterpret_cast<char2*>(staging + (wm * (BM / WM) + mi * 16 + g + h * 8) * Out::STRIDE + col);
-        float r0 = 0.0f, r1 = 0.0f;
-        if (has_res) {
-          const char2 r = *cell;
-          r0 = __fmul_rn(small_int_to_float(r.x), res_scale);
-          r1 = __fmul_rn(small_int_to_float(r.y), res_scale);
-        }
-        const uint32_t q0 = requantize<SMALL_ACC>(acc[mi][ni][2 * h], sc.x, bi.x, r0, has_res, p.relu, out_scale, out_scale_inv);
-        const uint32_t q1 = requantize<SMALL_ACC>(acc[mi][ni][2 * h + 1], sc.y, bi.y, r1, has_res, p.relu, out_scale, out_scale_inv);
-        *reinterpret_cast<unsigned short*>(cell) = static_cast<unsigned short>(__byte_perm(q0, q1, 0x40));
-      }
-  }
-}
-
 // After the main loop: split-K reduction (if any), then the fp32 classifier output or the fused
 // requantizing epilogue through the staging tile (which holds the residual tile on entry).
 template <int BM, int BN, int WM, int WN, int NTHREADS, bool SPLIT_K, bool OUT_F32, int MT, int NT>
@@ -98,6 +65,7 @@ __device__ __forceinline__ void epilogue(const ConvParams& p, const ConvShape& s
   using Mma = WarpMma<BM, BN, WM, WN>;
   using Out = OutputTile<BM, BN>;
   // ---- split-K: integer partial sums meet in the workspace; the last slice to arrive finishes ----
+  const int g = lane / 4, t2 = (lane % 4) * 2;
   if (SPLIT_K) {  // compiled separately: the no-split kernel keeps these registers free
     __shared__ int s_is_last;
     Mma::for_each_acc(acc, m0 + wm * (BM / WM), n0 + wn * (BN / WN), lane, [&](int m, int ch, int& a) {
@@ -134,10 +102,32 @@ __device__ __forceinline__ void epilogue(const ConvParams& p, const ConvShape& s
   }
 
   // ---- epilogue: requantize into the staging tile, then coalesced 16-byte stores ----
-  if (sh.KGpad <= 256)  // uniform: the whole CTA takes one branch
-    requantize_tile<BM, BN, WM, WN, true>(p, sh, acc, staging, n0, has_res, lane, wm, wn);
-  else
-    requantize_tile<BM, BN, WM, WN, false>(p, sh, acc, staging, n0, has_res, lane, wm, wn);
+  const float out_scale = *p.out_scale;
+  const float out_scale_inv = __frcp_rn(out_scale);
+  const float res_scale = has_res ? *p.residual_scale : 0.0f;
+#pragma unroll
+  for (int ni = 0; ni < Mma::NT; ++ni) {
+    const int col = wn * (BN / WN) + ni * 8 + t2;
+    if (n0 + col >= sh.Kpad) continue;
+    const float2 sc = *reinterpret_cast<const float2*>(p.scale + n0 + col);
+    const float2 bi = *reinterpret_cast<const float2*>(p.bias + n0 + col);
+#pragma unroll
+    for (int mi = 0; mi < Mma::MT; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        char2* cell = reinterpret_cast<char2*>(staging + (wm * (BM / WM) + mi * 16 + g + h * 8) * Out::STRIDE + col);
+        float r0 = 0.0f, r1 = 0.0f;
+        if (has_res) {
+          const char2 r = *cell;
+          r0 = __fmul_rn(static_cast<float>(r.x), res_scale);
+          r1 = __fmul_rn(static_cast<float>(r.y), res_scale);
+        }
+        char2 q;
+        q.x = requantize(acc[mi][ni][2 * h], sc.x, bi.x, r0, has_res, p.relu, out_scale, out_scale_inv);
+        q.y = requantize(acc[mi][ni][2 * h + 1], sc.y, bi.y, r1, has_res, p.relu, out_scale, out_scale_inv);
+        *cell = q;
+      }
+  }
   __syncthreads();
   Out::template store<NTHREADS>(staging, p, sh, m0, n0, tid);
 }
