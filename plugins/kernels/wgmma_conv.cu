@@ -245,7 +245,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           for (int h = 0; h < 2; ++h) {
             int8_t* cell = s_out + px * L::OUT_STRIDE + c_lo + 8 * h;
             const float res_term = has_res ? __fmul_rn(static_cast<float>(*cell), res_scale) : 0.0f;
-            *cell = static_cast<int8_t>(requantize<false>(acc[4 * j + 2 * h + e], sc[h], bi[h], res_term, has_res, p.relu, out_scale, out_scale_inv));
+            *cell = requantize(acc[4 * j + 2 * h + e], sc[h], bi[h], res_term, has_res, p.relu, out_scale, out_scale_inv);
           }
         }
       }
