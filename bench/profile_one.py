@@ -1,12 +1,25 @@
-"""One fused-conv launch per shape, for ncu: `ncu --clock-control none python3 -m trtfuse.bench.profile_one`.
-Shapes: ResNet-50 res3 conv3 (+residual) at batch 1 and 256."""
+"""One fused-conv launch per (shape, tactic), for ncu:
+
+    ncu --clock-control none --section ... python3 -m trtfuse.bench.profile_one [TACTIC_ID ...]
+
+Shapes: ResNet-50 res3 conv3 (1x1 128->512 + residual, the memory-bound target layer) and res4 conv2
+(3x3 256, compute-bound) at batch 256; each with the heuristic's tactic and every tactic id given."""
+
+import sys
 
 from ..plugins.conv import ConvLaunch
-from ..plugins.tactics import ConvShape
+from ..plugins.tactics import TACTICS_BY_ID, WGMMA_TACTICS, ConvShape
 from .conv_problem import ConvProblem, DeviceConv, compare, passes_lsb_rule
 
-for batch in (1, 256):
-    shape = ConvShape(batch, 128, 28, 28, 512, 1, 1)
-    problem = ConvProblem.random(shape, True)
-    out, _ = DeviceConv(problem, ConvLaunch.plan(shape)).run_checked()
-    print(batch, ConvLaunch.plan(shape).tactic.name, passes_lsb_rule(compare(out, problem.golden())))
+SHAPES = {"res3 conv3 b256": (ConvShape(256, 128, 28, 28, 512, 1, 1), True),
+          "res4 conv2 b256": (ConvShape(256, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1)), False)}
+ALL = {**TACTICS_BY_ID, **{t.id: t for t in WGMMA_TACTICS}}
+
+for label, (shape, res) in SHAPES.items():
+    problem = ConvProblem.random(shape, res)
+    for tid in [None] + [int(a) for a in sys.argv[1:]]:
+        if tid is not None and ALL[tid].family == "mma" and ALL[tid].vec != shape.vec:
+            continue
+        plan = ConvLaunch.plan(shape) if tid is None else ConvLaunch(shape, ALL[tid], 1)
+        out, _ = DeviceConv(problem, plan).run_checked()
+        print(label, plan.tactic.name, passes_lsb_rule(compare(out, problem.golden())))
