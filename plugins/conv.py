@@ -25,7 +25,16 @@ class ConvParamsStruct(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in ("x", "w", "scale", "bias", "out_scale", "residual",
                                                "residual_scale", "y", "workspace", "counters", "y_f32")] + [
         (n, ctypes.c_int32) for n in ("N", "C", "H", "W", "K", "OH", "OW", "R", "S", "stride_h", "stride_w",
-                                      "pad_top", "pad_left", "relu", "splits")]
+                                      "pad_top", "pad_left", "relu", "splits")] + [
+        (f"{name}_{f}", ctypes.c_uint32) for name in ("div_ohw", "div_ow") for f in ("d", "mul", "shr")]
+
+
+def fast_divmod(d: int) -> tuple[int, int, int]:
+    """(d, mul, shr) of trtfuse::FastDivmod::make (plugins/kernels/conv_params.cuh), computed here once."""
+    if d == 1:
+        return 1, 0, 0
+    l = (d - 1).bit_length()  # ceil(log2 d)
+    return d, ((1 << (31 + l)) + d - 1) // d, l - 1
 
 
 def _device_arch() -> str | None:
@@ -98,6 +107,9 @@ class ConvLaunch:
                              counters=workspace + 4 * m * n if workspace else 0, N=sh.n, C=sh.c, H=sh.h, W=sh.w,
                              K=sh.k, OH=oh, OW=ow, R=sh.r, S=sh.s, stride_h=sh.stride[0], stride_w=sh.stride[1],
                              pad_top=sh.pads[0], pad_left=sh.pads[1], relu=int(relu), splits=self.splits)
+        for name, d in (("div_ohw", oh * ow), ("div_ow", ow)):
+            for field, value in zip(("d", "mul", "shr"), fast_divmod(d)):
+                setattr(p, f"{name}_{field}", value)
         if t.family == "wgmma":  # Hopper tactic: plugins/wgmma.py (tensor maps + sm_90a module)
             if self.splits > 1 or self.out_f32:
                 raise ValueError(f"{t.name} has no split-K or fp32-output variant")

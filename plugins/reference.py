@@ -32,6 +32,35 @@ def conv_int8_accumulate(x: np.ndarray, w: np.ndarray, strides=(1, 1), pads=(0, 
     return acc.reshape(n, oh, ow, k).transpose(0, 3, 1, 2).astype(np.int64)
 
 
+def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 fused multiply-add, correctly rounded (one rounding of the exact a*b + c), elementwise.
+
+    a*b of two float32 is exact in float64; the float64 sum p + c is rounded *to odd* (TwoSum gives its
+    exact error; an inexact sum with an even last bit moves one ulp toward the error), and a round-to-odd
+    result with 29 spare bits rounds to float32 exactly as the exact value would (Boldo & Melquiond)."""
+    a, b, c = (np.asarray(v, np.float32).astype(np.float64) for v in (a, b, c))
+    p = a * b
+    s = p + c
+    bp = s - p
+    err = (p - (s - bp)) + (c - bp)  # exact: s + err == p + c
+    bits = s.view(np.int64)
+    inexact_even = (err != 0) & ((bits & 1) == 0)
+    toward = np.where(err > 0, np.inf, -np.inf)
+    s = np.where(inexact_even, np.nextafter(s, toward), s)
+    return s.astype(np.float32)
+
+
+def folded_scales(scale: np.ndarray, bias: np.ndarray, out_scale: float, residual_scale: float | None):
+    """docs/ops.md step 2: per channel a = scale / out_scale, b = bias / out_scale, and rs =
+    residual_scale / out_scale, each one correctly rounded float32 division."""
+    f32 = np.float32
+    out = f32(out_scale)
+    a = np.asarray(scale, f32) / out
+    b = np.asarray(bias, f32) / out
+    rs = None if residual_scale is None else f32(f32(residual_scale) / out)
+    return a, b, rs
+
+
 def requantize_epilogue(
     acc: np.ndarray,
     scale: np.ndarray,
@@ -41,17 +70,16 @@ def requantize_epilogue(
     residual_scale: float | None = None,
     relu: bool = True,
 ) -> np.ndarray:
-    """acc [N, K, OH, OW] -> int8, in float32: scale, bias, (+ residual * residual_scale), ReLU, / out_scale,
-    round half to even, saturate to [-128, 127]."""
+    """acc [N, K, OH, OW] -> int8 (docs/ops.md): with a, b, rs = folded_scales(...),
+    v = fma(float(acc), a[k], b[k]); v = fma(float(residual), rs, v); ReLU; round half to even; saturate."""
     k = acc.shape[1]
-    f32 = np.float32
-    y = acc.astype(f32) * scale[:k].astype(f32).reshape(1, k, 1, 1)
-    y = y + bias[:k].astype(f32).reshape(1, k, 1, 1)
+    a, b, rs = folded_scales(scale[:k], bias[:k], out_scale, residual_scale if residual is not None else None)
+    shape = (1, k, 1, 1)
+    y = fma_f32(acc.astype(np.float32), a.reshape(shape), b.reshape(shape))
     if residual is not None:
-        y = y + residual.astype(f32) * f32(residual_scale)
+        y = fma_f32(residual.astype(np.float32), rs, y)
     if relu:
-        y = np.maximum(y, f32(0))
-    y = y / f32(out_scale)
+        y = np.maximum(y, np.float32(0))
     return np.clip(np.rint(y), -128, 127).astype(np.int8)
 
 

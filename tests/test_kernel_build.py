@@ -39,9 +39,24 @@ def test_ptx_for_tensorrt_aot_names_the_entries():
 
 
 def test_params_struct_layout_matches_the_kernel():
-    # 11 pointers then 15 int32 (plugins/kernels/conv_params.cuh), padded to 8 bytes.
+    # 11 pointers, 15 int32, then two FastDivmod of 3 uint32 (plugins/kernels/conv_params.cuh), padded to 8 bytes.
     assert ConvParamsStruct.N.offset == 88 and ConvParamsStruct.splits.offset == 88 + 14 * 4
-    assert __import__("ctypes").sizeof(ConvParamsStruct) == 152
+    assert ConvParamsStruct.div_ohw_d.offset == 148 and ConvParamsStruct.div_ow_shr.offset == 168
+    assert __import__("ctypes").sizeof(ConvParamsStruct) == 176
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 7, 49, 196, 784, 3136, 12544, 50176, 2**20 + 1])
+def test_fast_divmod_divides_every_pixel_index(d):
+    """The host's magic numbers (the kernels divide pixel indices < 2^31 with them)."""
+    import numpy as np
+
+    from trtfuse.plugins.conv import fast_divmod
+
+    _, mul, shr = fast_divmod(d)
+    n = np.concatenate([np.arange(0, 200000), np.random.default_rng().integers(0, 2**31 - 1, 200000),
+                        [2**31 - 1, d - 1, d, d + 1, 2 * d - 1]]).astype(np.uint64)
+    q = n if d == 1 else ((n * np.uint64(mul)) >> np.uint64(32)) >> np.uint64(shr)
+    assert np.array_equal(q, n // np.uint64(d))
 
 
 @pytest.mark.parametrize("batch", [1, 8, 256])

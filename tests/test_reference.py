@@ -126,3 +126,31 @@ def test_weight_pack_round_trip_and_gemm_order(k, c, r):
     g = (((ci // vec) * r + dr) * r + ds) * vec + ci % vec
     assert packed[k - 1, g] == w[k - 1, ci, dr, ds]
     assert not packed[k:].any() and not packed[:, kg:].any()
+
+
+def test_fma_f32_is_correctly_rounded():
+    """reference.fma_f32 against exact rational arithmetic, on random values and on products whose
+    exact sum sits on or next to a float32 rounding tie (where double rounding would go wrong)."""
+    from fractions import Fraction
+
+    from trtfuse.plugins.reference import fma_f32
+
+    rng = np.random.default_rng()
+    a = rng.normal(size=3000).astype(np.float32)
+    b = rng.normal(size=3000).astype(np.float32)
+    c = (rng.normal(size=3000) * rng.choice([1e-9, 1.0, 1e9], 3000)).astype(np.float32)
+    # ties: (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 is half an ulp past 1 + 2^-11; a tiny c breaks the tie
+    tie = np.float32(1 + 2.0**-12)
+    a = np.concatenate([a, [tie] * 4]).astype(np.float32)
+    b = np.concatenate([b, [tie] * 4]).astype(np.float32)
+    c = np.concatenate([c, [0.0, 2.0**-60, -(2.0**-60), 2.0**-40]]).astype(np.float32)
+    got = fma_f32(a, b, c)
+
+    def correctly_rounded(x: Fraction) -> np.float32:
+        near = np.float32(float(x))
+        cands = [near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(-np.inf))]
+        return min(cands, key=lambda v: (abs(Fraction(float(v)) - x), int(np.array(v).view(np.int32)) & 1))
+
+    for i in range(len(a)):
+        want = correctly_rounded(Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i])))
+        assert got[i] == want, (a[i], b[i], c[i], got[i], want)

@@ -1,5 +1,5 @@
-// The fused epilogue (docs/ops.md): int32 accumulators -> scale, bias, + residual * residual_scale,
-// ReLU, / out_scale, round half to even, saturate -> int8 CHW32.
+// The fused epilogue (docs/ops.md): int32 accumulators -> fma(acc, scale/out_scale, bias/out_scale),
+// + fma(residual, residual_scale/out_scale), ReLU, round half to even, saturate -> int8 CHW32.
 //
 // The output tile is staged in shared memory (rows of BN + 16 bytes: the 16-byte pad spreads the
 // 8 rows an MMA fragment touches over distinct banks and keeps 16-byte alignment), then written
@@ -32,7 +32,7 @@ struct OutputTile {
       const int m = m0 + row, chan = n0 + col;
       int8_t* g = nullptr;
       if (m < sh.M && chan < sh.Kpad) {
-        const int n = m / sh.OHW, pix = m - n * sh.OHW;
+        const int n = p.div_ohw.div(m), pix = m - n * sh.OHW;
         g = gbase + ((size_t)(n * (sh.Kpad / 32) + chan / 32) * sh.OHW + pix) * 32 + half * 16;
       }
       f(row * STRIDE + col, g);
@@ -74,14 +74,19 @@ __device__ __forceinline__ int8_t round_saturate_s8(float v) {
   return static_cast<int8_t>(q);
 }
 
-// One element, exactly as docs/ops.md orders it; __f*_rn forbid FMA contraction.
-__device__ __forceinline__ int8_t requantize(int acc, float scale, float bias, float res_term, bool has_res,
-                                             bool relu, float out_scale, float out_scale_inv) {
-  float v = __fmul_rn(__int2float_rn(acc), scale);
-  v = __fadd_rn(v, bias);
-  if (has_res) v = __fadd_rn(v, res_term);
+// docs/ops.md step 2: the per-channel factors with out_scale folded in, each a correctly rounded
+// division (done once per channel a thread owns, not per element).
+__device__ __forceinline__ float fold_scale(float s, float out_scale, float out_scale_inv) {
+  return div_rn(s, out_scale, out_scale_inv);
+}
+
+// One element, exactly as docs/ops.md orders it: two correctly rounded FMAs, ReLU, round, saturate.
+// `res` is float(residual byte), `rs` the folded residual scale.
+__device__ __forceinline__ int8_t requantize(int acc, float a, float b, float res, float rs, bool has_res, bool relu) {
+  float v = __fmaf_rn(__int2float_rn(acc), a, b);
+  if (has_res) v = __fmaf_rn(res, rs, v);
   if (relu) v = fmaxf(v, 0.0f);
-  return round_saturate_s8(div_rn(v, out_scale, out_scale_inv));
+  return round_saturate_s8(v);
 }
 
 }  // namespace trtfuse

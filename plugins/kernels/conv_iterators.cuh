@@ -55,8 +55,8 @@ struct ActivationIterator {
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
       const int m = m0 + row0 + i * ROWS_PER_PASS;
-      const int n = m / sh.OHW, pix = m - n * sh.OHW;
-      const int oh = pix / p.OW, ow = pix - oh * p.OW;
+      const int n = p.div_ohw.div(m), pix = m - n * sh.OHW;
+      const int oh = p.div_ow.div(pix), ow = pix - oh * p.OW;
       // A row past M reads zeros: both coordinates far negative, so even a padding tap (r = PAD_TAP)
       // cannot bring it back in range.
       ih0[i] = m < sh.M ? oh * p.stride_h - p.pad_top : -PAD_TAP;

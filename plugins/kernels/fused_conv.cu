@@ -104,27 +104,24 @@ __device__ __forceinline__ void epilogue(const ConvParams& p, const ConvShape& s
   // ---- epilogue: requantize into the staging tile, then coalesced 16-byte stores ----
   const float out_scale = *p.out_scale;
   const float out_scale_inv = __frcp_rn(out_scale);
-  const float res_scale = has_res ? *p.residual_scale : 0.0f;
+  const float rs = has_res ? fold_scale(*p.residual_scale, out_scale, out_scale_inv) : 0.0f;
 #pragma unroll
   for (int ni = 0; ni < Mma::NT; ++ni) {
     const int col = wn * (BN / WN) + ni * 8 + t2;
     if (n0 + col >= sh.Kpad) continue;
     const float2 sc = *reinterpret_cast<const float2*>(p.scale + n0 + col);
     const float2 bi = *reinterpret_cast<const float2*>(p.bias + n0 + col);
+    const float a0 = fold_scale(sc.x, out_scale, out_scale_inv), a1 = fold_scale(sc.y, out_scale, out_scale_inv);
+    const float b0 = fold_scale(bi.x, out_scale, out_scale_inv), b1 = fold_scale(bi.y, out_scale, out_scale_inv);
 #pragma unroll
     for (int mi = 0; mi < Mma::MT; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         char2* cell = reinterpret_cast<char2*>(staging + (wm * (BM / WM) + mi * 16 + g + h * 8) * Out::STRIDE + col);
-        float r0 = 0.0f, r1 = 0.0f;
-        if (has_res) {
-          const char2 r = *cell;
-          r0 = __fmul_rn(static_cast<float>(r.x), res_scale);
-          r1 = __fmul_rn(static_cast<float>(r.y), res_scale);
-        }
+        const char2 r = has_res ? *cell : make_char2(0, 0);
         char2 q;
-        q.x = requantize(acc[mi][ni][2 * h], sc.x, bi.x, r0, has_res, p.relu, out_scale, out_scale_inv);
-        q.y = requantize(acc[mi][ni][2 * h + 1], sc.y, bi.y, r1, has_res, p.relu, out_scale, out_scale_inv);
+        q.x = requantize(acc[mi][ni][2 * h], a0, b0, static_cast<float>(r.x), rs, has_res, p.relu);
+        q.y = requantize(acc[mi][ni][2 * h + 1], a1, b1, static_cast<float>(r.y), rs, has_res, p.relu);
         *cell = q;
       }
   }
@@ -270,7 +267,8 @@ extern "C" __global__ void __launch_bounds__(TF_THREADS, 1) trtfuse_gemm_f32out_
 #define TF_FILL_INTS(p)                                                                                       \
   p.N = N; p.C = C; p.H = H; p.W = W; p.K = K; p.OH = OH; p.OW = OW; p.R = R; p.S = S; p.stride_h = sh;     \
   p.stride_w = sw; p.pad_top = pt; p.pad_left = pl; p.relu = relu; p.splits = 1; p.workspace = nullptr;     \
-  p.counters = nullptr; p.y_f32 = nullptr;
+  p.counters = nullptr; p.y_f32 = nullptr; p.div_ohw = trtfuse::FastDivmod::make(OH * OW);                  \
+  p.div_ow = trtfuse::FastDivmod::make(OW);
 
 extern "C" __global__ void __launch_bounds__(TF_THREADS, TF_MINB)
     trtfuse_fused_conv_aot(const int8_t* x, const int8_t* w, const float* scale, const float* bias,

@@ -181,7 +181,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   const int c_lo = wg * 64 + warp * 16 + lane / 4;  // tile channel of this thread's accumulator rows (and + 8)
   const float out_scale = *p.out_scale;
   const float out_scale_inv = __frcp_rn(out_scale);
-  const float res_scale = has_res ? *p.residual_scale : 0.0f;
+  const float rs = has_res ? fold_scale(*p.residual_scale, out_scale, out_scale_inv) : 0.0f;  // folded residual scale
   const uint32_t a_rows = wg * 64 * 32;  // this warpgroup's 64 weight rows inside the A tile
   int it = 0;  // ring slot use counter, continuous across tiles (same sequence as the producer's)
   for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step) {
@@ -228,12 +228,12 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     // ---------------- epilogue: requantize into the staging tile, then coalesced CHW32 stores ----------------
     cp_async_wait<0>();
     sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed
-    float sc[2], bi[2];
+    float sc[2], bi[2];  // docs/ops.md's folded factors scale/out_scale, bias/out_scale
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int c = tc.c0 + c_lo + 8 * h;
-      sc[h] = c < kpad ? p.scale[c] : 0.0f;
-      bi[h] = c < kpad ? p.bias[c] : 0.0f;
+      sc[h] = c < kpad ? fold_scale(p.scale[c], out_scale, out_scale_inv) : 0.0f;
+      bi[h] = c < kpad ? fold_scale(p.bias[c], out_scale, out_scale_inv) : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
@@ -244,8 +244,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             int8_t* cell = s_out + px * L::OUT_STRIDE + c_lo + 8 * h;
-            const float res_term = has_res ? __fmul_rn(static_cast<float>(*cell), res_scale) : 0.0f;
-            *cell = requantize(acc[4 * j + 2 * h + e], sc[h], bi[h], res_term, has_res, p.relu, out_scale, out_scale_inv);
+            const float res = has_res ? static_cast<float>(*cell) : 0.0f;
+            *cell = requantize(acc[4 * j + 2 * h + e], sc[h], bi[h], res, rs, has_res, p.relu);
           }
         }
       }
