@@ -1,7 +1,19 @@
+#!/usr/bin/env bash
+# One device call (kind nvidia-h200): every GPU test (the carried .whl/ may hold the TensorRT lean runtime
+# for the plugin-enqueue test), compute-sanitizer memcheck + racecheck, then `trtfuse bench kernels` with
+# the wgmma tactics competing in autotune. Results and logs in $OUT.
+#   bash scripts/device_round.sh "1 8 256" all
 set -uo pipefail
-export T_CORRECT=75 T_SAN=35 T_TIME=70
-bash scripts/wgmma_device_check.sh 2>&1 | tail -45
+BATCHES=${1:-"256"}; LAYERS=${2:-resnet50}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+rm -rf build
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site --upgrade .whl/*.whl . >/dev/null 2>&1
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRTFUSE_CACHE=/tmp/trtfuse-cache
-timeout 150 python3 -m pytest -q --maxfail=5 -m gpu tests/ --ignore=tests/test_wgmma_gpu.py -p no:cacheprovider > $OUT/gpu_tests.txt 2>&1; echo "tests rc=$?"; tail -3 $OUT/gpu_tests.txt; grep -E "^FAILED|Error" $OUT/gpu_tests.txt | head
-timeout 40 compute-sanitizer --tool memcheck python3 -m trtfuse.bench.sanitize > $OUT/memcheck.txt 2>&1; echo "memcheck $(grep -c MISMATCH $OUT/memcheck.txt) $(grep 'ERROR SUMMARY' $OUT/memcheck.txt)"
-TRTFUSE_WGMMA=1 timeout 200 python3 -m trtfuse.cli bench kernels --batch 256 --layers resnet50 --autotune -o $OUT/kernels.json > $OUT/bench.txt 2>&1; tail -28 $OUT/bench.txt
+timeout 200 python3 -m pytest -q -rs --maxfail=5 -m gpu tests/ -p no:cacheprovider > $OUT/gpu_tests.txt 2>&1; echo "tests rc=$?"
+tail -4 $OUT/gpu_tests.txt; grep -E "^FAILED|^SKIPPED|Error" $OUT/gpu_tests.txt | head
+for tool in memcheck racecheck; do
+  timeout 60 compute-sanitizer --tool $tool python3 -m trtfuse.bench.sanitize > $OUT/$tool.txt 2>&1
+  echo "$tool rc=$? $(grep -c MISMATCH $OUT/$tool.txt) mismatches $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/$tool.txt)"
+done
+TRTFUSE_WGMMA=1 timeout 300 python3 -m trtfuse.cli bench kernels --batch $BATCHES --layers $LAYERS --autotune \
+  -o $OUT/kernels.json --roofline $OUT/roofline.png > $OUT/bench.txt 2>&1; tail -30 $OUT/bench.txt
