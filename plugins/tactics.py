@@ -80,7 +80,9 @@ TACTICS: tuple[Tactic, ...] = (
     Tactic(14, 64, 64, 2, 2, 3, 32, 4, persistent=True),
 )
 TACTICS_BY_ID = {t.id: t for t in TACTICS}
-PERSISTENT_TWIN = {1: 11}  # the persistent tactic choose() swaps in for short-K, many-tile layers
+# The persistent tactics choose() swaps in for short-K, many-tile layers: (2-stage for <= 2 k-tiles,
+# 3-stage otherwise), as autotune picked them on the H200 at batch 256 (bench/results/kernels-*.json).
+PERSISTENT_TWIN = {1: (10, 11)}
 
 
 @dataclass(frozen=True)
@@ -144,8 +146,9 @@ def choose(shape: ConvShape, sms: int = H100_SMS, arch: str | None = None) -> tu
     for t in cands:
         if output_tiles(shape, t) >= 2 * sms:
             twin = PERSISTENT_TWIN.get(t.id)
-            if twin is not None and math.ceil(kg / 64) <= 8 and output_tiles(shape, t) >= 8 * sms:
-                return TACTICS_BY_ID[twin], 1
+            ktiles = math.ceil(kg / 64)
+            if twin is not None and ktiles <= 8 and output_tiles(shape, t) >= 8 * sms:
+                return TACTICS_BY_ID[twin[0] if ktiles <= 2 else twin[1]], 1
             return t, 1
     smallest = cands[-1]
     tiles = output_tiles(shape, smallest)

@@ -49,7 +49,7 @@ def device_supported(device_ordinal: int = 0) -> bool:
 def module_for(tactic: WgmmaTactic) -> cd.Module:
     from .nvrtc import compile_kernel
 
-    key = tuple(sorted(tactic.defines().items()))
+    key = (tuple(sorted(tactic.defines().items())), cd.current_device())  # a module belongs to one context
     if key not in _modules:
         if not device_supported():
             raise RuntimeError(f"{tactic.name} needs an sm_90 GPU (this one is {cd.compute_capability()})")

@@ -199,7 +199,9 @@ class CudaRunner:
             t.buf.fill(0x35)
         shape = heuristic_plan.shape
         ktiles = -(-shape.gemm[2] // 64)
-        candidates = [heuristic_plan] + [ConvLaunch(shape, t, s) for t in candidate_tactics(shape) for s in (1, 2, 4, 8)
+        arch = cd.compute_capability(cd.current_device())  # sm_90 with TRTFUSE_WGMMA=1: the wgmma tactics compete
+        candidates = [heuristic_plan] + [ConvLaunch(shape, t, s) for t in candidate_tactics(shape, arch)
+                                         for s in ((1, 2, 4, 8) if t.family == "mma" else (1,))
                                          if s <= max(1, ktiles // 2) and (t, s) != (heuristic_plan.tactic, heuristic_plan.splits)]
         stream = cd.Stream()
         best, best_ms = heuristic_plan, float("inf")

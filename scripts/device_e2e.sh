@@ -11,6 +11,7 @@ rm -rf build
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site --upgrade .whl/*.whl . >/dev/null 2>&1
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRTFUSE_CACHE=/tmp/trtfuse-cache
 T="python3 -m trtfuse.cli"
+export TRTFUSE_WGMMA=1  # sm_90: the wgmma tactics compete in --autotune (plugins/tactics.py: wgmma_enabled)
 nvidia-smi --query-gpu=index,name,clocks.max.sm --format=csv,noheader
 python3 -m pytest -q -m gpu tests/test_gpu_runner.py tests/test_trt_v3.py tests/test_offline.py tests/test_network_ops.py \
   -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1; tail -2 "$OUT/gpu_tests.txt"
