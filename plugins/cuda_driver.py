@@ -119,9 +119,17 @@ class DeviceBuffer:
         assert array.nbytes <= self.nbytes
         check(_driver().cuMemcpyHtoD(self.ptr, array.ctypes.data, array.nbytes))
 
-    def download(self, shape, dtype) -> np.ndarray:
+    def download(self, shape, dtype, stream=None) -> np.ndarray:
+        """Copy to a new host array. With a stream: ordered after that stream's work only (a plain
+        cuMemcpyDtoH runs on the legacy default stream, which waits for every blocking stream: with two
+        CUDA graphs in flight, fetching one runner's logits would wait for the other runner's forward)."""
         out = np.empty(shape, dtype=dtype)
-        check(_driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
+        drv = _driver()
+        if stream is None:
+            check(drv.cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes))
+        else:
+            check(drv.cuMemcpyDtoHAsync(out.ctypes.data, self.ptr, out.nbytes, stream))
+            check(drv.cuStreamSynchronize(stream))
         return out
 
     def fill(self, byte: int) -> None:

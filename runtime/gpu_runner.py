@@ -42,8 +42,8 @@ class _Tensor:
             self.physical = self.shape
         self.buf = cd.DeviceBuffer(int(np.prod(self.physical)) * np.dtype(dtype).itemsize)
 
-    def download(self) -> np.ndarray:
-        raw = self.buf.download(self.physical, self.dtype)
+    def download(self, stream=None) -> np.ndarray:
+        raw = self.buf.download(self.physical, self.dtype, stream)
         return unpack_nchwv(raw, self.shape[1]) if self.vec else raw
 
 
@@ -321,5 +321,5 @@ class CudaRunner:
         return self.tensors[self.output_name].download()
 
     def fetch(self, name: str) -> np.ndarray:
-        self.stream.synchronize()
-        return self.tensors[name].download()
+        """A tensor of the last forward, copied on this runner's stream (other runners keep running)."""
+        return self.tensors[name].download(self.stream.handle)

@@ -231,8 +231,8 @@ class TrtRunner:
         self.buffers[self.plan.input.name].upload(np.ascontiguousarray(images, dtype=np.float32))
 
     def fetch(self, name: str) -> np.ndarray:
-        self.stream.synchronize()
-        return self.buffers[name].download(self.shapes[name], self.dtypes[name])
+        """An output of the last run, copied on this runner's stream (see DeviceBuffer.download)."""
+        return self.buffers[name].download(self.shapes[name], self.dtypes[name], self.stream.handle)
 
     def run(self, images: np.ndarray) -> np.ndarray:
         self.load_input(images)
