@@ -13,7 +13,7 @@ export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRTFUSE_CACHE=/tmp/trtfuse-cache
 T="python3 -m trtfuse.cli"
 export TRTFUSE_WGMMA=1  # sm_90: the wgmma tactics compete in --autotune (plugins/tactics.py: wgmma_enabled)
 nvidia-smi --query-gpu=index,name,clocks.max.sm --format=csv,noheader
-python3 -m pytest -q -m gpu tests/test_gpu_runner.py tests/test_trt_v3.py tests/test_offline.py tests/test_network_ops.py \
+[ "${SKIP_TESTS:-0}" = 1 ] || python3 -m pytest -q -m gpu tests/test_gpu_runner.py tests/test_trt_v3.py tests/test_offline.py tests/test_network_ops.py \
   -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1; tail -2 "$OUT/gpu_tests.txt"
 $T models resnet50 -o /tmp/r50.onnx > /dev/null && $T rewrite /tmp/r50.onnx -o /tmp/r50_all.onnx --fuse all > /dev/null || exit 1
 python3 -m trtfuse.bench.e2e --batch 256 --streams 2 --autotune -o "$OUT/e2e.json" 2>&1 | tail -25
