@@ -200,6 +200,26 @@ def launch(fn, grid, block, shared_bytes: int, stream, arg_pointers: list[int]) 
     check(drv.cuLaunchKernel(fn, *grid, *block, shared_bytes, stream or 0, ctypes.addressof(params), 0))
 
 
+def capture_graph(stream, work, thread_local: bool = False):
+    """Run `work(stream)` once outside a capture (kernel modules load, attributes and TensorRT's deferred
+    setup happen there), then capture a second call as a CUDA graph and return its executable."""
+    drv = _driver()
+    work(stream)
+    check(drv.cuStreamSynchronize(stream))
+    mode = drv.CUstreamCaptureMode
+    check(drv.cuStreamBeginCapture(stream, mode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL if thread_local
+                                   else mode.CU_STREAM_CAPTURE_MODE_RELAXED))
+    try:
+        work(stream)
+    finally:
+        graph = check(drv.cuStreamEndCapture(stream))
+    return check(drv.cuGraphInstantiate(graph, 0))
+
+
+def launch_graph(graph_exec, stream) -> None:
+    check(_driver().cuGraphLaunch(graph_exec, stream))
+
+
 class Stream:
     def __init__(self):
         context()

@@ -286,18 +286,12 @@ class CudaRunner:
             step(stream)
 
     def _capture(self) -> None:
-        drv = cd._driver()
-        self._launch_all(self.stream.handle)  # warm-up: modules load, attributes set, outside the capture
-        self.stream.synchronize()
-        cd.check(drv.cuStreamBeginCapture(self.stream.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
-        self._launch_all(self.stream.handle)
-        graph = cd.check(drv.cuStreamEndCapture(self.stream.handle))
-        self.graph_exec = cd.check(drv.cuGraphInstantiate(graph, 0))
+        self.graph_exec = cd.capture_graph(self.stream.handle, self._launch_all)
 
     def launch(self) -> None:
         """Run the forward on the runner's stream on whatever the input buffer holds (asynchronous)."""
         if self.graph_exec is not None:
-            cd.check(cd._driver().cuGraphLaunch(self.graph_exec, self.stream.handle))
+            cd.launch_graph(self.graph_exec, self.stream.handle)
         else:
             self._launch_all(self.stream.handle)
 

@@ -204,24 +204,16 @@ class TrtRunner:
     def _capture(self) -> None:
         from ..plugins import cuda_driver as cd
 
-        drv = cd._driver()
-        # One run outside the capture first: TensorRT does its deferred, shape-dependent work in the first
-        # enqueue after set_input_shape, and our plugins load their kernel modules there.
-        self._execute()
-        self.stream.synchronize()
-        cd.check(drv.cuStreamBeginCapture(self.stream.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
-        try:
-            self._execute()
-        finally:
-            graph = cd.check(drv.cuStreamEndCapture(self.stream.handle))
-        self.graph_exec = cd.check(drv.cuGraphInstantiate(graph, 0))
+        # The run outside the capture matters here too: TensorRT does its deferred, shape-dependent work in
+        # the first enqueue after set_input_shape, and our plugins load their kernel modules there.
+        self.graph_exec = cd.capture_graph(self.stream.handle, lambda _stream: self._execute(), thread_local=True)
 
     def launch(self) -> None:
         """The forward on the runner's stream over whatever the input buffer holds (asynchronous)."""
         from ..plugins import cuda_driver as cd
 
         if self.graph_exec is not None:
-            cd.check(cd._driver().cuGraphLaunch(self.graph_exec, self.stream.handle))
+            cd.launch_graph(self.graph_exec, self.stream.handle)
         else:
             self._execute()
 
