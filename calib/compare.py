@@ -122,7 +122,7 @@ def print_comparison(result: dict) -> None:
         line += (f" (over {m['runner_up']}: cosine {m['logit_cosine_mean']:+.5f}, "
                  f"top-1 agreement {100 * m['top1_agreement']:+.1f} points")
         mm = result.get("margin_over_max")
-        if mm:
+        if mm and not m["runner_up"].startswith("max"):  # when max is the runner-up, that margin is said already
             line += f"; over max: cosine {mm['logit_cosine_mean']:+.5f}, top-1 agreement {100 * mm['top1_agreement']:+.1f} points"
         line += ")"
     print(line)

@@ -1,4 +1,4 @@
-"""Image data for BN re-estimation, calibration and evaluation.
+"""Image data for BN re-estimation, classifier training, calibration and evaluation.
 
 The embedded default needs no download: the photographs that scikit-image ships, turned into many
 distinct 224x224 views by random crops, scales and horizontal flips. `split` keeps calibration and
