@@ -59,7 +59,11 @@ DEFAULT_BN_IMAGES = 32
 # 2: the classifier is a probe trained on the default data's train split (1: a random projection).
 WEIGHTS_RECIPE = 2
 # The classifier's training set: CLASSIFIER_VIEWS_PER_CLASS crops of each default photograph (train split).
+# 2 per class (32 views) keeps the extra inference pass as long as the 32-image BN pass; in a trial on the
+# 224 ResNet-50, 4 per class raised held-out accuracy from 0.92 to 0.98 at twice that cost.
 CLASSIFIER_VIEWS_PER_CLASS = 2
+# Gradient steps, i.e. the early-stopping point. In the same trial, held-out views' mean top softmax was 0.67
+# after 100 steps (underfit), 0.85 after 300, 0.91 after 1000 (the logits growing on separable data).
 CLASSIFIER_STEPS = 300
 
 ConvBNRunner = Callable[[ConvBN, np.ndarray, bool], np.ndarray]
