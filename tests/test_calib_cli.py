@@ -257,11 +257,11 @@ def test_int8_resnet50_keeps_top1_on_heldout_photos():
     from trtfuse.models import load_cached_model
 
     model = load_cached_model("resnet50", image_size=64, batch=None)
-    hists, _, _ = gather_statistics(model, load_default(64, 64, "calib"), "residual", "auto", 8, show_progress=False)
+    hists, _, _ = gather_statistics(model, load_default(32, 64, "calib"), "residual", "auto", 8, show_progress=False)
     scales, _ = scales_from_histograms(hists, "entropy", 99.99)
-    report = evaluate(model, rewrite_with_scales(model, scales), load_default(64, 64, "heldout"), layers=False,
+    report = evaluate(model, rewrite_with_scales(model, scales), load_default(32, 64, "heldout"), layers=False,
                       show_progress=False)
-    # measured: cosine 0.991, agreement 1.00, accuracy 0.95 fp32 and int8
+    # measured: cosine 0.991, agreement 32/32, accuracy 31/32 fp32 and int8
     assert report["logit_cosine_mean"] > 0.98
-    assert report["top1_agreement"] >= 0.95
-    assert report["top1_accuracy_fp32"] >= 0.85 and report["top1_accuracy_int8"] >= report["top1_accuracy_fp32"] - 0.05
+    assert report["top1_agreement"] >= 30 / 32
+    assert report["top1_accuracy_fp32"] >= 28 / 32 and report["top1_accuracy_int8"] >= report["top1_accuracy_fp32"] - 2 / 32
