@@ -49,6 +49,7 @@ def compare_methods(model_path, calib_images, eval_images, methods=METHODS, perc
     stem = Path(model_path).stem
     sha = file_sha256(model_path)
     rows = []
+    fp32_accuracy = None
     for method in methods:
         start = time.perf_counter()
         scales, amax = scales_from_histograms(hists, method, percentile)
@@ -60,6 +61,7 @@ def compare_methods(model_path, calib_images, eval_images, methods=METHODS, perc
             atomic_write_json(out_dir / f"{stem}.{method}.scales.json", scales_document(scales, amax, meta))
             save_model(int8, out_dir / f"{stem}.{method}.int8.onnx", check=False)
         report = evaluate(model, int8, eval_images, batch_size=batch_size, show_progress=show_progress)
+        fp32_accuracy = report["top1_accuracy_fp32"]  # the same for every method: same fp32 model, same images
         rows.append({
             "method": method + (f" {percentile}" if method == "percentile" else ""),
             "logit_cosine_mean": report["logit_cosine_mean"],
@@ -82,6 +84,7 @@ def compare_methods(model_path, calib_images, eval_images, methods=METHODS, perc
         "tensors": len(hists),
         "selection": selection,
         "statistics_seconds": round(stat_seconds, 1),
+        "top1_accuracy_fp32": fp32_accuracy,
         "rows": rows,
         "winner": winner["method"],
         "margin_over_runner_up": None if len(ranked) < 2 else {
@@ -102,19 +105,24 @@ def print_comparison(result: dict) -> None:
     print(f"calibration: {result['calibration']}; {result['tensors']} tensors ({result['selection']}), "
           f"statistics {result['statistics_seconds']} s")
     print(f"evaluation:  {result['evaluation']}")
-    print_table(["method", "cosine mean", "cosine min", "top-1 agree", "mean SQNR dB", "min SQNR dB (layer)", "s"],
+    labelled = result.get("top1_accuracy_fp32") is not None
+    if labelled:
+        print(f"fp32 top-1 accuracy: {100 * result['top1_accuracy_fp32']:.1f}%")
+    print_table(["method", "cosine mean", "cosine min", "top-1 agree"] + (["int8 top-1 acc"] if labelled else [])
+                + ["mean SQNR dB", "min SQNR dB (layer)", "s"],
                 [[r["method"], f"{r['logit_cosine_mean']:.5f}", f"{r['logit_cosine_min']:.5f}",
-                  f"{100 * r['top1_agreement']:.1f}%",
-                  "" if r["mean_sqnr_db"] is None else f"{r['mean_sqnr_db']:.2f}",
-                  "" if r["min_sqnr_db"] is None else f"{r['min_sqnr_db']:.2f} ({r['min_sqnr_layer']})",
-                  r["seconds"]] for r in result["rows"]])
+                  f"{100 * r['top1_agreement']:.1f}%"]
+                 + ([f"{100 * r['top1_accuracy_int8']:.1f}%"] if labelled else [])
+                 + ["" if r["mean_sqnr_db"] is None else f"{r['mean_sqnr_db']:.2f}",
+                    "" if r["min_sqnr_db"] is None else f"{r['min_sqnr_db']:.2f} ({r['min_sqnr_layer']})",
+                    r["seconds"]] for r in result["rows"]])
     m = result.get("margin_over_runner_up")
     line = f"winner: {result['winner']}"
     if m:
         line += (f" (over {m['runner_up']}: cosine {m['logit_cosine_mean']:+.5f}, "
                  f"top-1 agreement {100 * m['top1_agreement']:+.1f} points")
         mm = result.get("margin_over_max")
-        if mm:
+        if mm and not m["runner_up"].startswith("max"):  # when max is the runner-up, that margin is said already
             line += f"; over max: cosine {mm['logit_cosine_mean']:+.5f}, top-1 agreement {100 * mm['top1_agreement']:+.1f} points"
         line += ")"
     print(line)

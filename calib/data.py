@@ -1,8 +1,21 @@
-"""Image data for BN re-estimation, calibration and evaluation.
+"""Image data for BN re-estimation, classifier training, calibration and evaluation.
 
-The embedded default needs no download: the colour photographs that scikit-image ships, turned into
-many distinct 224x224 views by random crops, scales and horizontal flips. `split` keeps calibration
-and evaluation sets disjoint: they are drawn from different photographs.
+The embedded default needs no download: the photographs that scikit-image ships, turned into many
+distinct 224x224 views by random crops, scales and horizontal flips. `split` keeps calibration and
+evaluation sets disjoint: they are drawn from different photographs.
+
+Every default view is labelled with the class of the photograph it was cut from (`DEFAULT_PHOTOS`:
+photo i is class i of the 1000 ImageNet-style outputs). The models' classifier is a linear probe trained
+on the `train` split (models/weights.py), so `evaluate` can report top-1 accuracy on the default data.
+
+| split     | photographs                 | views drawn with          | used for                                   |
+|-----------|-----------------------------|---------------------------|--------------------------------------------|
+| `calib`   | the 8 of `_CALIB_PHOTOS`    | rng stream (seed, 0)      | calibration; its first views: BN statistics |
+| `heldout` | the 8 of `_HELDOUT_PHOTOS`  | rng stream (seed, 1)      | evaluation                                 |
+| `train`   | all 16 (`DEFAULT_PHOTOS`)   | rng stream (seed, 2)      | training the models' classifier            |
+
+Views of different splits are different random crops; `train` views cut from a held-out photo share
+pixels with that photo's evaluation views (same class, different image: like ImageNet's train and val).
 """
 
 from __future__ import annotations
@@ -23,6 +36,11 @@ IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32) * 255.0
 # Only images that ship inside the wheel (the rest need the optional downloader `pooch`).
 _CALIB_PHOTOS = ("astronaut", "coffee", "rocket", "stereo_motorcycle", "immunohistochemistry", "camera", "coins", "grass")
 _HELDOUT_PHOTOS = ("chelsea", "retina", "hubble_deep_field", "clock", "moon", "brick", "gravel", "horse")
+# Class i of the default data is photo i of this tuple (calibration photos are classes 0-7, held-out 8-15).
+DEFAULT_PHOTOS = _CALIB_PHOTOS + _HELDOUT_PHOTOS
+# split -> (photographs, index of its random stream). The stream index separates the splits' crops even
+# where they cut the same photographs (train and heldout), so no view is drawn twice.
+_SPLITS = {"calib": (_CALIB_PHOTOS, 0), "heldout": (_HELDOUT_PHOTOS, 1), "train": (DEFAULT_PHOTOS, 2)}
 
 
 def _load_photo(name: str) -> np.ndarray:
@@ -59,17 +77,28 @@ def preprocess_mlperf(img: np.ndarray, size: int = 224) -> np.ndarray:
     return ((crop - IMAGENET_MEAN) / IMAGENET_STD).transpose(2, 0, 1).copy()
 
 
+def _split_photos(split: str) -> tuple[tuple[str, ...], int]:
+    if split not in _SPLITS:
+        raise ValueError(f"split must be one of {', '.join(map(repr, _SPLITS))}, not {split!r}")
+    return _SPLITS[split]
+
+
+def default_labels(count: int, split: str = "calib") -> np.ndarray:
+    """The class of each of the first `count` views of `split` (view i is cut from photo i mod #photos)."""
+    names, _ = _split_photos(split)
+    return np.array([DEFAULT_PHOTOS.index(names[i % len(names)]) for i in range(count)], dtype=np.int64)
+
+
 def default_images(count: int, size: int = 224, seed: int = 0, split: str = "calib") -> np.ndarray:
     """`count` distinct natural-image views, [count, 3, size, size] float32, MLPerf-normalised.
 
     Each view is a random crop (35%..100% of the shorter side) of one photo, randomly flipped,
-    then preprocessed like an ImageNet validation image. Deterministic in (count, size, seed, split).
+    then preprocessed like an ImageNet validation image. Deterministic in (count, size, seed, split);
+    the first k views of a larger count are the k views of count k. `default_labels` gives their classes.
     """
-    names = {"calib": _CALIB_PHOTOS, "heldout": _HELDOUT_PHOTOS}.get(split)
-    if names is None:
-        raise ValueError(f"split must be 'calib' or 'heldout', not {split!r}")
+    names, stream = _split_photos(split)
     photos = [_load_photo(n) for n in names]
-    rng = np.random.default_rng([seed, 0 if split == "calib" else 1])
+    rng = np.random.default_rng([seed, stream])
     out = np.empty((count, 3, size, size), dtype=np.float32)
     for i in range(count):
         img = photos[i % len(photos)]
@@ -105,6 +134,9 @@ class ImageSet:
     labels: np.ndarray | None
     _get: Callable[[int, int], np.ndarray]
     channels: int = 3
+    # DEFAULT_LABEL_SPACE for the embedded default data, whose labels are classes only of the models that
+    # trtfuse.models trains on them (see `labels_apply_to`); None for the user's own labels.
+    label_space: str | None = None
 
     def batches(self, batch_size: int) -> Iterator[np.ndarray]:
         for start in range(0, self.count, batch_size):
@@ -230,11 +262,33 @@ def load_array_file(path: str | os.PathLike, count: int | None = None, size: int
     return ImageSet(len(data), data.shape[2], what, labels, lambda a, b: data[a:b])
 
 
+DEFAULT_LABEL_SPACE = "trtfuse-default-photos"
+# The first trtfuse.models weight recipe whose classifier is trained on the default data's photo classes.
+_FIRST_LABELLED_RECIPE = 2
+
+
+def labels_apply_to(images: ImageSet, model) -> bool:
+    """Whether `images.labels` are classes of `model`'s output. The user's own labels are taken at their word;
+    the default data's photo classes mean something only to a model of trtfuse.models whose classifier was
+    trained on them (metadata `trtfuse.weights_recipe` >= 2), not to an ImageNet-trained ResNet."""
+    if images.labels is None:
+        return False
+    if images.label_space != DEFAULT_LABEL_SPACE:
+        return True
+    props = {p.key: p.value for p in getattr(model, "metadata_props", [])}
+    try:
+        return int(props.get("trtfuse.weights_recipe", "0")) >= _FIRST_LABELLED_RECIPE
+    except ValueError:
+        return False
+
+
 def load_default(count: int, size: int = 224, split: str = "calib", seed: int = 0) -> ImageSet:
     data = default_images(count, size=size, seed=seed, split=split)
-    photos = _CALIB_PHOTOS if split == "calib" else _HELDOUT_PHOTOS
-    what = f"{count} embedded default views ({split} split: crops/flips of {len(photos)} scikit-image photos)"
-    return ImageSet(count, size, what, None, lambda a, b: data[a:b])
+    photos, _ = _split_photos(split)
+    what = (f"{count} embedded default views ({split} split: crops/flips of {len(photos)} scikit-image photos, "
+            "labelled by photo)")
+    return ImageSet(count, size, what, default_labels(count, split), lambda a, b: data[a:b],
+                    label_space=DEFAULT_LABEL_SPACE)
 
 
 def load_data(spec: str, count: int | None = None, size: int = 224, split: str = "calib") -> ImageSet:

@@ -1,7 +1,8 @@
 """How close an INT8 rewritten model is to its fp32 original, on images neither was calibrated on.
 
 Whole model: cosine similarity of the logits per image (mean and min), top-1 agreement, and top-1
-accuracy of both when the data carries labels.
+accuracy of both when the data carries labels that are the model's classes (`data.labels_apply_to`: the
+default data's photo labels count only for models of trtfuse.models, whose classifier is trained on them).
 
 Per fused layer: SQNR = 10 log10(sum ref^2 / sum (ref - deq)^2) in dB, summed over all images, where
 deq is the fused node's int8 output times its `out_scale` and ref is the fp32 tensor it replaces.
@@ -222,7 +223,9 @@ def evaluate(fp32_model, int8_model, images, batch_size: int = 8, layers: bool =
         "layers": [{"fused_output": y, "fp32_tensor": mapping[y][0], "sqnr_db": sqnr_db(signal[y], noise[y])}
                    for y in _in_graph_order(int8_model, fused)],
     }
-    if images.labels is not None:
+    from .data import labels_apply_to
+
+    if labels_apply_to(images, fp32_model):
         labels = np.asarray(images.labels)[: len(t32)]
         report["top1_accuracy_fp32"] = float(np.mean(t32 == labels))
         report["top1_accuracy_int8"] = float(np.mean(t8 == labels))

@@ -6,7 +6,8 @@
     path = cached_model_path("resnet18", image_size=64)        # built once, then reused from the disk cache
 
 Architectures: resnet18, resnet34, resnet50, resnet101 (torchvision v1.5 topology, see resnet.py).
-Weights: synthetic and deterministic, BN statistics re-estimated on natural images (see weights.py).
+Weights: synthetic and deterministic, BN statistics re-estimated on natural images, the classifier a
+probe trained on the trunk's features of the default photos (see weights.py).
 All variants of one (arch, seed, image_size, bn_images) share the same weights and compute the same
 function; only the graph form differs.
 """

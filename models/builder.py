@@ -9,7 +9,7 @@ import numpy as np
 from trtfuse.errors import TrtfuseError
 
 from .resnet import emit_onnx, resnet_spec, validate_options
-from .weights import DEFAULT_BN_IMAGES, synthesize_weights
+from .weights import CLASSIFIER_VIEWS_PER_CLASS, DEFAULT_BN_IMAGES, WEIGHTS_RECIPE, synthesize_weights
 
 
 def default_options() -> dict:
@@ -46,12 +46,16 @@ _WEIGHTS_MEMO_SIZE = 6
 
 
 def _synthesize(arch: str, seed: int, image_size: int, bn_images: int, progress) -> dict[str, np.ndarray]:
-    from trtfuse.calib.data import default_images
+    from trtfuse.calib.data import DEFAULT_PHOTOS, default_images, default_labels
 
     spec = resnet_spec(arch)
     # The image seed is fixed: the data is part of the generator, the weight seed is the user's knob.
     images = default_images(bn_images, size=image_size, seed=0, split="calib")
-    weights = synthesize_weights(spec, images, seed=seed, progress=progress)
+    # The classifier's training set: the first views of the train split, which cycles through every default
+    # photograph, so each class gets CLASSIFIER_VIEWS_PER_CLASS views (see calib/data.py for the splits).
+    train_count = CLASSIFIER_VIEWS_PER_CLASS * len(DEFAULT_PHOTOS)
+    train = default_images(train_count, size=image_size, seed=0, split="train")
+    weights = synthesize_weights(spec, images, train, default_labels(train_count, "train"), seed=seed, progress=progress)
     for array in weights.values():
         array.setflags(write=False)  # shared by every variant built in this process
     return weights
@@ -60,7 +64,7 @@ def _synthesize(arch: str, seed: int, image_size: int, bn_images: int, progress)
 def build_weights(arch: str, *, seed: int = 0, image_size: int = 224, bn_images: int = DEFAULT_BN_IMAGES, progress=None) -> dict[str, np.ndarray]:
     """The synthetic state_dict for (arch, seed, image_size, bn_images), memoised in-process (read-only arrays).
 
-    `progress`, if given, is called once per conv+BN pair synthesized (not at all on a memo hit).
+    `progress`, if given, is called `weights.synthesis_steps(spec)` times (not at all on a memo hit).
     """
     resnet_spec(arch)  # rejects unknown archs before any work
     key = (arch, seed, image_size, bn_images)
@@ -79,7 +83,7 @@ def build(arch: str, progress=None, **options):
     opts = resolve_options(options)
     spec = resnet_spec(arch)
     weights = build_weights(arch, seed=opts["seed"], image_size=opts["image_size"], bn_images=opts["bn_images"], progress=progress)
-    metadata = {"trtfuse.arch": arch, "trtfuse.options": json.dumps(opts, sort_keys=True)}
+    metadata = {"trtfuse.arch": arch, "trtfuse.options": json.dumps(opts, sort_keys=True), "trtfuse.weights_recipe": WEIGHTS_RECIPE}
     model = emit_onnx(
         spec,
         weights,

@@ -1,9 +1,11 @@
 """On-disk cache of built models, so test suites and tools don't rebuild ResNet-50 again and again.
 
 A model lives at `<cache>/models/<arch>-<key>.onnx`, where <cache> is $TRTFUSE_CACHE or ~/.cache/trtfuse
-and <key> hashes the full option set together with the source of everything that shapes the weights
-(this package's generator modules and the image data module), so editing the generator invalidates old
-entries by itself. Entries are written atomically; concurrent builders at worst build twice.
+and <key> hashes the full option set, the weight recipe's version (`weights.WEIGHTS_RECIPE`) and the source
+of everything that shapes the weights (this package's generator modules and the image data module), so
+editing the generator invalidates old entries by itself; the explicit version also separates recipes whose
+source hashes could not tell apart (a change of the data's photographs, say). Entries are written
+atomically; concurrent builders at worst build twice.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ def _generator_fingerprint() -> str:
 
 def cache_key(arch: str, options: dict) -> str:
     from .builder import resolve_options
+    from .weights import WEIGHTS_RECIPE
 
-    payload = json.dumps({"arch": arch, "options": resolve_options(options), "generator": _generator_fingerprint()}, sort_keys=True)
+    payload = json.dumps({"arch": arch, "options": resolve_options(options), "recipe": WEIGHTS_RECIPE,
+                          "generator": _generator_fingerprint()}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 

@@ -38,6 +38,7 @@ def run(args) -> int:
 
     from .builder import build
     from .resnet import count_parameters, resnet_spec
+    from .weights import synthesis_steps
 
     # Fail before the build, not after it.
     if os.path.isdir(args.output):
@@ -57,8 +58,8 @@ def run(args) -> int:
     if args.bn_images is not None:
         options["bn_images"] = args.bn_images
     start = time.perf_counter()
-    units = len(resnet_spec(args.arch).conv_units())
-    with progress(total=units, desc=f"{args.arch}: BN statistics", unit="layer") as bar:
+    steps = synthesis_steps(resnet_spec(args.arch))
+    with progress(total=steps, desc=f"{args.arch}: weights", unit="layer") as bar:
         model = build(args.arch, progress=lambda: bar.update(1), **options)
     save_model(model, args.output, check=False)  # build() ran the full checker already
     seconds = time.perf_counter() - start

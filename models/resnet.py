@@ -250,7 +250,7 @@ def emit_onnx(
     )
     model.doc_string = (
         f"{spec.arch} (torchvision v1.5 topology) with synthetic weights made by trtfuse.models; "
-        "BN statistics re-estimated on natural images (see docs/models.md)."
+        "BN statistics re-estimated on natural images, classifier trained on the default photos (see docs/models.md)."
     )
     if metadata:
         helper.set_model_props(model, {key: str(value) for key, value in metadata.items()})

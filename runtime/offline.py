@@ -31,15 +31,17 @@ def _loadgen():
     return lg
 
 
-def load_samples(spec: str, count: int, size: int = 224):
-    """(images [count, 3, size, size] float32, labels or None)."""
+def load_samples(spec: str, count: int, size: int = 224, model=None):
+    """(images [count, 3, size, size] float32, labels or None): labels only where they are classes of `model`
+    (`trtfuse.calib.data.labels_apply_to`; with no model, whatever labels the data carries)."""
     if spec == "synthetic":
         rng = np.random.default_rng(0)
         return rng.normal(size=(count, 3, size, size)).astype(np.float32), None
-    from ..calib.data import load_data
+    from ..calib.data import labels_apply_to, load_data
 
     data = load_data(spec, count, size, split="heldout")
-    return data.all().astype(np.float32), data.labels
+    labels = data.labels if model is None or labels_apply_to(data, model) else None
+    return data.all().astype(np.float32), labels
 
 
 class _Worker:
@@ -152,7 +154,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         _, dims = model_input_spec(model)
     if len(dims) != 4 or dims[2] is None or dims[2] != dims[3]:
         raise TrtfuseError(f"{model_path}: need a square static-size NCHW image input, got {dims}")
-    images, labels = load_samples(data, count, size=int(dims[2]))
+    images, labels = load_samples(data, count, size=int(dims[2]), model=model)
     count = len(images)
     if backend in ("cuda", "trt"):
         from ..plugins import cuda_driver as cd

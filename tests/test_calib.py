@@ -325,6 +325,45 @@ def test_default_data_splits_are_distinct():
     assert not np.allclose(calib, held)
 
 
+def test_default_data_labels_are_photo_classes_and_the_train_split_is_its_own():
+    from trtfuse.calib.data import DEFAULT_PHOTOS, default_images, default_labels
+
+    assert len(set(DEFAULT_PHOTOS)) == len(DEFAULT_PHOTOS) == 16
+    calib, held = load_data("default", 16, size=32, split="calib"), load_data("default", 16, size=32, split="heldout")
+    assert list(calib.labels) == [i % 8 for i in range(16)]  # calibration photos are classes 0..7
+    assert list(held.labels) == [8 + i % 8 for i in range(16)]  # held-out photos 8..15: never calibrated on
+    assert list(default_labels(32, "train")) == [i % 16 for i in range(32)]  # the classifier sees all 16
+    train = default_images(32, size=32, split="train")
+    # train views are other crops: none equals a calibration or evaluation view of the same photo
+    for split in (calib, held):
+        views = split.all()
+        for view, label in zip(train, default_labels(32, "train")):
+            assert not any(np.array_equal(view, v) for v in views[split.labels == label])
+    assert np.array_equal(default_images(3, size=32, split="train"), train[:3])  # a prefix of a longer draw
+    with pytest.raises(ValueError, match="split"):
+        default_labels(1, "val")
+
+
+def test_default_labels_apply_only_to_models_trained_on_them():
+    from trtfuse.calib.data import labels_apply_to
+
+    held = load_data("default", 4, size=32, split="heldout")
+    plain = small_resnet(size=32)
+    assert held.labels is not None and not labels_apply_to(held, plain)  # e.g. an ImageNet ResNet: no meaning
+    helper.set_model_props(plain, {"trtfuse.weights_recipe": "2"})
+    assert labels_apply_to(held, plain)
+    helper.set_model_props(plain, {"trtfuse.weights_recipe": "1"})  # the random-projection classifier
+    assert not labels_apply_to(held, plain)
+
+
+def test_users_labels_apply_to_any_model(tmp_path):
+    from trtfuse.calib.data import labels_apply_to
+
+    np.savez(tmp_path / "l.npz", x=np.zeros((2, 3, 16, 16), np.float32), labels=np.array([3, 4]))
+    images = load_array_file(tmp_path / "l.npz")
+    assert labels_apply_to(images, small_resnet()) and not labels_apply_to(load_data("default", 2, 32), None)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Statistics on a model, scales files
 

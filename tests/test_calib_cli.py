@@ -183,6 +183,7 @@ def test_evaluate_cli_on_qdq_model(tmp_path, capsys):
     assert report == json.loads(report_path.read_text())
     assert report["logit_cosine_min"] == pytest.approx(1.0) and report["top1_agreement"] == 1.0
     assert report["layers"] == []
+    assert report["top1_accuracy_fp32"] is None  # the default data's photo labels are not this model's classes
     assert main(["evaluate", str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx"), "--count", "3"]) == 0
     assert "logit cosine mean" in capsys.readouterr().out
 
@@ -229,3 +230,38 @@ def test_calibrate_compare_ranks_methods(tmp_path, capsys):
     for method in ("max", "percentile", "entropy", "mse"):
         assert (out_dir / f"m.{method}.scales.json").is_file() and (out_dir / f"m.{method}.int8.onnx").is_file()
     one_line_error(capsys, 2, ["calibrate-compare", str(tmp_path / "m.onnx"), "--methods", "max,kl"], "kl")
+
+
+def test_evaluate_default_data_reports_accuracy_for_a_trtfuse_model(tmp_path, capsys):
+    """trtfuse.models' classifier is trained on the default photos, so their labels are its classes."""
+    from trtfuse.models import cached_model_path
+
+    path = cached_model_path("resnet18", image_size=64, batch=None)
+    assert main(["evaluate", str(path), str(path), "--count", "16", "--no-layers", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["top1_accuracy_fp32"] == report["top1_accuracy_int8"] >= 0.75  # measured 0.94
+    assert main(["evaluate", str(path), str(path), "--count", "2", "--no-layers"]) == 0
+    assert "top-1 accuracy int8" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_int8_resnet50_keeps_top1_on_heldout_photos():
+    """calibrate (entropy) -> rewrite -> evaluate on the ResNet-50 of trtfuse.models, at 64x64 to stay fast:
+    a regression to a classifier with thin margins (the random projection of recipe 1) or a broken rewrite
+    shows as lost agreement."""
+    pytest.importorskip("trtfuse.runtime.cpu_executor")
+    from trtfuse.calib.calibrate import gather_statistics, scales_from_histograms
+    from trtfuse.calib.compare import rewrite_with_scales
+    from trtfuse.calib.data import load_default
+    from trtfuse.calib.evaluate import evaluate
+    from trtfuse.models import load_cached_model
+
+    model = load_cached_model("resnet50", image_size=64, batch=None)
+    hists, _, _ = gather_statistics(model, load_default(32, 64, "calib"), "residual", "auto", 8, show_progress=False)
+    scales, _ = scales_from_histograms(hists, "entropy", 99.99)
+    report = evaluate(model, rewrite_with_scales(model, scales), load_default(32, 64, "heldout"), layers=False,
+                      show_progress=False)
+    # measured: cosine 0.991, agreement 32/32, accuracy 31/32 fp32 and int8
+    assert report["logit_cosine_mean"] > 0.98
+    assert report["top1_agreement"] >= 30 / 32
+    assert report["top1_accuracy_fp32"] >= 28 / 32 and report["top1_accuracy_int8"] >= report["top1_accuracy_fp32"] - 2 / 32
