@@ -1,7 +1,7 @@
 """End-to-end throughput of INT8 ResNet-50 on trtfuse's kernels (`--backend cuda`) against PyTorch fp16
 (cuDNN, channels_last, CUDA graph) in the same run. Used by `trtfuse offline` and on its own:
 
-    python -m trtfuse.bench.e2e --batch 256 [--streams 2] [--seconds 5]
+    trtfuse bench e2e --batch 256 [--streams 2] [--seconds 5] [--autotune]
 
 Prints samples/s per backend and the per-layer time breakdown of one forward (each conv timed alone
 through the same launch plans).
@@ -10,7 +10,6 @@ through the same launch plans).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -81,47 +80,89 @@ def layer_breakdown(runner, reps: int = 10) -> list[dict]:
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--streams", type=int, default=2)
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--no-torch", action="store_true")
-    ap.add_argument("--autotune", action="store_true", help="time every tactic per conv when building the runner")
-    ap.add_argument("--no-fold-stem", action="store_true", help="run the stem on CHW4 instead of space-to-depth")
-    ap.add_argument("-o", "--output")
-    args = ap.parse_args(argv)
+def add_arguments(p) -> None:
+    p.add_argument("--batch", type=int, default=256, help="batch size (default 256)")
+    p.add_argument("--streams", type=int, default=2, help="runners (CUDA graphs) in flight (default 2)")
+    p.add_argument("--seconds", type=float, default=5.0, help="timed seconds per figure (default 5)")
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch fp16 baseline")
+    p.add_argument("--autotune", action="store_true", help="time every tactic per conv when building the runner")
+    p.add_argument("--no-fold-stem", action="store_true", help="run the stem on CHW4 instead of space-to-depth")
 
+
+def run(args) -> int:
+    """`trtfuse bench e2e`: INT8 ResNet-50 (`--fuse all`) on our kernels against PyTorch fp16, same run."""
+    import datetime
+    import sys
+
+    from ..errors import TrtfuseError
+    from ..io import atomic_write_json
     from ..plugins import cuda_driver as cd
     from ..runtime.gpu_runner import CudaRunner
+    from ..ui import print_json, print_table, progress
 
+    if args.batch < 1 or args.streams < 1 or args.seconds <= 0:
+        raise TrtfuseError("--batch and --streams must be at least 1 and --seconds positive")
+    ok, why = cd.gpu_available()
+    if not ok:
+        raise TrtfuseError(f"trtfuse bench e2e needs an NVIDIA GPU: {why}")
+    steps = progress(total=5, desc="e2e", unit="step")
     t0 = time.perf_counter()
     _, fused = build_fused_resnet50(args.batch)
     prep_s = time.perf_counter() - t0
+    steps.update(1)
     runners = [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, autotune=args.autotune)]
     runners += [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, plans_from=runners[0])
                 for _ in range(args.streams - 1)]
     images = np.random.default_rng(0).normal(size=(args.batch, 3, 224, 224)).astype(np.float32)
     for r in runners:
         r.load_input(images)
+    steps.update(1)
     ours = time_runners(runners, args.seconds)
     ours_one = time_runners(runners[:1], args.seconds / 2)
+    steps.update(1)
     breakdown = layer_breakdown(runners[0])
+    steps.update(1)
     torch_fp16 = None if args.no_torch else torch_fp16_samples_per_s(args.batch, args.seconds)
-    total = sum(b["ms"] for b in breakdown)
-    result = {"device": cd.device_name(), "batch": args.batch, "streams": args.streams, "autotune": args.autotune,
+    steps.update(1)
+    steps.close()
+    device, date = cd.device_name(), datetime.date.today().isoformat()
+    result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),
+              "batch": args.batch, "streams": args.streams, "autotune": args.autotune,
               "fold_stem": not args.no_fold_stem, "plans": {name: f"{p.tactic.name}/s{p.splits}" for name, p in runners[0].plans},
               "samples_per_s": ours, "samples_per_s_one_stream": ours_one,
-              "torch_fp16_samples_per_s": torch_fp16, "forward_ms_sum_of_steps": total,
+              "torch_fp16_samples_per_s": torch_fp16,
+              "speedup_vs_torch_fp16": ours / torch_fp16 if torch_fp16 else None,
+              "forward_ms_sum_of_steps": sum(b["ms"] for b in breakdown),
               "model_prep_seconds": prep_s, "breakdown": breakdown}
-    if args.output:
-        with open(args.output, "w") as f:
-            json.dump(result, f, indent=1)
-    convs = sorted(breakdown, key=lambda b: -b["ms"])[:8]
-    print(json.dumps({k: v for k, v in result.items() if k != "breakdown"}, indent=1))
-    print("top steps:", json.dumps(convs, indent=0))
+    path = getattr(args, "output", None) or f"bench/results/e2e-{device.replace(' ', '_')}-{date}.json"
+    atomic_write_json(path, result)
+    if getattr(args, "json", False):
+        print_json(result)
+    else:
+        top = sorted(breakdown, key=lambda b: -b["ms"])[:8]
+        print_table(["step", "ms"], [[b["step"], f"{b['ms']:.4f}"] for b in top])
+        fmt = lambda v: "-" if v is None else f"{v:,.0f}"
+        print_table(["measurement", "value"], [
+            ["samples/s (ours, %d streams)" % args.streams, fmt(ours)], ["samples/s (ours, 1 stream)", fmt(ours_one)],
+            ["samples/s (PyTorch fp16)", fmt(torch_fp16)],
+            ["speedup", "-" if not torch_fp16 else f"{ours / torch_fp16:.2f}x"],
+            ["forward ms (sum of steps)", f"{result['forward_ms_sum_of_steps']:.3f}"], ["results", path]])
     return 0
 
 
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=run.__doc__)
+    add_arguments(ap)
+    ap.add_argument("-o", "--output", help="results file (default: bench/results/e2e-<device>-<date>.json)")
+    ap.add_argument("--json", action="store_true")
+    return run(ap.parse_args(argv))
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ..errors import TrtfuseError
+
+    try:
+        raise SystemExit(main())
+    except TrtfuseError as exc:
+        print(f"trtfuse: error: {exc}", file=__import__("sys").stderr)
+        raise SystemExit(2)
