@@ -54,13 +54,16 @@ def test_classifier_gemm_reference():
 
 
 _ok, _why = gpu_available()
-gpu = [pytest.mark.gpu, pytest.mark.skipif(not _ok, reason=f"needs a CUDA GPU: {_why}")]
+
+
+def needs_gpu(test):
+    """Marked `gpu` (selected by `pytest -m gpu`) and skipped, saying why, where there is no GPU."""
+    return pytest.mark.gpu(pytest.mark.skipif(not _ok, reason=f"needs a CUDA GPU: {_why}")(test))
 
 
 @pytest.mark.parametrize("c,vec", [(3, 4), (3, 32), (64, 32), (40, 32)])
+@needs_gpu
 def test_quantize_kernel(c, vec):
-    if not _ok:
-        pytest.skip(f"needs a CUDA GPU: {_why}")
     from trtfuse.plugins import cuda_driver as cd
     from trtfuse.plugins import network_ops
 
@@ -75,12 +78,10 @@ def test_quantize_kernel(c, vec):
     assert np.array_equal(raw, pack_nchwv(ref.quantize(x, scale[0]), vec))
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("c,h,w", [(3, 14, 10), (3, 13, 9), (4, 6, 7), (1, 5, 8)])
+@needs_gpu
 def test_quantize_space_to_depth_kernel(c, h, w):
     """fp32 NCHW -> the stem's folded CHW16 input (plugins/stem.py), odd sizes zero-padded."""
-    if not _ok:
-        pytest.skip(f"needs a CUDA GPU: {_why}")
     from trtfuse.plugins import cuda_driver as cd
     from trtfuse.plugins import network_ops, stem
 
@@ -95,9 +96,8 @@ def test_quantize_space_to_depth_kernel(c, h, w):
     assert np.array_equal(raw, pack_nchwv(stem.fold_input(ref.quantize(x, scale[0])), 16))
 
 
+@needs_gpu
 def test_maxpool_and_avgpool_kernels():
-    if not _ok:
-        pytest.skip(f"needs a CUDA GPU: {_why}")
     from trtfuse.plugins import cuda_driver as cd
     from trtfuse.plugins import network_ops
 
@@ -123,9 +123,8 @@ def test_maxpool_and_avgpool_kernels():
 
 
 @pytest.mark.parametrize("batch,splits", [(1, 1), (1, 8), (8, 4), (256, 1)])
+@needs_gpu
 def test_classifier_gemm_kernel(batch, splits):
-    if not _ok:
-        pytest.skip(f"needs a CUDA GPU: {_why}")
     from trtfuse.plugins import cuda_driver as cd
     from trtfuse.plugins.conv import ConvLaunch
     from trtfuse.plugins.layout import pack_weight
@@ -152,9 +151,8 @@ def test_classifier_gemm_kernel(batch, splits):
         assert np.array_equal(got, ref.gemm_int8_f32out(x, w, scale, bias))
 
 
+@needs_gpu
 def test_gather_rows_kernel():
-    if not _ok:
-        pytest.skip(f"needs a CUDA GPU: {_why}")
     from trtfuse.plugins import cuda_driver as cd
     from trtfuse.plugins import network_ops
 
