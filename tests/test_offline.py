@@ -51,6 +51,7 @@ def test_summary_parser_reads_loadgen_lines(tmp_path):
     assert parse_summary(p) == {"Scenario": "Offline", "Samples per second": 31234.5, "Result is": "VALID"}
 
 
+@pytest.mark.gpu
 def test_offline_cuda_backend_on_a_gpu(tmp_path):
     from trtfuse.plugins.cuda_driver import gpu_available
 
