@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from . import cuda_driver as cd
 from .tactics import ConvShape, Tactic, choose, TACTICS_BY_ID
@@ -29,6 +30,7 @@ class ConvParamsStruct(ctypes.Structure):
         (f"{name}_{f}", ctypes.c_uint32) for name in ("div_ohw", "div_ow") for f in ("d", "mul", "shr")]
 
 
+@lru_cache(maxsize=None)  # launched once per conv per forward outside graphs: compute each divisor's numbers once
 def fast_divmod(d: int) -> tuple[int, int, int]:
     """(d, mul, shr) of trtfuse::FastDivmod::make (plugins/kernels/conv_params.cuh), computed here once."""
     if d == 1:

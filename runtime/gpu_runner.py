@@ -131,10 +131,11 @@ class CudaRunner:
         scale = self._const(node.input[1], np.float32)
         n, c, h, w = self.input_shape
         users = self.consumers.get(node.output[0], [])
-        if (self.fold_stem and len(users) == 1 and users[0].domain == DOMAIN and users[0].op_type == "FusedConv"
-                and stem.applies(self._conv_shape(users[0], self.input_shape))):
+        stem_conv = (self._conv_shape(users[0], self.input_shape)
+                     if len(users) == 1 and users[0].domain == DOMAIN and users[0].op_type == "FusedConv" else None)
+        if self.fold_stem and stem_conv is not None and stem.applies(stem_conv):
             # The stem reads the image folded 2x2 into 16 channels: quantize straight into that form.
-            folded = stem.fold(self._conv_shape(users[0], self.input_shape)).shape
+            folded = stem.fold(stem_conv).shape
             out = self.tensors[node.output[0]] = _Tensor((n, folded.c, folded.h, folded.w), stem.S2D_VEC,
                                                          folded_from=self.input_shape)
             self.steps.append(("quantize input (space-to-depth)", lambda s, x=self.input.buf.ptr: network_ops.quantize_s2d(

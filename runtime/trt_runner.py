@@ -118,7 +118,7 @@ class TrtEngine:
         ok, why = cd.gpu_available()  # before trt.Runtime: without a GPU the lean runtime's object is unusable
         if not ok:
             raise TrtfuseError(f"--backend trt needs an NVIDIA GPU: {why}")
-        _make_current(device)
+        cd.context(device)  # several GPUs: each engine is made on its own device's context
         self.trt, self.device, self.path = trt, device, path
         self.plugins = register_plugins(trt, self.module_name)
         self.logger = trt.Logger(trt.Logger.WARNING)
@@ -137,14 +137,6 @@ class TrtEngine:
     def input_dims(self) -> list:
         """[N or None, C, H, W], as model_input_spec gives an ONNX input's dims."""
         return [d if d >= 0 else None for d in self.input.shape]
-
-
-def _make_current(device: int) -> None:
-    # With several GPUs the engine and runners of each device must be made on that device's context,
-    # whatever ran before.
-    from ..plugins import cuda_driver as cd
-
-    cd.context(device)
 
 
 def engine_io(trt, engine) -> list[IOTensor]:
@@ -168,7 +160,7 @@ class TrtRunner:
     def __init__(self, engine: TrtEngine, batch: int, use_graph: bool = True):
         from ..plugins import cuda_driver as cd
 
-        _make_current(engine.device)
+        cd.context(engine.device)  # and so is each runner
         self.plan = plan_io(engine.tensors, batch)
         self.batch, self.engine = batch, engine
         self.context = engine.engine.create_execution_context()

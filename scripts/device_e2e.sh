@@ -7,9 +7,7 @@
 set -uo pipefail
 GPUS=${1:-1}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-rm -rf build
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site --upgrade .whl/*.whl . >/dev/null 2>&1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRTFUSE_CACHE=/tmp/trtfuse-cache
+source "$(dirname "$0")/device_env.sh"
 T="python3 -m trtfuse.cli"
 export TRTFUSE_WGMMA=1  # sm_90: the wgmma tactics compete in --autotune (plugins/tactics.py: wgmma_enabled)
 nvidia-smi --query-gpu=index,name,clocks.max.sm --format=csv,noheader

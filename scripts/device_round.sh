@@ -6,9 +6,7 @@
 set -uo pipefail
 BATCHES=${1:-"256"}; LAYERS=${2:-resnet50}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-rm -rf build
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site --upgrade .whl/*.whl . >/dev/null 2>&1
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRTFUSE_CACHE=/tmp/trtfuse-cache
+source "$(dirname "$0")/device_env.sh"
 timeout 200 python3 -m pytest -q -rs --maxfail=5 -m gpu tests/ -p no:cacheprovider > $OUT/gpu_tests.txt 2>&1; echo "tests rc=$?"
 tail -4 $OUT/gpu_tests.txt; grep -E "^FAILED|^SKIPPED|Error" $OUT/gpu_tests.txt | head
 for tool in memcheck racecheck; do

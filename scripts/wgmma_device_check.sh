@@ -5,9 +5,7 @@
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 git log -1 --oneline; ls plugins/kernels
-rm -rf build
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site --upgrade .whl/*.whl . 2>&1 | tail -2
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRTFUSE_CACHE=/tmp/trtfuse-cache
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 timeout -k 5 60 python3 -m trtfuse.bench.wgmma_check build 2>&1 | tee "$OUT/build.log"
 timeout -k 5 ${T_CORRECT:-80} python3 -m trtfuse.bench.wgmma_check correctness > "$OUT/correctness.log" 2>&1; echo "correctness rc=$?"
