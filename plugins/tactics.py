@@ -196,6 +196,9 @@ class WgmmaTactic(Tactic):
 
     ks: int = 2
     persistent: bool = False  # min(tiles, SMs) CTAs walk the tiles; the producer runs ahead across tiles
+    multicast: bool = False  # clusters of 2 CTAs on a pixel tile's two channel tiles share the activation boxes (WG_MCAST)
+    a_box: int = 32  # bytes of GEMM-K per weight box row: 32 (one k32 step) or 128 (a slot's 4 steps, 128-byte swizzle)
+    diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
     CHANNELS: ClassVar[int] = 128
 
@@ -205,10 +208,19 @@ class WgmmaTactic(Tactic):
 
     @property
     def name(self) -> str:
-        return f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_pers' if self.persistent else ''}"
+        return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
+                f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}"
+                + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
-        return {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks, "WG_PERSISTENT": int(self.persistent)}
+        d = {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks, "WG_PERSISTENT": int(self.persistent)}
+        if self.a_box == 128:
+            d["WG_A128"] = 1
+        if self.multicast:
+            d["WG_MCAST"] = 1
+        if self.diag:
+            d["WG_DIAG"] = self.diag
+        return d
 
     def shared_bytes(self, in_channels: int = 0, kernel_shape=None) -> int:
         """Operand ring + staging tile [pixels][128 + 16] + mbarriers + 1024 for aligning the ring."""
@@ -235,6 +247,8 @@ class WgmmaTactic(Tactic):
             pix_tiles = shape.n * tpi
         kt = math.ceil(shape.c / 32) * shape.r * shape.s
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
+        if self.multicast and ch_tiles % 2:
+            return None  # a cluster pairs a pixel tile's channel tiles
         return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, nb * th * ow * 32, pix_tiles)
 
 
@@ -245,6 +259,17 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(23, 128, 128, 2, 1, 8, 32, 1, ks=2),
     WgmmaTactic(24, 208, 128, 2, 1, 6, 32, 1, ks=2, persistent=True),
     WgmmaTactic(25, 256, 128, 2, 1, 6, 32, 1, ks=2, persistent=True),
+    # One 128-byte weight box per slot of 4 k32 steps (WG_A128): the copy engine moves a quarter of the
+    # weight rows (bench/wgmma_diag.py found the ring bound by the copy engine's rows per clock).
+    WgmmaTactic(26, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128),
+    WgmmaTactic(27, 256, 128, 2, 1, 3, 32, 1, ks=4, a_box=128),
+    WgmmaTactic(28, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True),
+    WgmmaTactic(29, 256, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True),
+    # ... and each activation box loaded once for a cluster of 2 CTAs (the two channel tiles of a pixel
+    # tile) and multicast into both: each copy engine moves half the activation rows.
+    WgmmaTactic(30, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, multicast=True),
+    WgmmaTactic(31, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, multicast=True, persistent=True),
+    WgmmaTactic(32, 256, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, multicast=True, persistent=True),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})

@@ -4,7 +4,8 @@ The kernel reads both operands through the bulk tensor copy engine, so each laun
 CUtensorMaps, encoded here with cuTensorMapEncodeTiled from the device pointers and the shape, and
 passed by value (128 bytes each) ahead of ConvParams:
 
-* weights: 2-D (KG_pad bytes, K_pad rows), row stride KG_pad, box (32, 128), 32-byte swizzle;
+* weights: 2-D (KG_pad bytes, K_pad rows), row stride KG_pad, box (a_box, 128) with a_box = 32 (one
+  k32 step, 32-byte swizzle) or 128 (a ring slot's 4 k32 steps in one box, 128-byte swizzle);
 * activations: the CHW32 tensor [N][CB][H][W][32] as 5-D (32, W, H, CB, N) with byte strides
   (32, W*32, H*W*32, CB*H*W*32), box (32, OW*stride_w, TH*stride_h, 1, NB), elementStrides
   (1, stride_w, stride_h, 1, 1), 32-byte swizzle, out-of-bounds elements read as zero (the padding).
@@ -57,16 +58,23 @@ def module_for(tactic: WgmmaTactic) -> cd.Module:
     return _modules[key]
 
 
-def _encode(rank: int, ptr: int, dims, strides, box, elem_strides):
+def _encode(rank: int, ptr: int, dims, strides, box, elem_strides, swizzle_bytes: int):
     drv = cd._driver()
+    swizzle = {32: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B, 128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}[swizzle_bytes]
     tmap = cd.check(drv.cuTensorMapEncodeTiled(
         drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, rank, ptr,
         [drv.cuuint64_t(v) for v in dims], [drv.cuuint64_t(v) for v in strides],
         [drv.cuuint32_t(v) for v in box], [drv.cuuint32_t(v) for v in elem_strides],
-        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
     return TensorMapBytes(*[int(v) for v in tmap.opaque])
+
+
+def swizzle_bytes(tactic: WgmmaTactic, name: str) -> int:
+    """Shared-memory swizzle of a map: the activation boxes are 32-byte rows (one CHW32 vector per
+    pixel); the weight boxes are as wide as the tactic's a_box (32, or 128 = a slot's 4 k32 steps)."""
+    return tactic.a_box if name == "w" else 32
 
 
 def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -> dict:
@@ -78,7 +86,7 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
     oh, ow = shape.out_hw
     sh, sw = shape.stride
     args = {
-        "w": ((kg_pad, kp), (kg_pad,), (32, tactic.CHANNELS), (1, 1)),
+        "w": ((kg_pad, kp), (kg_pad,), (tactic.a_box, tactic.CHANNELS), (1, 1)),
         "x": ((32, shape.w, shape.h, cb, shape.n),
               (32, shape.w * 32, shape.h * shape.w * 32, cb * shape.h * shape.w * 32),
               (32, ow * sw, geo.th * sh, 1, geo.nb), (1, sw, sh, 1, 1)),
@@ -86,7 +94,7 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
     for name, (dims, strides, box, es) in args.items():
         ok = (len(strides) == len(dims) - 1 and all(0 < d <= 1 << 32 for d in dims)
               and all(st % 16 == 0 and st < 1 << 40 for st in strides)
-              and all(0 < b <= 256 for b in box) and box[0] <= 32  # 32-byte swizzle: inner box <= 32 bytes
+              and all(0 < b <= 256 for b in box) and box[0] <= swizzle_bytes(tactic, name)  # inner box <= the swizzle span
               and all(1 <= e <= 8 and b % e == 0 for b, e in zip(box, es)))
         if not ok:
             raise ValueError(f"{tactic.name}: {name} tensor map outside TMA limits for {shape}: {dims} {strides} {box} {es}")
@@ -101,8 +109,8 @@ def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: in
         _maps.move_to_end(key)
         return hit
     args = tensor_map_args(shape, tactic, geo)
-    wmap = _encode(2, w, *args["w"])
-    xmap = _encode(5, x, *args["x"])
+    wmap = _encode(2, w, *args["w"], swizzle_bytes(tactic, "w"))
+    xmap = _encode(5, x, *args["x"], swizzle_bytes(tactic, "x"))
     _maps[key] = (wmap, xmap)
     if len(_maps) > _MAP_CACHE:
         _maps.popitem(last=False)
@@ -122,7 +130,12 @@ def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
     geo = tactic.geometry(shape)
     if geo is None:
         raise ValueError(f"{tactic.name} does not handle {shape}")
-    return (min(geo.ctas, _sms()) if tactic.persistent else geo.ctas), 1, 1
+    if not tactic.persistent:
+        return geo.ctas, 1, 1
+    ctas = min(geo.ctas, _sms())
+    if tactic.multicast:  # whole clusters of 2: tile pairs (2i, 2i+1) stay together as each CTA strides the tiles
+        ctas = max(2, ctas - ctas % 2)
+    return ctas, 1, 1
 
 
 def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream) -> None:

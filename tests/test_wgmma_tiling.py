@@ -71,7 +71,10 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray) -> np.ndarra
         acc = np.zeros((ch, bn), np.int64)  # D = channels x pixels
         cb = r = s = 0
         for k in range(g.kt):
-            a = tma_box(wp, (k * 32, c0), (32, ch), (1, 1))  # [128][32]
+            if tactic.a_box == 128:  # one box per slot of 4 k32 steps; step k is its columns 32 (k % 4) ..
+                a = tma_box(wp, (k // 4 * 128, c0), (128, ch), (1, 1))[:, k % 4 * 32:k % 4 * 32 + 32]
+            else:
+                a = tma_box(wp, (k * 32, c0), (32, ch), (1, 1))  # [128][32]
             b = np.zeros((bn, 32), np.int64)
             b[:box_px] = tma_box(x5, (0, w0 + s, h0 + r, cb, n0), (32, ow * sw, g.th * sh, 1, g.nb),
                                  (1, sw, sh, 1, 1)).reshape(-1, 32)

@@ -70,6 +70,37 @@ __device__ __forceinline__ void tma_load_5d(uint32_t dst, const TensorMap* map, 
       : "memory");
 }
 
+// The same box written at the same offset into the shared memory of every CTA of the cluster in
+// `cta_mask`, completing bytes on the mbarrier at the same offset in each of them.
+__device__ __forceinline__ void tma_load_5d_multicast(uint32_t dst, const TensorMap* map, uint32_t bar, int c0, int c1,
+                                                      int c2, int c3, int c4, unsigned short cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
+// ---- clusters ----
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster: arrive (release) then wait (acquire).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Arrive on the mbarrier at local shared address `bar` of cluster CTA `cta` (possibly this one).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
+      ::"r"(bar), "r"(cta)
+      : "memory");
+}
+
 // ---- register reallocation between warpgroups (needs __launch_bounds__(threads, 1)) ----
 template <int REGS>
 __device__ __forceinline__ void regs_dealloc() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
@@ -98,6 +129,18 @@ __device__ __forceinline__ uint64_t desc_kmajor_sw32(uint32_t smem_byte_addr) {
   d |= (uint64_t)1 << 16;
   d |= (uint64_t)(256 >> 4) << 32;
   d |= (uint64_t)3 << 62;
+  return d;
+}
+
+// The same for rows of 128 bytes with the 128-byte swizzle (a TMA box 128 bytes wide, 8-row groups of
+// 1024 bytes; the tile starts 1024-byte aligned): SBO = 1024 B, layout type 1. The k32 step j of such a
+// tile is the descriptor of (tile + 32 j): the hardware applies the swizzle to the full address, as for
+// any K offset inside one swizzle atom.
+__device__ __forceinline__ uint64_t desc_kmajor_sw128(uint32_t smem_byte_addr) {
+  uint64_t d = (uint64_t)((smem_byte_addr & 0x3FFFF) >> 4);
+  d |= (uint64_t)1 << 16;
+  d |= (uint64_t)(1024 >> 4) << 32;
+  d |= (uint64_t)1 << 62;
   return d;
 }
 

@@ -53,6 +53,27 @@
 #ifndef WG_PERSISTENT
 #define WG_PERSISTENT 0
 #endif
+// 1: the weights of a ring slot's 4 k32 steps arrive as ONE 128-byte-wide box (128 rows x 128 bytes,
+// 128-byte swizzle) instead of 4 boxes of 32-byte rows. The copy engine's cost goes with the number of
+// box rows it moves (bench/wgmma_diag.py: ~0.4 rows of 32 bytes per clock per SM), so this cuts the
+// weight traffic's cost 4x. Needs WG_KS == 4.
+#ifndef WG_A128
+#define WG_A128 0
+#endif
+// 1: CTAs run in clusters of 2 on the two channel tiles of one pixel tile (the host guarantees an even
+// number of channel tiles). The pair needs the same activation boxes: each CTA's copy engine loads half
+// of a slot's k32 steps (rank r: steps j with j % 2 == r) and multicasts them into both CTAs, so each
+// engine moves half the activation rows. A slot is refilled only when the consumers of BOTH CTAs
+// released it (each consumer warp arrives on both CTAs' "empty" barriers).
+#ifndef WG_MCAST
+#define WG_MCAST 0
+#endif
+// Profiling builds only (bench/wgmma_diag.py), never a tactic: 1 = no epilogue (main loop alone),
+// 2 = no wgmma (the copy engine's feed rate alone), 3 = no copies (wgmma and the ring's barriers on
+// stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes. Each isolates one stage of the pipeline to say which one bounds it.
+#ifndef WG_DIAG
+#define WG_DIAG 0
+#endif
 
 namespace trtfuse {
 
@@ -97,6 +118,7 @@ struct WgmmaSmem {
   static constexpr int BAR_OFFSET = OUT_OFFSET + BN * OUT_STRIDE;
   static constexpr int BYTES = BAR_OFFSET + 2 * STAGES * 8;
   static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
+  static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
 };
 
 template <int BN, int STAGES, int KS, bool PERSISTENT>
@@ -123,10 +145,11 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       sm90::mbar_init(full0 + 8 * s, 1);       // the producer's arrive + the copy engine's bytes
-      sm90::mbar_init(empty0 + 8 * s, CONSUMERS / 32);  // one arrive per consumer warp
+      sm90::mbar_init(empty0 + 8 * s, (WG_MCAST ? 2 : 1) * CONSUMERS / 32);  // one arrive per consumer warp (of both CTAs)
     }
     sm90::fence_barrier_init();
   }
+  const uint32_t rank = WG_MCAST ? sm90::cluster_ctarank() : 0;
   // Activation rows past the box (BN > the tile's P pixels) are never written by the copy engine:
   // zero them once, before the async proxy reads them.
   const int tail = L::B_STEP - t.box_bytes;
@@ -140,6 +163,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     sm90::fence_proxy_async_shared();
   }
   __syncthreads();
+  if (WG_MCAST) sm90::cluster_sync();  // the partner's barriers exist before any multicast completes on them
 
   if (wg == 2) {
     // ---------------- producer warpgroup: one thread drives the copy engine ----------------
@@ -157,12 +181,24 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           sm90::mbar_wait(empty0 + 8 * slot, ((it / STAGES) & 1) ^ 1);
           const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
           const uint32_t full = full0 + 8 * slot;
-          sm90::mbar_arrive_expect_tx(full, steps * (L::A_STEP + t.box_bytes));
+          if (WG_DIAG == 3) {
+            sm90::mbar_arrive(full);
+            continue;
+          }
+          // A 128-byte weight box always lands whole (k32 steps past the GEMM-K read as zeros).
+          const int a_bytes = WG_DIAG == 5 ? 0 : (WG_A128 ? KS * L::A_STEP : steps * L::A_STEP);
+          sm90::mbar_arrive_expect_tx(full, a_bytes + steps * (WG_DIAG == 4 ? 0 : t.box_bytes));
           const uint32_t sa = base + slot * L::STAGE, sb = sa + KS * L::A_STEP;
+          if (WG_A128 && WG_DIAG != 5) sm90::tma_load_2d(sa, tmap_w, full, kb * KS * 32, tc.c0);
           for (int j = 0; j < steps; ++j) {
             const int k = kb * KS + j;
-            sm90::tma_load_2d(sa + j * L::A_STEP, tmap_w, full, k * 32, tc.c0);
-            sm90::tma_load_5d(sb + j * L::B_STEP, tmap_x, full, 0, w0 + s, h0 + r, cb, tc.n0);
+            if (!WG_A128 && WG_DIAG != 5) sm90::tma_load_2d(sa + j * L::A_STEP, tmap_w, full, k * 32, tc.c0);
+            if (WG_DIAG == 4) {
+            } else if (!WG_MCAST) {
+              sm90::tma_load_5d(sb + j * L::B_STEP, tmap_x, full, 0, w0 + s, h0 + r, cb, tc.n0);
+            } else if ((j & 1) == (int)rank) {
+              sm90::tma_load_5d_multicast(sb + j * L::B_STEP, tmap_x, full, 0, w0 + s, h0 + r, cb, tc.n0, 0x3);
+            }
             if (++s == p.S) {
               s = 0;
               if (++r == p.R) { r = 0; ++cb; }
@@ -171,23 +207,35 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         }
       }
     }
+    __syncwarp();
+    if (WG_MCAST) sm90::cluster_sync();  // matches the consumers' final one
     return;
   }
 
   // ---------------- consumer warpgroups 0 and 1: 64 output channels each ----------------
   sm90::regs_alloc<232>();
   const int lane = tid % 32, warp = (tid % 128) / 32;
+  // A slot is free for the copy engines once every consumer warp that reads it is done: with multicast,
+  // those of both CTAs (the partner's engine writes into this CTA's slot too).
+  auto release_slot = [](uint32_t empty) {
+    if (WG_MCAST) {
+      sm90::mbar_arrive_cluster(empty, 0);
+      sm90::mbar_arrive_cluster(empty, 1);
+    } else {
+      sm90::mbar_arrive(empty);
+    }
+  };
   const bool has_res = p.residual != nullptr;
   const int c_lo = wg * 64 + warp * 16 + lane / 4;  // tile channel of this thread's accumulator rows (and + 8)
   const float out_scale = *p.out_scale;
   const float out_scale_inv = __frcp_rn(out_scale);
   const float rs = has_res ? fold_scale(*p.residual_scale, out_scale, out_scale_inv) : 0.0f;  // folded residual scale
-  const uint32_t a_rows = wg * 64 * 32;  // this warpgroup's 64 weight rows inside the A tile
+  const uint32_t a_rows = wg * 64 * (WG_A128 ? 128 : 32);  // this warpgroup's 64 weight rows inside the A tile
   int it = 0;  // ring slot use counter, continuous across tiles (same sequence as the producer's)
   for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step) {
     const TileCoord tc(tile, p, t, ohw, L::CH);
     // Residual tile -> staging tile, in flight during the main loop (its own cp.async group).
-    if (has_res) {
+    if (has_res && WG_DIAG != 1) {
       for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
         const int cbl = v / (BN * 2), rem = v - cbl * (BN * 2), px = rem / 2, half = rem % 2;
         const int c = tc.c0 + cbl * 32;
@@ -214,17 +262,25 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       sm90::wgmma_fence();
 #pragma unroll
       for (int j = 0; j < KS; ++j)
-        if (j < steps)
-          sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw32(sa + j * L::A_STEP), sm90::desc_kmajor_sw32(sb + j * L::B_STEP));
+        if (j < steps && WG_DIAG != 2 && WG_DIAG < 4)
+          sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
+                                 sm90::desc_kmajor_sw32(sb + j * L::B_STEP));
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
-      if (kb > 0 && lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+      if (kb > 0 && lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));
       __syncwarp();
     }
     sm90::wgmma_wait<0>();
-    if (lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
+    if (lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
     __syncwarp();
 
+    if (WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG >= 4) {  // keep the accumulators live without the epilogue's work
+      int folded = 0;
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) folded ^= acc[i];
+      if (folded == 0x7fffffff) p.y[tid] = 1;
+      continue;
+    }
     // ---------------- epilogue: requantize into the staging tile, then coalesced CHW32 stores ----------------
     cp_async_wait<0>();
     sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed
@@ -261,13 +317,20 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     }
     if (PERSISTENT) sm90::named_barrier(1, CONSUMERS);  // the staging tile is free for the next tile's residual
   }
+  // No CTA of a pair leaves while its partner may still arrive on its barriers.
+  if (WG_MCAST) sm90::cluster_sync();
 }
 
 }  // namespace trtfuse
 
 // One CTA per (pixel tile, 128-channel tile), or WG_PERSISTENT: min(tiles, SMs) CTAs walking the tiles.
 // 384 threads: consumer warpgroups 0-1, producer warpgroup 2.
-extern "C" __global__ void __launch_bounds__(384, 1)
+#if WG_MCAST
+#define WG_CLUSTER __cluster_dims__(2, 1, 1)
+#else
+#define WG_CLUSTER
+#endif
+extern "C" __global__ void WG_CLUSTER __launch_bounds__(384, 1)
     trtfuse_wgmma_conv(const __grid_constant__ trtfuse::sm90::TensorMap tmap_w,
                        const __grid_constant__ trtfuse::sm90::TensorMap tmap_x, const trtfuse::ConvParams p,
                        const trtfuse::WgmmaTile t) {

@@ -1,0 +1,111 @@
+"""Which stage bounds the Hopper wgmma tactic? Times profiling builds of plugins/kernels/wgmma_conv.cu
+(WG_DIAG) against the real kernel on ResNet-50's long-K layers at batch 256 (device only):
+
+    python3 -m trtfuse.bench.wgmma_diag [--out FILE]
+
+  full      the tactic as shipped
+  diag1     no epilogue: TMA + wgmma + ring barriers (the main loop's own rate)
+  diag2     no wgmma: the copy engine's feed rate through the ring
+  diag3     no copies: wgmma + barriers on stale shared memory (the tensor cores' rate as issued)
+  diag4/5   as diag2 with only the weight / only the activation boxes
+
+plus ring variants (k32 steps per slot x slots). Outputs of diag builds are meaningless by design;
+the `full` builds are checked against the mma.sync kernel's output (itself proven by the GPU tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from ..plugins.conv import ConvLaunch
+from ..plugins.tactics import TACTICS_BY_ID, ConvShape, choose
+
+LAYERS = [
+    ("res4 conv2 3x3 256", ConvShape(256, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1))),
+    ("res3 conv2 3x3 128", ConvShape(256, 128, 28, 28, 128, 3, 3, (1, 1), (1, 1, 1, 1))),
+    ("res5 conv2 3x3 512", ConvShape(256, 512, 7, 7, 512, 3, 3, (1, 1), (1, 1, 1, 1))),
+    ("res4 conv1 1x1 1024->256", ConvShape(256, 1024, 14, 14, 256, 1, 1)),
+]
+
+
+def variants():
+    by_id = TACTICS_BY_ID
+    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32)]
+    out += [(f"diag{d} t31", dataclasses.replace(by_id[31], diag=d)) for d in (1, 2, 3)]
+    return out
+
+
+def main(argv=None) -> int:
+    import numpy as np
+    import torch
+
+    from ..plugins import cuda_driver as cd
+    from ..plugins.layout import pack_nchwv, pack_weight, round_up
+    from .conv_problem import POISON, ConvProblem
+    from .kernels import graph_time_ms
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    torch.cuda.init()
+    cd.context()
+    rows = []
+    for name, shape in LAYERS:
+        problem = ConvProblem.random(shape, False)
+        m, _, kg = shape.gemm
+        oh, ow = shape.out_hw
+        kp = round_up(shape.k, 32)
+        dev = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()
+        x, w = dev(pack_nchwv(problem.x, 32)), dev(pack_weight(problem.w))
+        scale, bias, out_scale = dev(problem.scale), dev(problem.bias), dev(problem.out_scale)
+        y = torch.empty((shape.n, kp // 32, oh, ow, 32), dtype=torch.int8, device="cuda")
+        cur = lambda: torch.cuda.current_stream().cuda_stream
+        flops = 2.0 * m * shape.k * shape.c * shape.r * shape.s
+
+        def runner(plan):
+            return lambda: plan.launch(x.data_ptr(), w.data_ptr(), scale.data_ptr(), bias.data_ptr(),
+                                       out_scale.data_ptr(), y.data_ptr(), relu=True, stream=cur())
+
+        t_mma, s_mma = choose(shape)
+        ref_plan = ConvLaunch(shape, t_mma, s_mma)
+        runner(ref_plan)()
+        torch.cuda.synchronize()
+        ref = y.clone()
+        rec = {"layer": name, "M": m, "N": shape.k, "K": kg,
+               "mma_sync": {"tactic": t_mma.name, "ms": graph_time_ms(torch, runner(ref_plan), 10)}}
+        rec["mma_sync"]["tops"] = flops / (rec["mma_sync"]["ms"] * 1e-3) / 1e12
+        for label, t in variants():
+            if t.geometry(shape) is None:
+                continue
+            try:
+                plan = ConvLaunch(shape, t, 1)
+                ok = None
+                if not t.diag:
+                    y.fill_(POISON)
+                    runner(plan)()
+                    torch.cuda.synchronize()
+                    diff = (y.int() - ref.int()).abs()
+                    ok = bool((diff == 0).float().mean() >= 0.999 and int(diff.max()) <= 1)
+                ms = graph_time_ms(torch, runner(plan), 10)
+                rec[label] = {"ms": ms, "tops": flops / (ms * 1e-3) / 1e12, "ok": ok}
+            except Exception as exc:  # a variant outside shared memory etc.: say so, keep going
+                rec[label] = {"error": repr(exc)[:200]}
+        rows.append(rec)
+        print(f"== {name}  M={m} N={shape.k} K={kg}")
+        for k, v in rec.items():
+            if isinstance(v, dict):
+                if "ms" in v:
+                    print(f"  {k:16s} {v['ms']:8.4f} ms {v['tops']:7.1f} TOPS {'' if v.get('ok') is None else ('ok' if v['ok'] else 'BAD')}")
+                else:
+                    print(f"  {k:16s} {v}")
+        torch.cuda.empty_cache()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "records": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
