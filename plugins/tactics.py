@@ -166,10 +166,11 @@ def has_wgmma(arch: str | None) -> bool:
 
 
 def wgmma_enabled(arch: str | None) -> bool:
-    """Whether the heuristic and autotune may pick a wgmma tactic: the GPU has wgmma AND the environment
-    says TRTFUSE_WGMMA=1. Opt-in until the kernel has been checked and timed on an H100/H200
-    (docs/wgmma.md, "Status"); explicit tactic ids (ConvLaunch.plan(shape, 22)) work regardless."""
-    return has_wgmma(arch) and os.environ.get("TRTFUSE_WGMMA", "0") == "1"
+    """Whether the heuristic and autotune may pick a wgmma tactic: the GPU has wgmma, unless the
+    environment says TRTFUSE_WGMMA=0 (on by default since the 128-byte weight boxes and multicast made it
+    win on the long-K layers, docs/wgmma.md); explicit tactic ids (ConvLaunch.plan(shape, 22)) work
+    regardless."""
+    return has_wgmma(arch) and os.environ.get("TRTFUSE_WGMMA", "1") != "0"
 
 
 @dataclass(frozen=True)
@@ -283,20 +284,28 @@ def wgmma_cost(shape: ConvShape, tactic: WgmmaTactic, sms: int = H100_SMS) -> fl
     return math.ceil(g.ctas / sms) * tactic.bm * g.kt
 
 
+# Measured order (H200, batch 256, bench/results/wgmma-diag-*/4-multicast.json): the multicast
+# persistent tile where the channel tiles pair up, else the persistent tile with 128-byte weight boxes.
+WGMMA_PREFERRED = (31, 28)
+
+
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     """The wgmma tactic for a shape where it is expected to beat the mma.sync kernel, else None.
 
-    Rule (a prior, not yet a measurement: docs/wgmma.md): long GEMM-K (>= 1024, the 3x3 convs of 128+
-    channels) with at least 128 output channels and a grid of at least one full wave; among the
-    wgmma tiles, the fewest waves x pixel capacity x k32 steps (wgmma_cost).
+    Rule (measured on the H200 at batch 256: 1.2-1.6x over mma.sync on every layer it takes,
+    docs/wgmma.md): long GEMM-K (>= 1024: the 3x3 convs of 128+ channels, res4/res5 conv1) with at least
+    128 output channels and a grid of at least one full wave; WGMMA_PREFERRED's first tactic whose
+    geometry fits, else the fewest waves x pixel capacity x k32 steps (wgmma_cost).
     """
     m, n, kg = shape.gemm
     if kg < 1024 or n < 128:
         return None
-    costs = [(c, t) for t in WGMMA_TACTICS if (c := wgmma_cost(shape, t, sms)) is not None]
-    if not costs:
-        return None
-    cost, best = min(costs, key=lambda ct: ct[0])
+    best = next((TACTICS_BY_ID[i] for i in WGMMA_PREFERRED if TACTICS_BY_ID[i].geometry(shape) is not None), None)
+    if best is None:
+        costs = [(c, t) for t in WGMMA_TACTICS if (c := wgmma_cost(shape, t, sms)) is not None]
+        if not costs:
+            return None
+        best = min(costs, key=lambda ct: ct[0])[1]
     if best.geometry(shape).ctas < sms:
         return None
     return best

@@ -1,7 +1,7 @@
 """The Hopper wgmma tactic (plugins/kernels/wgmma_conv.cu) against the golden reference on the GPU:
 fresh random data each run, output poisoned first, every wgmma tile on 1x1 / 3x3 / strided / padded /
 multi-image / partial-channel-tile shapes, CHW32 padding channels written as 0, and the launch plan
-the heuristic makes with TRTFUSE_WGMMA=1. Skips, saying why, without a GPU or on a GPU without wgmma
+the heuristic makes by default on sm_90. Skips, saying why, without a GPU or on a GPU without wgmma
 (anything but compute capability 9.0)."""
 
 import pytest
@@ -52,8 +52,8 @@ def test_wgmma_is_deterministic_and_replays():
     assert passes_lsb_rule(compare(first, problem.golden()))
 
 
-def test_heuristic_plan_with_opt_in(monkeypatch):
-    monkeypatch.setenv("TRTFUSE_WGMMA", "1")
+def test_heuristic_plan_by_default(monkeypatch):
+    monkeypatch.delenv("TRTFUSE_WGMMA", raising=False)
     shape = ConvShape(68, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1))  # long K, >= one wave of CTAs: wgmma
     plan = ConvLaunch.plan(shape)
     # choose_wgmma's rule: a wgmma tile only where its grid fills at least one wave of the 132 SMs
@@ -68,4 +68,12 @@ def test_persistent_ctas_walk_several_tiles(monkeypatch):
     tactic = next(t for t in WGMMA_TACTICS if t.persistent)
     shape = ConvShape(2, 64, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1))
     assert ConvLaunch(shape, tactic, 1).grid == (3, 1, 1) and tactic.geometry(shape).ctas > 3
+    _check(shape, True, tactic)
+
+
+def test_multicast_pairs_walk_several_tiles(monkeypatch):
+    monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")  # rounded down to one cluster of 2 CTAs for 8 tiles
+    tactic = next(t for t in WGMMA_TACTICS if t.persistent and t.multicast)
+    shape = ConvShape(2, 64, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1))
+    assert ConvLaunch(shape, tactic, 1).grid == (2, 1, 1) and tactic.geometry(shape).ctas == 8
     _check(shape, True, tactic)

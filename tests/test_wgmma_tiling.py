@@ -144,21 +144,24 @@ def test_geometry_respects_the_hardware_limits():
             assert t.shared_bytes() <= 227 * 1024, t.name  # sm_90 opt-in limit per block
 
 
-def test_heuristic_without_opt_in_or_off_hopper_keeps_the_mma_kernel(monkeypatch):
-    monkeypatch.delenv("TRTFUSE_WGMMA", raising=False)
+def test_heuristic_with_wgmma_off_or_off_hopper_keeps_the_mma_kernel(monkeypatch):
+    monkeypatch.setenv("TRTFUSE_WGMMA", "0")
     for name, shape, _ in resnet50_layers(256):
         assert choose(shape, arch="sm_90")[0].family == "mma", name
         assert choose(shape, arch="sm_80")[0].family == "mma", name
         assert all(t.family == "mma" for t in candidate_tactics(shape, "sm_80"))
 
 
-def test_heuristic_with_opt_in_takes_wgmma_for_the_long_k_3x3(monkeypatch):
-    monkeypatch.setenv("TRTFUSE_WGMMA", "1")
+def test_heuristic_by_default_takes_wgmma_for_the_long_k_layers(monkeypatch):
+    monkeypatch.delenv("TRTFUSE_WGMMA", raising=False)
     shapes = {name: shape for name, shape, _ in resnet50_layers(256)}
-    for name in ("res3 conv2 3x3 128", "res4 conv2 3x3 256", "res5 conv2 3x3 512"):
+    for name in ("res3 conv2 3x3 128", "res4 conv2 3x3 256", "res5 conv2 3x3 512", "res4 conv1 1x1 1024->256"):
         t, splits = choose(shapes[name], arch="sm_90")
         assert t.family == "wgmma" and splits == 1, name
         assert choose_wgmma(shapes[name]) is t
+    # 256+ output channels pair up in a multicast cluster; 128 cannot
+    assert choose_wgmma(shapes["res4 conv2 3x3 256"]).multicast
+    assert not choose_wgmma(shapes["res3 conv2 3x3 128"]).multicast
     assert choose(shapes["res2 conv3 1x1 64->256 +res"], arch="sm_90")[0].family == "mma"
     assert choose(shapes["res4 conv2 3x3 256"], arch="sm_86")[0].family == "mma"
 

@@ -107,6 +107,13 @@ struct TileCoord {
   }
 };
 
+// Byte offset of (output pixel m, channel c) in a CHW32 tensor of `kpad` channels: one multiply-high
+// for the image index (the host's FastDivmod numbers), no division.
+__device__ __forceinline__ size_t chw32_offset(const ConvParams& p, int m, int c, int ohw, int kpad) {
+  const int n = p.div_ohw.div(m), pix = m - n * ohw;
+  return ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32;
+}
+
 template <int BN, int STAGES, int KS>
 struct WgmmaSmem {
   static constexpr int CH = 128;                    // output channels per CTA (2 consumer warpgroups x m64)
@@ -241,10 +248,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         const int c = tc.c0 + cbl * 32;
         const bool ok = px < tc.valid_px && c < kpad;
         const int8_t* g = p.residual;
-        if (ok) {
-          const int m = tc.m0 + px, n = m / ohw, pix = m - n * ohw;
-          g = p.residual + ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32 + half * 16;
-        }
+        if (ok) g = p.residual + chw32_offset(p, tc.m0 + px, c, ohw, kpad) + half * 16;
         cp_async_16(smem_u32(s_out + px * L::OUT_STRIDE + cbl * 32 + half * 16), g, ok);
       }
     }
@@ -291,27 +295,25 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       sc[h] = c < kpad ? fold_scale(p.scale[c], out_scale, out_scale_inv) : 0.0f;
       bi[h] = c < kpad ? fold_scale(p.bias[c], out_scale, out_scale_inv) : 0.0f;
     }
+    // Every row of the staging tile is computed, also the pixels past the tile (their residual reads as
+    // zero, their results are never stored): no per-element predicate, and the offsets are constants.
+    int8_t* cells = s_out + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int px = 8 * j + 2 * (lane % 4) + e;
-        if (px < tc.valid_px) {
+      for (int e = 0; e < 2; ++e)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            int8_t* cell = s_out + px * L::OUT_STRIDE + c_lo + 8 * h;
-            const float res = has_res ? static_cast<float>(*cell) : 0.0f;
-            *cell = requantize(acc[4 * j + 2 * h + e], sc[h], bi[h], res, rs, has_res, p.relu);
-          }
+        for (int h = 0; h < 2; ++h) {
+          int8_t* cell = cells + (8 * j + e) * L::OUT_STRIDE + 8 * h;
+          const float res = has_res ? static_cast<float>(*cell) : 0.0f;
+          *cell = requantize(acc[4 * j + 2 * h + e], sc[h], bi[h], res, rs, has_res, p.relu);
         }
-      }
     sm90::named_barrier(1, CONSUMERS);
     for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
       const int cbl = v / (BN * 2), rem = v - cbl * (BN * 2), px = rem / 2, half = rem % 2;
       const int c = tc.c0 + cbl * 32;
       if (px < tc.valid_px && c < kpad) {
-        const int m = tc.m0 + px, n = m / ohw, pix = m - n * ohw;
-        int8_t* g = p.y + ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32 + half * 16;
+        int8_t* g = p.y + chw32_offset(p, tc.m0 + px, c, ohw, kpad) + half * 16;
         *reinterpret_cast<int4*>(g) = *reinterpret_cast<const int4*>(s_out + px * L::OUT_STRIDE + cbl * 32 + half * 16);
       }
     }
