@@ -9,7 +9,6 @@ benchmark, so LoadGen's accuracy log can be scored. LoadGen's own logs are kept 
 
 from __future__ import annotations
 
-import array
 import queue
 import re
 import threading
@@ -197,26 +196,25 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         if top1 is None:  # the worker failed: complete the queries empty, report the error afterwards
             lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, 0, 0) for qid in ids])
             return
-        responses, keep = [], []
-        for qid, cls in zip(ids, top1):
-            buf = array.array("i", [int(cls)])
-            keep.append(buf)
-            addr, _ = buf.buffer_info()
-            responses.append(lg.QuerySampleResponse(qid, addr, buf.itemsize))
-        lg.QuerySamplesComplete(responses)
+        # One int32 array per batch, each response pointing at its element (LoadGen copies the bytes
+        # inside QuerySamplesComplete, so the array only has to outlive the call).
+        top1 = np.ascontiguousarray(top1, dtype=np.int32)
+        base = top1.ctypes.data
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, base + 4 * i, 4) for i, qid in enumerate(ids)])
         with lock:
             completed[0] += len(ids)
             if progress_cb:
                 progress_cb(len(ids))
 
     def issue_queries(query_samples):
-        order = [(q.index, q.id) for q in query_samples]
-        for k, start in enumerate(range(0, len(order), batch)):
-            chunk = order[start : start + batch]
-            idx = np.array([c[0] for c in chunk], np.int64)
+        # Offline hands over every query at once (hundreds of thousands): queue each batch as soon as it
+        # is cut, so the GPUs start on the first while the rest are still being sliced.
+        for k, start in enumerate(range(0, len(query_samples), batch)):
+            chunk = query_samples[start : start + batch]
+            idx = np.fromiter((q.index for q in chunk), np.int64, len(chunk))
             if backend in ("cuda", "trt") and len(idx) < batch:  # a static-shape graph: pad the last batch with repeats
                 idx = np.concatenate([idx, np.repeat(idx[:1], batch - len(idx))])
-            workers[k % len(workers)].jobs.put((idx, [c[1] for c in chunk], done))
+            workers[k % len(workers)].jobs.put((idx, [q.id for q in chunk], done))
 
     def flush_queries():
         pass
