@@ -297,17 +297,31 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     }
     // Every row of the staging tile is computed, also the pixels past the tile (their residual reads as
     // zero, their results are never stored): no per-element predicate, and the offsets are constants.
+    // Residual bytes are read a group of J pixel blocks ahead of the writes: a read after a write to the
+    // same buffer cannot be hoisted by the compiler (it may alias), which made every element one serial
+    // shared-load -> convert -> FMA -> convert -> shared-store chain.
     int8_t* cells = s_out + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
+    constexpr int J = (BN / 8) % 4 == 0 ? 4 : 2;
+    static_assert((BN / 8) % J == 0, "pixel blocks split into groups of J");
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
+    for (int j0 = 0; j0 < BN / 8; j0 += J) {
+      int8_t res[J][2][2];
 #pragma unroll
-      for (int e = 0; e < 2; ++e)
+      for (int j = 0; j < J; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          int8_t* cell = cells + (8 * j + e) * L::OUT_STRIDE + 8 * h;
-          const float res = has_res ? static_cast<float>(*cell) : 0.0f;
-          *cell = requantize(acc[4 * j + 2 * h + e], sc[h], bi[h], res, rs, has_res, p.relu);
-        }
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            res[j][e][h] = has_res ? cells[(8 * (j0 + j) + e) * L::OUT_STRIDE + 8 * h] : 0;
+#pragma unroll
+      for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            cells[(8 * (j0 + j) + e) * L::OUT_STRIDE + 8 * h] =
+                requantize(acc[4 * (j0 + j) + 2 * h + e], sc[h], bi[h], static_cast<float>(res[j][e][h]), rs, has_res, p.relu);
+    }
     sm90::named_barrier(1, CONSUMERS);
     for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
       const int cbl = v / (BN * 2), rem = v - cbl * (BN * 2), px = rem / 2, half = rem % 2;
