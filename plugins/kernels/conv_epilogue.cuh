@@ -13,17 +13,66 @@
 
 namespace trtfuse {
 
+// threadIdx.x read afresh (a volatile read the compiler cannot hoist out of the persistent tile loop):
+// values derived from it are then recomputed per tile instead of occupying registers in the main loop.
+__device__ __forceinline__ int fresh_tid() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+
 template <int BM, int BN>
 struct OutputTile {
   static constexpr int STRIDE = BN + 16;
   static constexpr int BYTES = BM * STRIDE;
 
-  // Visit every 16-byte vector of the tile with its global CHW32 address (nullptr: outside tensor).
+  // Visit every 16-byte vector of the tile with its staging offset and global CHW32 address (nullptr:
+  // outside the tensor). Vector v is (channel block v / (2 BM), pixel row (v % (2 BM)) / 2, half v % 2);
+  // thread tid takes v = tid + i * NTHREADS, i = 0 .. VECTORS / NTHREADS - 1.
+  //   2 BM a multiple of NTHREADS (every tactic): the thread's rows are tid / 2 + k * NTHREADS / 2,
+  //     k < ROWS = 2 BM / NTHREADS, and iteration i is row k = i % ROWS of channel block i / ROWS;
+  //   NTHREADS a multiple of 2 BM: one row, (tid % (2 BM)) / 2, channel blocks tid / (2 BM) + i * NTHREADS / (2 BM).
+  // Either way a row's pixel address is computed once (one division) and the blocks step by OH*OW*32
+  // bytes; tests/test_epilogue_mapping.py replays both against the per-vector form (for_each_vector_ref).
   template <int NTHREADS, typename F>
   __device__ __forceinline__ static void for_each_vector(const ConvParams& p, const ConvShape& sh, int m0, int n0,
                                                          int tid, int8_t* gbase, F&& f) {
-    constexpr int VECTORS = BM * BN / 16;
+    constexpr int VECTORS = BM * BN / 16, ITERS = VECTORS / NTHREADS, BLOCK_VECTORS = 2 * BM;
     static_assert(VECTORS % NTHREADS == 0, "output tile must split evenly over threads");
+    if constexpr (BLOCK_VECTORS % NTHREADS == 0 || NTHREADS % BLOCK_VECTORS == 0) {
+      constexpr int ROWS = BLOCK_VECTORS % NTHREADS == 0 ? BLOCK_VECTORS / NTHREADS : 1;
+      constexpr int ROW_STEP = NTHREADS / 2;  // only used with ROWS > 1
+      constexpr int BLOCK_STEP = BLOCK_VECTORS % NTHREADS == 0 ? 1 : NTHREADS / BLOCK_VECTORS;  // per ROWS iterations
+      tid = fresh_tid();  // recomputed per tile, not held in a register across the persistent loop
+      const int half = tid % 2, row0 = (tid % BLOCK_VECTORS) / 2;
+      const int block0 = BLOCK_VECTORS % NTHREADS == 0 ? 0 : tid / BLOCK_VECTORS;
+      const int blocks = (sh.Kpad - n0) / 32;  // channel blocks of this tile inside Kpad (Kpad, n0: multiples of 32)
+      const size_t block_bytes = (size_t)sh.OHW * 32;
+      int8_t* row_g[ROWS];
+      bool row_ok[ROWS];
+#pragma unroll
+      for (int k = 0; k < ROWS; ++k) {
+        const int m = m0 + row0 + k * ROW_STEP;
+        const int n = p.div_ohw.div(m), pix = m - n * sh.OHW;
+        row_ok[k] = m < sh.M;
+        row_g[k] = gbase + ((size_t)(n * (sh.Kpad / 32) + n0 / 32 + block0) * sh.OHW + pix) * 32 + half * 16;
+      }
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) {
+        const int k = i % ROWS, b = (i / ROWS) * BLOCK_STEP;  // row index, block offset from block0
+        const bool ok = row_ok[k] && block0 + b < blocks;
+        f((row0 + k * ROW_STEP) * STRIDE + (block0 + b) * 32 + half * 16, ok ? row_g[k] + b * block_bytes : nullptr);
+      }
+    } else {
+      for_each_vector_ref<NTHREADS>(p, sh, m0, n0, tid, gbase, f);
+    }
+  }
+
+  // The per-vector form (a division per vector): the reference for_each_vector must agree with.
+  template <int NTHREADS, typename F>
+  __device__ __forceinline__ static void for_each_vector_ref(const ConvParams& p, const ConvShape& sh, int m0, int n0,
+                                                             int tid, int8_t* gbase, F&& f) {
+    constexpr int VECTORS = BM * BN / 16;
 #pragma unroll
     for (int v = tid; v < VECTORS; v += NTHREADS) {
       const int block32 = v / (BM * 2), rem = v % (BM * 2);
@@ -87,6 +136,53 @@ __device__ __forceinline__ int8_t requantize(int acc, float a, float b, float re
   if (has_res) v = __fmaf_rn(res, rs, v);
   if (relu) v = fmaxf(v, 0.0f);
   return round_saturate_s8(v);
+}
+
+// requantize() on 4-byte words, as the mma.sync epilogue uses it: `res4` holds four residual bytes
+// (channel order), `byte` which one is this element's (a compile-time constant after unrolling). The
+// byte is sign-extended with one PRMT and converted exactly (any int8 is an fp32) with the full-rate
+// I2FP, then the same FMAs, ReLU and cvt.rni.sat.s8.f32 as requantize(). Returns the int8 result in
+// the low byte of a 32-bit value (sign-extended) for pack_s8x4.
+__device__ __forceinline__ float s8_to_float(uint32_t word, int byte) {
+  // prmt selector: byte `byte` to byte 0, its sign (nibble 8 + byte: sign replicate) to bytes 1..3.
+  // Inline PTX: CUDA documents __byte_perm with 3-bit selectors only.
+  const uint32_t sel = byte | (0x888u + 0x111u * byte) << 4;
+  uint32_t x;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(x) : "r"(word), "r"(sel));
+  return __int2float_rn(static_cast<int>(x));
+}
+
+__device__ __forceinline__ uint32_t round_saturate_s8_b32(float v) {
+  uint32_t q;
+  asm("cvt.rni.sat.s8.f32 %0, %1;" : "=r"(q) : "f"(v));
+  return q;
+}
+
+// ReLU without a branch or predicate: max.NaN(v, relu_min) with relu_min = 0 (relu) or -inf (none). For
+// every v it gives what `relu ? fmaxf(v, 0) : v` gives after the conversion below: equal for non-NaN
+// v (-inf leaves v, including -inf, unchanged), and a NaN stays NaN (which converts to 0, as
+// fmaxf(NaN, 0) = 0 does), where fmaxf(NaN, -inf) would give -inf and so -128.
+__device__ __forceinline__ float max_nan(float v, float relu_min) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(v), "f"(relu_min));
+  return r;
+}
+
+__device__ __forceinline__ float relu_floor(bool relu) { return relu ? 0.0f : -__int_as_float(0x7f800000); }
+
+// `rs` = 0 without a residual: the term is then +-0 whatever `res4` holds, and v + (+-0) is v (or
+// +0 for v = -0, which converts to the same 0): the results equal requantize(..., has_res = false, ...).
+__device__ __forceinline__ uint32_t requantize_b32(int acc, float a, float b, uint32_t res4, int byte, float rs,
+                                                   float relu_min) {
+  float v = __fmaf_rn(__int2float_rn(acc), a, b);
+  v = __fmaf_rn(s8_to_float(res4, byte), rs, v);
+  v = max_nan(v, relu_min);
+  return round_saturate_s8_b32(v);
+}
+
+// Low bytes of q0..q3 -> one word, q0 in byte 0.
+__device__ __forceinline__ uint32_t pack_s8x4(uint32_t q0, uint32_t q1, uint32_t q2, uint32_t q3) {
+  return __byte_perm(__byte_perm(q0, q1, 0x0040), __byte_perm(q2, q3, 0x0040), 0x5410);
 }
 
 }  // namespace trtfuse

@@ -107,7 +107,7 @@ struct WeightIterator {
       if (row < BN) {
         const bool valid = k_ok && row < rows_valid;
         const int8_t* src = valid ? src0 + (size_t)i * ROWS_PER_PASS * sh.KGpad + kt * 64 : fallback;
-        cp_async_16(smem_u32(smem_b + swizzle_64B(row, chunk)), src, valid);
+        cp_async_16(smem_u32(smem_b + swizzle_64B_b(row, chunk)), src, valid);
       }
     }
   }

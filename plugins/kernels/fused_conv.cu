@@ -15,6 +15,12 @@
 
 namespace trtfuse {
 
+// Channel order: within each 16-channel group of a warp's N range, n8 tiles 2j and 2j+1 are
+// interleaved so that the m16n8 C fragment gives every thread 4 consecutive channels per tile pair:
+// column c (0..7) of n8 tile ni is channel 16 * (ni / 2) + 4 * (c / 2) + 2 * (ni % 2) + c % 2. A thread
+// (lane % 4 = q) then holds channels 16j + 4q .. 16j + 4q + 3 of rows g and g + 8, so the epilogue
+// reads the residual and writes the output 4 bytes at a time. The permutation is applied where B
+// rows are fetched (load) and undone in channel_of / for_each_acc; the MMA itself does not care.
 template <int BM, int BN, int WM, int WN>
 struct WarpMma {
   static constexpr int MT = BM / WM / 16, NT = BN / WN / 8;
@@ -30,11 +36,17 @@ struct WarpMma {
     }
 #pragma unroll
     for (int nj = 0; nj < NT; nj += 2) {
-      const int row = wn * (BN / WN) + nj * 8 + (lane % 8) + (lane / 16) * 8;
+      // lanes 0..15 address n8 tile nj, lanes 16..31 tile nj + 1 (b = lane / 16); column lane % 8
+      const int row = wn * (BN / WN) + channel_of(nj + lane / 16, lane % 8);
       uint32_t r[4];
-      ldmatrix_x4(r, smem_u32(sb + swizzle_64B(row, 2 * ks + (lane / 8) % 2)));
+      ldmatrix_x4(r, smem_u32(sb + swizzle_64B_b(row, 2 * ks + (lane / 8) % 2)));
       b[buf][nj][0] = r[0]; b[buf][nj][1] = r[1]; b[buf][nj + 1][0] = r[2]; b[buf][nj + 1][1] = r[3];
     }
+  }
+
+  // Channel (within the warp's N range) of column c of n8 tile ni: the interleaving above.
+  __host__ __device__ __forceinline__ static constexpr int channel_of(int ni, int c) {
+    return (ni / 2) * 16 + (c / 2) * 4 + (ni % 2) * 2 + c % 2;
   }
 
   // Visit every accumulator with its output pixel m and channel ch (the m16n8 C-fragment layout).
@@ -46,7 +58,8 @@ struct WarpMma {
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) f(m_base + mi * 16 + g + (e / 2) * 8, n_base + ni * 8 + t2 + e % 2, acc[mi][ni][e]);
+        for (int e = 0; e < 4; ++e)
+          f(m_base + mi * 16 + g + (e / 2) * 8, n_base + channel_of(ni, t2 + e % 2), acc[mi][ni][e]);
   }
 
   __device__ __forceinline__ void mma(int buf, int (&acc)[MT][NT][4]) {
@@ -57,15 +70,77 @@ struct WarpMma {
   }
 };
 
+// The per-launch scalars of the epilogue, computed once per CTA (not per tile).
+struct EpilogueScalars {
+  float out_scale, out_scale_inv, rs, relu_min;
+  __device__ __forceinline__ static EpilogueScalars make(const ConvParams& p, bool has_res) {
+    EpilogueScalars k;
+    k.out_scale = *p.out_scale;
+    k.out_scale_inv = __frcp_rn(k.out_scale);
+    k.rs = has_res ? fold_scale(*p.residual_scale, k.out_scale, k.out_scale_inv) : 0.0f;  // 0: see requantize_b32
+    k.relu_min = relu_floor(p.relu != 0);
+    return k;
+  }
+};
+
+// The requantizing epilogue of one tile into the staging tile (which holds the residual tile when
+// has_res): each thread owns, per pair of n8 tiles (j), 4 consecutive channels of rows g and g + 8 of
+// each m16 tile (WarpMma's channel order), so a residual read and an output write are 4 bytes each.
+// Channels past Kpad (a partial last N tile) are computed with the factors of channels Kpad - 4 ..
+// Kpad - 1 and written to the staging tile only: the store skips them, and no global read goes past Kpad.
+template <int BM, int BN, int WM, int WN, int MT, int NT>
+__device__ __forceinline__ void requantize_pair(int (&acc)[MT][NT][4], int j, int8_t* rowbase, const float (&a)[4],
+                                                const float (&b)[4], float rs, float relu_min) {
+  using Out = OutputTile<BM, BN>;
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t* cell = reinterpret_cast<uint32_t*>(rowbase + (mi * 16 + h * 8) * Out::STRIDE + j * 16);
+      const uint32_t r = *cell;  // the residual bytes, or zeros (rs = 0) without a residual
+      // channel 4q + e of the group: n8 tile 2j + e / 2, accumulator 2h + e % 2
+      const uint32_t q0 = requantize_b32(acc[mi][2 * j][2 * h], a[0], b[0], r, 0, rs, relu_min);
+      const uint32_t q1 = requantize_b32(acc[mi][2 * j][2 * h + 1], a[1], b[1], r, 1, rs, relu_min);
+      const uint32_t q2 = requantize_b32(acc[mi][2 * j + 1][2 * h], a[2], b[2], r, 2, rs, relu_min);
+      const uint32_t q3 = requantize_b32(acc[mi][2 * j + 1][2 * h + 1], a[3], b[3], r, 3, rs, relu_min);
+      *cell = pack_s8x4(q0, q1, q2, q3);
+    }
+}
+
+template <int BM, int BN, int WM, int WN, int MT, int NT>
+__device__ __forceinline__ void requantize_tile(const ConvParams& p, const ConvShape& sh, int (&acc)[MT][NT][4],
+                                                int8_t* staging, int n0, int lane, int wm, int wn,
+                                                const EpilogueScalars& k) {
+  using Out = OutputTile<BM, BN>;
+  const int g = lane / 4, q = lane % 4;
+  const float out_scale = k.out_scale, out_scale_inv = k.out_scale_inv, rs = k.rs, relu_min = k.relu_min;
+  int8_t* const rowbase = staging + (wm * (BM / WM) + g) * Out::STRIDE + wn * (BN / WN) + q * 4;
+#pragma unroll
+  for (int j = 0; j < NT / 2; ++j) {
+    const int c = min(n0 + wn * (BN / WN) + j * 16 + q * 4, sh.Kpad - 4);
+    float a[4], b[4];
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const float2 sc = *reinterpret_cast<const float2*>(p.scale + c + e);
+      const float2 bi = *reinterpret_cast<const float2*>(p.bias + c + e);
+      a[e] = fold_scale(sc.x, out_scale, out_scale_inv);
+      a[e + 1] = fold_scale(sc.y, out_scale, out_scale_inv);
+      b[e] = fold_scale(bi.x, out_scale, out_scale_inv);
+      b[e + 1] = fold_scale(bi.y, out_scale, out_scale_inv);
+    }
+    requantize_pair<BM, BN, WM, WN>(acc, j, rowbase, a, b, rs, relu_min);
+  }
+}
+
 // After the main loop: split-K reduction (if any), then the fp32 classifier output or the fused
 // requantizing epilogue through the staging tile (which holds the residual tile on entry).
 template <int BM, int BN, int WM, int WN, int NTHREADS, bool SPLIT_K, bool OUT_F32, int MT, int NT>
 __device__ __forceinline__ void epilogue(const ConvParams& p, const ConvShape& sh, int (&acc)[MT][NT][4], int8_t* staging,
-                                         int m0, int n0, int splits, bool has_res, int tid, int lane, int wm, int wn) {
+                                         int m0, int n0, int splits, bool has_res, int tid, int lane, int wm, int wn,
+                                         const EpilogueScalars& ks) {
   using Mma = WarpMma<BM, BN, WM, WN>;
   using Out = OutputTile<BM, BN>;
   // ---- split-K: integer partial sums meet in the workspace; the last slice to arrive finishes ----
-  const int g = lane / 4, t2 = (lane % 4) * 2;
   if (SPLIT_K) {  // compiled separately: the no-split kernel keeps these registers free
     __shared__ int s_is_last;
     Mma::for_each_acc(acc, m0 + wm * (BM / WM), n0 + wn * (BN / WN), lane, [&](int m, int ch, int& a) {
@@ -102,29 +177,7 @@ __device__ __forceinline__ void epilogue(const ConvParams& p, const ConvShape& s
   }
 
   // ---- epilogue: requantize into the staging tile, then coalesced 16-byte stores ----
-  const float out_scale = *p.out_scale;
-  const float out_scale_inv = __frcp_rn(out_scale);
-  const float rs = has_res ? fold_scale(*p.residual_scale, out_scale, out_scale_inv) : 0.0f;
-#pragma unroll
-  for (int ni = 0; ni < Mma::NT; ++ni) {
-    const int col = wn * (BN / WN) + ni * 8 + t2;
-    if (n0 + col >= sh.Kpad) continue;
-    const float2 sc = *reinterpret_cast<const float2*>(p.scale + n0 + col);
-    const float2 bi = *reinterpret_cast<const float2*>(p.bias + n0 + col);
-    const float a0 = fold_scale(sc.x, out_scale, out_scale_inv), a1 = fold_scale(sc.y, out_scale, out_scale_inv);
-    const float b0 = fold_scale(bi.x, out_scale, out_scale_inv), b1 = fold_scale(bi.y, out_scale, out_scale_inv);
-#pragma unroll
-    for (int mi = 0; mi < Mma::MT; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        char2* cell = reinterpret_cast<char2*>(staging + (wm * (BM / WM) + mi * 16 + g + h * 8) * Out::STRIDE + col);
-        const char2 r = has_res ? *cell : make_char2(0, 0);
-        char2 q;
-        q.x = requantize(acc[mi][ni][2 * h], a0, b0, static_cast<float>(r.x), rs, has_res, p.relu);
-        q.y = requantize(acc[mi][ni][2 * h + 1], a1, b1, static_cast<float>(r.y), rs, has_res, p.relu);
-        *cell = q;
-      }
-  }
+  requantize_tile<BM, BN, WM, WN>(p, sh, acc, staging, n0, lane, wm, wn, ks);
   __syncthreads();
   Out::template store<NTHREADS>(staging, p, sh, m0, n0, tid);
 }
@@ -152,7 +205,16 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
   const int kt_begin = blockIdx.y * sh.ktiles / splits, kt_end = (blockIdx.y + 1) * sh.ktiles / splits;
   const bool has_res = !OUT_F32 && p.residual != nullptr;
 
+  EpilogueScalars ks{};
+  if (!OUT_F32) ks = EpilogueScalars::make(p, has_res);  // the fp32-output GEMM has no out_scale
   build_tap_table<VEC>(taps, p, sh, tid, NTHREADS);
+  // Without a residual the epilogue still reads its staging cells as residual bytes and scales them
+  // by rs = 0 (one branch-free path, results unchanged): zero the staging tiles once so that read is
+  // of defined data. (After the first tile they hold the previous outputs, as harmless.)
+  if (!OUT_F32 && !has_res) {
+#pragma unroll 1
+    for (int i = tid; i < STAGING * Out::BYTES / 16; i += NTHREADS) reinterpret_cast<int4*>(sOut)[i] = make_int4(0, 0, 0, 0);
+  }
   __syncthreads();
 
   // Everything a tile needs from global memory, as cp.async groups in the order the main loop waits
@@ -214,12 +276,12 @@ __device__ __forceinline__ void fused_conv_body(const ConvParams& p) {
       tile = next;
       m0 = (tile / n_tiles) * BM;
       n0 = (tile % n_tiles) * BN;
-      a_iter = ActivationIterator<BM, NTHREADS, VEC>(p, sh, m0, tid);
-      b_iter = WeightIterator<BN, NTHREADS>(p, sh, n0, tid);
+      a_iter = ActivationIterator<BM, NTHREADS, VEC>(p, sh, m0, fresh_tid());
+      b_iter = WeightIterator<BN, NTHREADS>(p, sh, n0, fresh_tid());
       issue_prologue(sOut + ((iter + 1) % STAGING) * Out::BYTES);
     }
     epilogue<BM, BN, WM, WN, NTHREADS, SPLIT_K, OUT_F32>(p, sh, acc, staging, tile_m0, tile_n0, splits, has_res,
-                                                          tid, lane, wm, wn);
+                                                          tid, lane, wm, wn, ks);
     if (!more) break;
   }
 }

@@ -38,4 +38,9 @@ __device__ __forceinline__ void mma_s8_16832(int (&d)[4], const uint32_t (&a)[4]
 // distinct 16-byte bank groups (rows r and r+2 would otherwise share banks: 2 * 64 B = 128 B).
 __device__ __forceinline__ int swizzle_64B(int row, int chunk) { return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4); }
 
+// The B (weight) tile is read by ldmatrix in the channel order WarpMma uses (rows 16j + 4m + 2b + e
+// form matrix b: see WarpMma), so its 8 rows are pairs {4m, 4m+1} (m = 0..3) of a 16-row group;
+// XOR-ing the chunk with bits 2..3 of the row puts them in 8 distinct 16-byte bank groups.
+__device__ __forceinline__ int swizzle_64B_b(int row, int chunk) { return row * 64 + ((chunk ^ ((row >> 2) & 3)) << 4); }
+
 }  // namespace trtfuse
