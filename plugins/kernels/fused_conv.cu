@@ -92,12 +92,21 @@ template <int BM, int BN, int WM, int WN, int MT, int NT>
 __device__ __forceinline__ void requantize_pair(int (&acc)[MT][NT][4], int j, int8_t* rowbase, const float (&a)[4],
                                                 const float (&b)[4], float rs, float relu_min) {
   using Out = OutputTile<BM, BN>;
+  // All of this pair's residual words are read before any result is written: a read after a write to
+  // the same buffer cannot be hoisted by the compiler (it may alias), which would chain every word's
+  // shared load -> convert -> FMA -> convert -> store behind the previous one.
+  uint32_t res[MT][2];
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      res[mi][h] = *reinterpret_cast<const uint32_t*>(rowbase + (mi * 16 + h * 8) * Out::STRIDE + j * 16);
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint32_t* cell = reinterpret_cast<uint32_t*>(rowbase + (mi * 16 + h * 8) * Out::STRIDE + j * 16);
-      const uint32_t r = *cell;  // the residual bytes, or zeros (rs = 0) without a residual
+      const uint32_t r = res[mi][h];  // the residual bytes, or zeros (rs = 0) without a residual
       // channel 4q + e of the group: n8 tile 2j + e / 2, accumulator 2h + e % 2
       const uint32_t q0 = requantize_b32(acc[mi][2 * j][2 * h], a[0], b[0], r, 0, rs, relu_min);
       const uint32_t q1 = requantize_b32(acc[mi][2 * j][2 * h + 1], a[1], b[1], r, 1, rs, relu_min);
