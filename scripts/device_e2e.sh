@@ -9,7 +9,7 @@ GPUS=${1:-1}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
 T="python3 -m trtfuse.cli"
-export TRTFUSE_WGMMA=1  # sm_90: the wgmma tactics compete in --autotune (plugins/tactics.py: wgmma_enabled)
+# sm_90: the wgmma tactics compete in --autotune by default (plugins/tactics.py: wgmma_enabled)
 nvidia-smi --query-gpu=index,name,clocks.max.sm --format=csv,noheader
 [ "${SKIP_TESTS:-0}" = 1 ] || python3 -m pytest -q -m gpu tests/test_gpu_runner.py tests/test_trt_v3.py tests/test_offline.py tests/test_network_ops.py \
   -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1; tail -2 "$OUT/gpu_tests.txt"

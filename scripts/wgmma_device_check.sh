@@ -18,7 +18,7 @@ timeout -k 5 ${T_TIME:-110} python3 -m trtfuse.bench.wgmma_check timing --out "$
 # Optional (RUN_BENCH=1): the standard kernel benchmark with the wgmma tactics in the heuristic and
 # autotune; writes bench/results/kernels-<device>-<date>.json (records carry "tactic" and "family").
 if [ "${RUN_BENCH:-0}" = 1 ]; then
-  TRTFUSE_WGMMA=1 timeout -k 5 ${T_BENCH:-240} python3 -m trtfuse.cli bench kernels --batch 256 --layers resnet50 \
+  timeout -k 5 ${T_BENCH:-240} python3 -m trtfuse.cli bench kernels --batch 256 --layers resnet50 \
     --filter conv2 --autotune --no-baselines 2>&1 | tail -12
   cp bench/results/kernels-*.json "$OUT/" 2>/dev/null
 fi
