@@ -124,12 +124,36 @@ TIMED = [
 ]
 
 
+class TorchOperands:
+    """One problem's packed operands and output on the GPU as torch tensors (batch-256 timings; the
+    output is not poisoned here), and `launcher(plan)`: a no-argument launch of `plan` on them on torch's
+    current stream, as graph_time_ms captures it."""
+
+    def __init__(self, torch, problem: ConvProblem):
+        import numpy as np
+
+        from ..plugins.layout import pack_nchwv, pack_weight, round_up
+
+        shape = problem.shape
+        oh, ow = shape.out_hw
+        dev = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()
+        self.torch = torch
+        self.x, self.w = dev(pack_nchwv(problem.x, 32)), dev(pack_weight(problem.w))
+        self.scale, self.bias, self.out_scale = dev(problem.scale), dev(problem.bias), dev(problem.out_scale)
+        self.y = torch.empty((shape.n, round_up(shape.k, 32) // 32, oh, ow, 32), dtype=torch.int8, device="cuda")
+
+    def launcher(self, plan):
+        t = self.torch
+        return lambda: plan.launch(self.x.data_ptr(), self.w.data_ptr(), self.scale.data_ptr(), self.bias.data_ptr(),
+                                   self.out_scale.data_ptr(), self.y.data_ptr(), relu=True,
+                                   stream=t.cuda.current_stream().cuda_stream)
+
+
 def timing(out_path: str | None) -> int:  # noqa: C901 (one script per device call)
-    import numpy as np
     import torch
 
     from ..plugins import cuda_driver as cd
-    from ..plugins.layout import pack_nchwv, pack_weight, round_up
+    from ..plugins.layout import round_up
     from .conv_problem import POISON
     from .kernels import INT8_PEAK_TOPS, golden_on_device, graph_time_ms
 
@@ -142,18 +166,11 @@ def timing(out_path: str | None) -> int:  # noqa: C901 (one script per device ca
         m, n_pad, kg = shape.gemm
         oh, ow = shape.out_hw
         kp = round_up(shape.k, 32)
-        dev = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()
-        x, w = dev(pack_nchwv(problem.x, 32)), dev(pack_weight(problem.w))
-        scale, bias, out_scale = dev(problem.scale), dev(problem.bias), dev(problem.out_scale)
-        y = torch.empty((shape.n, kp // 32, oh, ow, 32), dtype=torch.int8, device="cuda")
-        cur = lambda: torch.cuda.current_stream().cuda_stream
+        ops = TorchOperands(torch, problem)
+        w, y, runner = ops.w, ops.y, ops.launcher
         golden = None  # the float64 golden on the GPU for the 14x14 / 7x7 layers; elsewhere the mma.sync output
         if shape.h <= 14:
             golden = golden_on_device(torch, problem)
-
-        def runner(plan):
-            return lambda: plan.launch(x.data_ptr(), w.data_ptr(), scale.data_ptr(), bias.data_ptr(),
-                                       out_scale.data_ptr(), y.data_ptr(), relu=True, stream=cur())
 
         def check(plan):
             nonlocal golden

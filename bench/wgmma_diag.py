@@ -38,13 +38,12 @@ def variants():
 
 
 def main(argv=None) -> int:
-    import numpy as np
     import torch
 
     from ..plugins import cuda_driver as cd
-    from ..plugins.layout import pack_nchwv, pack_weight, round_up
     from .conv_problem import POISON, ConvProblem
     from .kernels import graph_time_ms
+    from .wgmma_check import TorchOperands
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
@@ -55,18 +54,9 @@ def main(argv=None) -> int:
     for name, shape in LAYERS:
         problem = ConvProblem.random(shape, False)
         m, _, kg = shape.gemm
-        oh, ow = shape.out_hw
-        kp = round_up(shape.k, 32)
-        dev = lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()
-        x, w = dev(pack_nchwv(problem.x, 32)), dev(pack_weight(problem.w))
-        scale, bias, out_scale = dev(problem.scale), dev(problem.bias), dev(problem.out_scale)
-        y = torch.empty((shape.n, kp // 32, oh, ow, 32), dtype=torch.int8, device="cuda")
-        cur = lambda: torch.cuda.current_stream().cuda_stream
+        ops = TorchOperands(torch, problem)
+        y, runner = ops.y, ops.launcher
         flops = 2.0 * m * shape.k * shape.c * shape.r * shape.s
-
-        def runner(plan):
-            return lambda: plan.launch(x.data_ptr(), w.data_ptr(), scale.data_ptr(), bias.data_ptr(),
-                                       out_scale.data_ptr(), y.data_ptr(), relu=True, stream=cur())
 
         t_mma, s_mma = choose(shape)
         ref_plan = ConvLaunch(shape, t_mma, s_mma)

@@ -118,31 +118,21 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
-// Shared-memory matrix descriptor of a K-major operand tile stored as dense 32-byte rows with the
-// 32-byte swizzle (what a TMA box of 32 bytes x rows with CU_TENSOR_MAP_SWIZZLE_32B writes):
-// start address >> 4 in bits 0-13; leading byte offset (unused for swizzled K-major: one k32 step of
-// s8 is exactly the 32-byte swizzle width) = 1; stride byte offset = 8 rows x 32 B = 256 B between
-// 8-row core-matrix groups, >> 4, in bits 32-45; base offset 0 (tiles start 256-byte aligned); layout
-// type 3 = 32-byte swizzle in bits 62-63.
-__device__ __forceinline__ uint64_t desc_kmajor_sw32(uint32_t smem_byte_addr) {
-  uint64_t d = (uint64_t)((smem_byte_addr & 0x3FFFF) >> 4);
-  d |= (uint64_t)1 << 16;
-  d |= (uint64_t)(256 >> 4) << 32;
-  d |= (uint64_t)3 << 62;
-  return d;
+// Shared-memory matrix descriptor of a K-major operand tile as a TMA box with a swizzle writes it:
+// start address >> 4 in bits 0-13; leading byte offset (unused for swizzled K-major) = 1; stride byte
+// offset (bytes between 8-row core-matrix groups) >> 4 in bits 32-45; base offset 0 (tiles start aligned
+// to the swizzle pattern); layout type in bits 62-63.
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t smem_byte_addr, uint32_t group_bytes, uint64_t layout) {
+  return (uint64_t)((smem_byte_addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(group_bytes >> 4) << 32 |
+         layout << 62;
 }
-
-// The same for rows of 128 bytes with the 128-byte swizzle (a TMA box 128 bytes wide, 8-row groups of
-// 1024 bytes; the tile starts 1024-byte aligned): SBO = 1024 B, layout type 1. The k32 step j of such a
-// tile is the descriptor of (tile + 32 j): the hardware applies the swizzle to the full address, as for
-// any K offset inside one swizzle atom.
-__device__ __forceinline__ uint64_t desc_kmajor_sw128(uint32_t smem_byte_addr) {
-  uint64_t d = (uint64_t)((smem_byte_addr & 0x3FFFF) >> 4);
-  d |= (uint64_t)1 << 16;
-  d |= (uint64_t)(1024 >> 4) << 32;
-  d |= (uint64_t)1 << 62;
-  return d;
-}
+// Dense 32-byte rows, CU_TENSOR_MAP_SWIZZLE_32B (one k32 step of s8 is exactly the swizzle width):
+// 8 rows x 32 B = 256 B per group, layout type 3.
+__device__ __forceinline__ uint64_t desc_kmajor_sw32(uint32_t smem_byte_addr) { return desc_kmajor(smem_byte_addr, 256, 3); }
+// Rows of 128 bytes, CU_TENSOR_MAP_SWIZZLE_128B (tile 1024-byte aligned): 1024 B per group, layout type
+// 1. The k32 step j of such a tile is the descriptor of (tile + 32 j): the hardware applies the swizzle to
+// the full address, as for any K offset inside one swizzle atom.
+__device__ __forceinline__ uint64_t desc_kmajor_sw128(uint32_t smem_byte_addr) { return desc_kmajor(smem_byte_addr, 1024, 1); }
 
 }  // namespace sm90
 }  // namespace trtfuse

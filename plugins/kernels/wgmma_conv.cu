@@ -305,22 +305,15 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     static_assert((BN / 8) % J == 0, "pixel blocks split into groups of J");
 #pragma unroll
     for (int j0 = 0; j0 < BN / 8; j0 += J) {
-      int8_t res[J][2][2];
+      // element i of the group: pixel block j0 + i / 4, pixel e = (i / 2) % 2, channel half h = i % 2
+      auto cell = [&](int i) -> int8_t& { return cells[(8 * (j0 + i / 4) + (i / 2) % 2) * L::OUT_STRIDE + 8 * (i % 2)]; };
+      int8_t res[4 * J];
 #pragma unroll
-      for (int j = 0; j < J; ++j)
+      for (int i = 0; i < 4 * J; ++i) res[i] = has_res ? cell(i) : 0;
 #pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            res[j][e][h] = has_res ? cells[(8 * (j0 + j) + e) * L::OUT_STRIDE + 8 * h] : 0;
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            cells[(8 * (j0 + j) + e) * L::OUT_STRIDE + 8 * h] =
-                requantize(acc[4 * (j0 + j) + 2 * h + e], sc[h], bi[h], static_cast<float>(res[j][e][h]), rs, has_res, p.relu);
+      for (int i = 0; i < 4 * J; ++i)
+        cell(i) = requantize(acc[4 * (j0 + i / 4) + 2 * (i % 2) + (i / 2) % 2], sc[i % 2], bi[i % 2],
+                             static_cast<float>(res[i]), rs, has_res, p.relu);
     }
     sm90::named_barrier(1, CONSUMERS);
     for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
