@@ -2,8 +2,8 @@
 
     ncu --clock-control none --section ... python3 -m trtfuse.bench.profile_one [TACTIC_ID ...]
 
-Shapes: ResNet-50 res3 conv3 (1x1 128->512 + residual, the memory-bound target layer) and res4 conv2
-(3x3 256, compute-bound) at batch 256; each with the heuristic's tactic and every tactic id given."""
+Shapes: ResNet-50 res3 conv3 (1x1 128->512 + residual, the memory-bound target layer), res4 conv2
+(3x3 256, compute-bound) and res4 conv3 (1x1 256->1024 + residual, short K on the wgmma tactic) at batch 256; each with the heuristic's tactic and every tactic id given."""
 
 import sys
 
@@ -12,7 +12,8 @@ from ..plugins.tactics import TACTICS_BY_ID, WGMMA_TACTICS, ConvShape
 from .conv_problem import ConvProblem, DeviceConv, compare, passes_lsb_rule
 
 SHAPES = {"res3 conv3 b256": (ConvShape(256, 128, 28, 28, 512, 1, 1), True),
-          "res4 conv2 b256": (ConvShape(256, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1)), False)}
+          "res4 conv2 b256": (ConvShape(256, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1)), False),
+          "res4 conv3 b256": (ConvShape(256, 256, 14, 14, 1024, 1, 1), True)}
 ALL = {**TACTICS_BY_ID, **{t.id: t for t in WGMMA_TACTICS}}
 
 for label, (shape, res) in SHAPES.items():

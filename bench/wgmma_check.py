@@ -101,7 +101,7 @@ def tiny() -> int:
              (ConvShape(2, 32, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1)), True)]
     by_id = {t.id: t for t in WGMMA_TACTICS}
     for shape, res in cases:
-        for t in (by_id[22], by_id[24], by_id[28], by_id[31]):
+        for t in (by_id[22], by_id[24], by_id[28], by_id[31], by_id[33], by_id[35]):
             if t.geometry(shape) is None:
                 continue
             ok, stats, _ = _run_case(shape, res, True, t)
@@ -110,7 +110,7 @@ def tiny() -> int:
     return 1 if bad else 0
 
 
-TIMED_TACTICS = (22, 24, 26, 28, 30, 31, 32)  # 32- vs 128-byte weight boxes, multicast clusters, one tile per CTA and persistent
+TIMED_TACTICS = (22, 24, 26, 28, 30, 31, 32, 33, 34, 35)  # 32- vs 128-byte weight boxes, multicast clusters, one tile per CTA and persistent
 TIMED = [
     ("res3 conv2 3x3 128", ConvShape(256, 128, 28, 28, 128, 3, 3, (1, 1), (1, 1, 1, 1))),
     ("res4 conv2 3x3 256", ConvShape(256, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1))),
@@ -141,12 +141,15 @@ class TorchOperands:
         self.x, self.w = dev(pack_nchwv(problem.x, 32)), dev(pack_weight(problem.w))
         self.scale, self.bias, self.out_scale = dev(problem.scale), dev(problem.bias), dev(problem.out_scale)
         self.y = torch.empty((shape.n, round_up(shape.k, 32) // 32, oh, ow, 32), dtype=torch.int8, device="cuda")
+        self.res = dev(pack_nchwv(problem.residual, 32)) if problem.residual is not None else None
+        self.res_scale = dev(problem.residual_scale) if problem.residual is not None else None
 
     def launcher(self, plan):
         t = self.torch
+        res = {} if self.res is None else {"residual": self.res.data_ptr(), "residual_scale": self.res_scale.data_ptr()}
         return lambda: plan.launch(self.x.data_ptr(), self.w.data_ptr(), self.scale.data_ptr(), self.bias.data_ptr(),
                                    self.out_scale.data_ptr(), self.y.data_ptr(), relu=True,
-                                   stream=t.cuda.current_stream().cuda_stream)
+                                   stream=t.cuda.current_stream().cuda_stream, **res)
 
 
 def timing(out_path: str | None) -> int:  # noqa: C901 (one script per device call)

@@ -28,12 +28,19 @@ LAYERS = [
     ("res5 conv2 3x3 512", ConvShape(256, 512, 7, 7, 512, 3, 3, (1, 1), (1, 1, 1, 1))),
     ("res4 conv1 1x1 1024->256", ConvShape(256, 1024, 14, 14, 256, 1, 1)),
 ]
+# The residual 1x1 layers (short GEMM-K, the epilogue's share is largest): --residual
+RESIDUAL_LAYERS = [
+    ("res4 conv3 1x1 256->1024 +res", ConvShape(256, 256, 14, 14, 1024, 1, 1)),
+    ("res5 conv3 1x1 512->2048 +res", ConvShape(256, 512, 7, 7, 2048, 1, 1)),
+    ("res3 conv3 1x1 128->512 +res", ConvShape(256, 128, 28, 28, 512, 1, 1)),
+]
 
 
 def variants():
     by_id = TACTICS_BY_ID
-    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32)]
+    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35)]
     out += [(f"diag{d} t31", dataclasses.replace(by_id[31], diag=d)) for d in (1, 2, 3)]
+    out += [("diag1 t28", dataclasses.replace(by_id[28], diag=1))]
     return out
 
 
@@ -47,12 +54,13 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
+    ap.add_argument("--residual", action="store_true", help="time the residual 1x1 layers instead")
     args = ap.parse_args(argv)
     torch.cuda.init()
     cd.context()
     rows = []
-    for name, shape in LAYERS:
-        problem = ConvProblem.random(shape, False)
+    for name, shape in RESIDUAL_LAYERS if args.residual else LAYERS:
+        problem = ConvProblem.random(shape, args.residual)
         m, _, kg = shape.gemm
         ops = TorchOperands(torch, problem)
         y, runner = ops.y, ops.launcher

@@ -199,6 +199,7 @@ class WgmmaTactic(Tactic):
     persistent: bool = False  # min(tiles, SMs) CTAs walk the tiles; the producer runs ahead across tiles
     multicast: bool = False  # clusters of 2 CTAs on a pixel tile's two channel tiles share the activation boxes (WG_MCAST)
     a_box: int = 32  # bytes of GEMM-K per weight box row: 32 (one k32 step) or 128 (a slot's 4 steps, 128-byte swizzle)
+    staging: int = 1  # staging tiles (WG_STAGING): 2 lets the next tile's residual stream in while the last output waits
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
     CHANNELS: ClassVar[int] = 128
@@ -210,7 +211,7 @@ class WgmmaTactic(Tactic):
     @property
     def name(self) -> str:
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
-                f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}"
+                f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -219,13 +220,16 @@ class WgmmaTactic(Tactic):
             d["WG_A128"] = 1
         if self.multicast:
             d["WG_MCAST"] = 1
+        if self.staging != 1:
+            d["WG_STAGING"] = self.staging
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
 
     def shared_bytes(self, in_channels: int = 0, kernel_shape=None) -> int:
-        """Operand ring + staging tile [pixels][128 + 16] + mbarriers + 1024 for aligning the ring."""
-        return self.stages * self.ks * 32 * (self.CHANNELS + self.bm) + self.bm * (self.CHANNELS + 16) + 16 * self.stages + 1024
+        """Operand ring + staging tiles [pixels][128 + 16] + mbarriers + 1024 for aligning the ring."""
+        return (self.stages * self.ks * 32 * (self.CHANNELS + self.bm) + self.staging * self.bm * (self.CHANNELS + 16)
+                + 16 * self.stages + 1024)
 
     def geometry(self, shape: ConvShape) -> WgmmaGeometry | None:
         """Pixel tiles of TH full output rows (or NB whole images) whose TMA box fits the tile; None when
@@ -271,6 +275,12 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(30, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, multicast=True),
     WgmmaTactic(31, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, multicast=True, persistent=True),
     WgmmaTactic(32, 256, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, multicast=True, persistent=True),
+    # Short GEMM-K with a residual (the 1x1 conv3 layers): a tile's main loop is too short to hide the
+    # residual's latency behind, so a second staging tile lets it stream in during the previous tile's
+    # epilogue; the shallower ring pays for the shared memory.
+    WgmmaTactic(33, 208, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, multicast=True, persistent=True, staging=2),
+    WgmmaTactic(34, 256, 128, 2, 1, 2, 32, 1, ks=4, a_box=128, multicast=True, persistent=True, staging=2),
+    WgmmaTactic(35, 208, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, staging=2),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})

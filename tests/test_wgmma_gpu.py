@@ -77,3 +77,16 @@ def test_multicast_pairs_walk_several_tiles(monkeypatch):
     shape = ConvShape(2, 64, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1))
     assert ConvLaunch(shape, tactic, 1).grid == (2, 1, 1) and tactic.geometry(shape).ctas == 8
     _check(shape, True, tactic)
+
+
+@pytest.mark.parametrize("channels", [64, 256], ids=["one-k-block", "two-k-blocks"])
+@pytest.mark.parametrize("multicast", [False, True], ids=["single", "multicast"])
+def test_two_staging_tiles_alternate_across_tiles(monkeypatch, multicast, channels):
+    # 2 or 3 CTAs for 8 tiles of a short-K residual layer: each CTA alternates its two staging tiles, and
+    # every tile's output is stored during the next tile's first wgmma batch (the last one after the loop).
+    monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")
+    tactic = next(t for t in WGMMA_TACTICS if t.staging == 2 and t.multicast == multicast)
+    shape = ConvShape(2, channels, 20, 20, 256, 1, 1)
+    assert tactic.geometry(shape).ctas == 8 and ConvLaunch(shape, tactic, 1).grid[0] in (2, 3)
+    _check(shape, True, tactic)
+    _check(shape, False, tactic)

@@ -143,6 +143,14 @@ __device__ __forceinline__ int8_t requantize(int acc, float a, float b, float re
 // byte is sign-extended with one PRMT and converted exactly (any int8 is an fp32) with the full-rate
 // I2FP, then the same FMAs, ReLU and cvt.rni.sat.s8.f32 as requantize(). Returns the int8 result in
 // the low byte of a 32-bit value (sign-extended) for pack_s8x4.
+// int32 -> float, round to nearest, pinned to the full-rate I2FP: from a value the compiler knows to be a
+// widened int8 it would otherwise pick the narrow quarter-rate I2F.S16.
+__device__ __forceinline__ float s32_to_float(int x) {
+  float f;
+  asm("cvt.rn.f32.s32 %0, %1;" : "=f"(f) : "r"(x));
+  return f;
+}
+
 __device__ __forceinline__ float s8_to_float(uint32_t word, int byte) {
   // prmt selector: byte `byte` to byte 0, its sign (nibble 8 + byte: sign replicate) to bytes 1..3.
   // Inline PTX: CUDA documents __byte_perm with 3-bit selectors only.

@@ -68,6 +68,13 @@
 #ifndef WG_MCAST
 #define WG_MCAST 0
 #endif
+// Staging tiles (residual in, output out): 1, or 2 so that the next tile's residual streams into one
+// while the other still holds the previous tile's output waiting to be stored (short-K residual layers,
+// where a tile's main loop is too short to hide the residual's latency; costs shared memory, so those
+// tactics run a shallower ring).
+#ifndef WG_STAGING
+#define WG_STAGING 1
+#endif
 // Profiling builds only (bench/wgmma_diag.py), never a tactic: 1 = no epilogue (main loop alone),
 // 2 = no wgmma (the copy engine's feed rate alone), 3 = no copies (wgmma and the ring's barriers on
 // stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes. Each isolates one stage of the pipeline to say which one bounds it.
@@ -114,6 +121,61 @@ __device__ __forceinline__ size_t chw32_offset(const ConvParams& p, int m, int c
   return ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32;
 }
 
+// Visit the 16-byte vectors of a tile's staging tile [pixel][128 + 16] with their global CHW32 offsets:
+// consumer thread ct takes half ct % 2 of pixel rows ct / 2 + 128 j and the tile's 4 channel blocks of
+// each, so a row's address costs one multiply-high (chw32_offset) and the blocks step by OH*OW*32 bytes.
+// f(staging offset, in the tensor?, global byte offset); consecutive threads cover consecutive 16-byte
+// halves of consecutive pixels, i.e. a warp moves 512 contiguous bytes per channel block.
+template <int BN, int OUT_STRIDE, typename F>
+__device__ __forceinline__ void for_each_tile_vector(const ConvParams& p, const TileCoord& tc, int ohw, int kpad, int ct,
+                                                     F&& f) {
+  const int half = ct % 2;
+  const int blocks = (kpad - tc.c0) / 32;  // channel blocks of this tile inside Kpad (< 4 only on the last tile)
+  const size_t block_bytes = (size_t)ohw * 32;
+#pragma unroll
+  for (int j = 0; j < (BN + 127) / 128; ++j) {
+    const int px = ct / 2 + 128 * j;
+    if (BN % 128 != 0 && px >= BN) break;
+    const bool row_ok = px < tc.valid_px;
+    const size_t row = row_ok ? chw32_offset(p, tc.m0 + px, tc.c0, ohw, kpad) + half * 16 : 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) f(px * OUT_STRIDE + b * 32 + half * 16, row_ok && b < blocks, row + b * block_bytes);
+  }
+}
+
+// One thread's accumulators -> int8 in the staging tile [pixel][STRIDE], docs/ops.md's order (the same
+// arithmetic as requantize_b32 in conv_epilogue.cuh). Accumulator 4j + 2e + h (wgmma's m64nN layout) is
+// pixel 8j + 2(lane % 4) + e, channel c_lo + 8h: `cells` points at pixel 2(lane % 4), channel c_lo.
+// Every row is computed, also the pixels past the tile (their residual reads as zero or stale bytes,
+// their results are never stored): no per-element predicate, and the offsets are constants. With RES,
+// a group of J pixel blocks' residual bytes is read before any of its results is written: a read after
+// a write to the same buffer cannot be hoisted by the compiler (it may alias), which would make every
+// element one serial shared-load -> convert -> FMA -> convert -> shared-store chain. Conversions are the
+// full-rate I2FP (an int8 widened to int32 first; int8_t -> float directly compiles to the quarter-rate
+// I2F.S16) and one cvt.rni.sat.s8.f32 per element.
+template <int BN, int STRIDE, bool RES>
+__device__ __forceinline__ void requantize_to_staging(const int (&acc)[BN / 2], int8_t* cells, const float (&sc)[2],
+                                                      const float (&bi)[2], float rs, float relu_min) {
+  constexpr int J = (BN / 8) % 4 == 0 ? 4 : 2;
+  static_assert((BN / 8) % J == 0, "pixel blocks split into groups of J");
+#pragma unroll
+  for (int j0 = 0; j0 < BN / 8; j0 += J) {
+    // element i of the group: pixel block j0 + i / 4, pixel e = (i / 2) % 2, channel half h = i % 2
+    auto cell = [&](int i) -> int8_t* { return cells + (8 * (j0 + i / 4) + (i / 2) % 2) * STRIDE + 8 * (i % 2); };
+    int res[4 * J];
+    if (RES) {
+#pragma unroll
+      for (int i = 0; i < 4 * J; ++i) res[i] = *cell(i);
+    }
+#pragma unroll
+    for (int i = 0; i < 4 * J; ++i) {
+      float v = __fmaf_rn(s32_to_float(acc[4 * (j0 + i / 4) + 2 * (i % 2) + (i / 2) % 2]), sc[i % 2], bi[i % 2]);
+      if (RES) v = __fmaf_rn(s32_to_float(res[i]), rs, v);
+      *cell(i) = static_cast<int8_t>(round_saturate_s8_b32(max_nan(v, relu_min)));
+    }
+  }
+}
+
 template <int BN, int STAGES, int KS>
 struct WgmmaSmem {
   static constexpr int CH = 128;                    // output channels per CTA (2 consumer warpgroups x m64)
@@ -122,7 +184,8 @@ struct WgmmaSmem {
   static constexpr int STAGE = KS * (A_STEP + B_STEP);
   static constexpr int OUT_STRIDE = CH + 16;        // staging row: 16-byte pad keeps 16-byte alignment, spreads banks
   static constexpr int OUT_OFFSET = STAGES * STAGE;
-  static constexpr int BAR_OFFSET = OUT_OFFSET + BN * OUT_STRIDE;
+  static constexpr int OUT_BYTES = BN * OUT_STRIDE;  // one staging tile
+  static constexpr int BAR_OFFSET = OUT_OFFSET + WG_STAGING * OUT_BYTES;
   static constexpr int BYTES = BAR_OFFSET + 2 * STAGES * 8;
   static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
@@ -237,22 +300,41 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   const float out_scale = *p.out_scale;
   const float out_scale_inv = __frcp_rn(out_scale);
   const float rs = has_res ? fold_scale(*p.residual_scale, out_scale, out_scale_inv) : 0.0f;  // folded residual scale
+  const float relu_min = relu_floor(p.relu != 0);
   const uint32_t a_rows = wg * 64 * (WG_A128 ? 128 : 32);  // this warpgroup's 64 weight rows inside the A tile
+  using Tile = TileCoord;
+  auto issue_residual = [&](const Tile& tc, int8_t* staging) {
+    for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, [&](int s, bool ok, size_t g) {
+      cp_async_16(smem_u32(staging + s), ok ? p.residual + g : p.residual, ok);
+    });
+  };
+  auto store = [&](const Tile& tc, const int8_t* staging) {
+    for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, [&](int s, bool ok, size_t g) {
+      if (ok) *reinterpret_cast<int4*>(p.y + g) = *reinterpret_cast<const int4*>(staging + s);
+    });
+  };
+  // A tile's output leaves the staging tile during the NEXT tile's first wgmma batch (the tensor cores
+  // work while the consumers store), so the epilogue's stores never idle the tensor cores.
+  bool pending = false;
+  Tile pending_tc(blockIdx.x, p, t, ohw, L::CH);
+  const int8_t* pending_staging = s_out;
   int it = 0;  // ring slot use counter, continuous across tiles (same sequence as the producer's)
-  for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step) {
-    const TileCoord tc(tile, p, t, ohw, L::CH);
-    // Residual tile -> staging tile, in flight during the main loop (its own cp.async group).
-    if (has_res && WG_DIAG != 1) {
-      for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
-        const int cbl = v / (BN * 2), rem = v - cbl * (BN * 2), px = rem / 2, half = rem % 2;
-        const int c = tc.c0 + cbl * 32;
-        const bool ok = px < tc.valid_px && c < kpad;
-        const int8_t* g = p.residual;
-        if (ok) g = p.residual + chw32_offset(p, tc.m0 + px, c, ohw, kpad) + half * 16;
-        cp_async_16(smem_u32(s_out + px * L::OUT_STRIDE + cbl * 32 + half * 16), g, ok);
-      }
-    }
+  int local = 0;  // tiles this CTA has done
+  for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step, ++local) {
+    const Tile tc(tile, p, t, ohw, L::CH);
+    int8_t* staging = s_out + (WG_STAGING == 2 ? (local & 1) * L::OUT_BYTES : 0);
+    const bool res_now = has_res && (WG_DIAG == 0 || WG_DIAG == 3);  // the builds that run the epilogue
+    // Two staging tiles: this tile's residual can stream in now (the other tile holds the pending output).
+    if (WG_STAGING == 2 && res_now) issue_residual(tc, staging);
     cp_async_commit();
+    // The epilogue's per-channel factors, loaded now so their latency hides under the main loop.
+    float sc_raw[2], bi_raw[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int c = min(tc.c0 + c_lo + 8 * h, kpad - 1);  // channels past Kpad: computed, never stored
+      sc_raw[h] = p.scale[c];
+      bi_raw[h] = p.bias[c];
+    }
 
     int acc[BN / 2];
 #pragma unroll
@@ -270,6 +352,17 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
                                  sm90::desc_kmajor_sw32(sb + j * L::B_STEP));
       sm90::wgmma_commit();
+      if (kb == 0) {
+        // Under the first batch: the previous tile's stores, then (one staging tile) this tile's residual
+        // into the staging tile they have just emptied.
+        if (pending) store(pending_tc, pending_staging);
+        pending = false;
+        if (WG_STAGING == 1 && res_now) {
+          sm90::named_barrier(1, CONSUMERS);  // every consumer's stores have read the staging tile
+          issue_residual(tc, staging);
+        }
+        cp_async_commit();
+      }
       sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
       if (kb > 0 && lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));
       __syncwarp();
@@ -285,47 +378,27 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       if (folded == 0x7fffffff) p.y[tid] = 1;
       continue;
     }
-    // ---------------- epilogue: requantize into the staging tile, then coalesced CHW32 stores ----------------
+    // ---------------- epilogue: requantize into the staging tile; the stores go out under the next tile ----------------
     cp_async_wait<0>();
-    sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed
+    sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed (and the stores read their tile)
     float sc[2], bi[2];  // docs/ops.md's folded factors scale/out_scale, bias/out_scale
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int c = tc.c0 + c_lo + 8 * h;
-      sc[h] = c < kpad ? fold_scale(p.scale[c], out_scale, out_scale_inv) : 0.0f;
-      bi[h] = c < kpad ? fold_scale(p.bias[c], out_scale, out_scale_inv) : 0.0f;
+      sc[h] = fold_scale(sc_raw[h], out_scale, out_scale_inv);
+      bi[h] = fold_scale(bi_raw[h], out_scale, out_scale_inv);
     }
-    // Every row of the staging tile is computed, also the pixels past the tile (their residual reads as
-    // zero, their results are never stored): no per-element predicate, and the offsets are constants.
-    // Residual bytes are read a group of J pixel blocks ahead of the writes: a read after a write to the
-    // same buffer cannot be hoisted by the compiler (it may alias), which made every element one serial
-    // shared-load -> convert -> FMA -> convert -> shared-store chain.
-    int8_t* cells = s_out + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
-    constexpr int J = (BN / 8) % 4 == 0 ? 4 : 2;
-    static_assert((BN / 8) % J == 0, "pixel blocks split into groups of J");
-#pragma unroll
-    for (int j0 = 0; j0 < BN / 8; j0 += J) {
-      // element i of the group: pixel block j0 + i / 4, pixel e = (i / 2) % 2, channel half h = i % 2
-      auto cell = [&](int i) -> int8_t& { return cells[(8 * (j0 + i / 4) + (i / 2) % 2) * L::OUT_STRIDE + 8 * (i % 2)]; };
-      int8_t res[4 * J];
-#pragma unroll
-      for (int i = 0; i < 4 * J; ++i) res[i] = has_res ? cell(i) : 0;
-#pragma unroll
-      for (int i = 0; i < 4 * J; ++i)
-        cell(i) = requantize(acc[4 * (j0 + i / 4) + 2 * (i % 2) + (i / 2) % 2], sc[i % 2], bi[i % 2],
-                             static_cast<float>(res[i]), rs, has_res, p.relu);
+    int8_t* cells = staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
+    if (has_res) {
+      requantize_to_staging<BN, L::OUT_STRIDE, true>(acc, cells, sc, bi, rs, relu_min);
+    } else {
+      requantize_to_staging<BN, L::OUT_STRIDE, false>(acc, cells, sc, bi, rs, relu_min);
     }
-    sm90::named_barrier(1, CONSUMERS);
-    for (int v = tid; v < BN * (L::CH / 16); v += CONSUMERS) {
-      const int cbl = v / (BN * 2), rem = v - cbl * (BN * 2), px = rem / 2, half = rem % 2;
-      const int c = tc.c0 + cbl * 32;
-      if (px < tc.valid_px && c < kpad) {
-        int8_t* g = p.y + chw32_offset(p, tc.m0 + px, c, ohw, kpad) + half * 16;
-        *reinterpret_cast<int4*>(g) = *reinterpret_cast<const int4*>(s_out + px * L::OUT_STRIDE + cbl * 32 + half * 16);
-      }
-    }
-    if (PERSISTENT) sm90::named_barrier(1, CONSUMERS);  // the staging tile is free for the next tile's residual
+    sm90::named_barrier(1, CONSUMERS);  // the whole staging tile is written before anyone stores from it
+    pending = true;
+    pending_tc = tc;
+    pending_staging = staging;
   }
+  if (pending) store(pending_tc, pending_staging);
   // No CTA of a pair leaves while its partner may still arrive on its barriers.
   if (WG_MCAST) sm90::cluster_sync();
 }
