@@ -297,20 +297,25 @@ def wgmma_cost(shape: ConvShape, tactic: WgmmaTactic, sms: int = H100_SMS) -> fl
 # Measured order (H200, batch 256, bench/results/wgmma-diag-*/4-multicast.json): the multicast
 # persistent tile where the channel tiles pair up, else the persistent tile with 128-byte weight boxes.
 WGMMA_PREFERRED = (31, 28)
+# GEMM-K under 1024 (the 1x1 conv3 / downsample / conv1 layers): two staging tiles, the residual streaming
+# in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
+# conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).
+WGMMA_SHORT_K_PREFERRED = (33, 35)
 
 
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     """The wgmma tactic for a shape where it is expected to beat the mma.sync kernel, else None.
 
-    Rule (measured on the H200 at batch 256: 1.2-1.6x over mma.sync on every layer it takes,
-    docs/wgmma.md): long GEMM-K (>= 1024: the 3x3 convs of 128+ channels, res4/res5 conv1) with at least
-    128 output channels and a grid of at least one full wave; WGMMA_PREFERRED's first tactic whose
-    geometry fits, else the fewest waves x pixel capacity x k32 steps (wgmma_cost).
+    Rule (measured on the H200 at batch 256, docs/wgmma.md): at least 128 output channels (a tile is 128
+    channels: 64 would leave half the tensor-core work empty) and a grid of at least one full wave;
+    WGMMA_PREFERRED's (GEMM-K >= 1024) or WGMMA_SHORT_K_PREFERRED's first tactic whose geometry fits,
+    else the fewest waves x pixel capacity x k32 steps (wgmma_cost).
     """
     m, n, kg = shape.gemm
-    if kg < 1024 or n < 128:
+    if n < 128:
         return None
-    best = next((TACTICS_BY_ID[i] for i in WGMMA_PREFERRED if TACTICS_BY_ID[i].geometry(shape) is not None), None)
+    preferred = WGMMA_PREFERRED if kg >= 1024 else WGMMA_SHORT_K_PREFERRED
+    best = next((TACTICS_BY_ID[i] for i in preferred if TACTICS_BY_ID[i].geometry(shape) is not None), None)
     if best is None:
         costs = [(c, t) for t in WGMMA_TACTICS if (c := wgmma_cost(shape, t, sms)) is not None]
         if not costs:

@@ -152,7 +152,7 @@ def test_heuristic_with_wgmma_off_or_off_hopper_keeps_the_mma_kernel(monkeypatch
         assert all(t.family == "mma" for t in candidate_tactics(shape, "sm_80"))
 
 
-def test_heuristic_by_default_takes_wgmma_for_the_long_k_layers(monkeypatch):
+def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more(monkeypatch):
     monkeypatch.delenv("TRTFUSE_WGMMA", raising=False)
     shapes = {name: shape for name, shape, _ in resnet50_layers(256)}
     for name in ("res3 conv2 3x3 128", "res4 conv2 3x3 256", "res5 conv2 3x3 512", "res4 conv1 1x1 1024->256"):
@@ -162,7 +162,10 @@ def test_heuristic_by_default_takes_wgmma_for_the_long_k_layers(monkeypatch):
     # 256+ output channels pair up in a multicast cluster; 128 cannot
     assert choose_wgmma(shapes["res4 conv2 3x3 256"]).multicast
     assert not choose_wgmma(shapes["res3 conv2 3x3 128"]).multicast
-    assert choose(shapes["res2 conv3 1x1 64->256 +res"], arch="sm_90")[0].family == "mma"
+    # short GEMM-K: the two-staging-tile tactics; fewer than 128 output channels stay on mma.sync
+    for name in ("res2 conv3 1x1 64->256 +res", "res3 conv3 1x1 128->512 +res", "res4 conv3 1x1 256->1024 +res"):
+        assert choose(shapes[name], arch="sm_90")[0].staging == 2, name
+    assert choose(shapes["res2 first conv2 3x3/1 64"], arch="sm_90")[0].family == "mma"
     assert choose(shapes["res4 conv2 3x3 256"], arch="sm_86")[0].family == "mma"
 
 
