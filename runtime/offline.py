@@ -160,6 +160,10 @@ class _GpuWorker(_Worker):
                     self._answer(done, ids, None)
                     continue
                 slot = self._free.get()
+                if self.error is not None:  # the completion thread failed while this batch waited for a runner
+                    self._free.put(slot)
+                    self._answer(done, ids, None)
+                    continue
                 try:
                     slot.start(indices)
                 except BaseException as exc:  # noqa: BLE001
