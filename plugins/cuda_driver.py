@@ -1,5 +1,5 @@
 """The little of the CUDA driver API trtfuse needs, through cuda-python (cuda.bindings.driver):
-the primary context, device buffers, streams, events and loaded modules. Everything that launches
+the primary context, device buffers, pinned host arrays, streams, events and loaded modules. Everything that launches
 our kernels (tests, benchmarks, the GPU runner, TensorRT's JIT `impl`) goes through here."""
 
 from __future__ import annotations
@@ -145,6 +145,62 @@ class DeviceBuffer:
             self.free()
         except Exception:
             pass
+
+
+class PinnedArray:
+    """A numpy array in page-locked host memory (cuMemHostAlloc): copies into it on a stream are truly
+    asynchronous (a pageable destination makes cuMemcpyDtoHAsync wait for the copy on the host).
+
+    `array` is a view of memory this object owns: it must not be used after free() or once the object
+    is gone."""
+
+    def __init__(self, shape, dtype):
+        context()
+        self.dtype = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.nbytes = max(int(np.prod(shape)) * self.dtype.itemsize, 1)
+        self.ptr = int(check(_driver().cuMemHostAlloc(self.nbytes, 0)))
+        raw = (ctypes.c_uint8 * self.nbytes).from_address(self.ptr)
+        self.array = np.frombuffer(raw, dtype=np.uint8)[: int(np.prod(shape)) * self.dtype.itemsize].view(self.dtype).reshape(shape)
+
+    def free(self) -> None:
+        if self.ptr:
+            self.array = None
+            check(_driver().cuMemFreeHost(self.ptr))
+            self.ptr = 0
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+def download_async(dst: np.ndarray, src_ptr: int, stream) -> None:
+    """Enqueue a copy of dst.nbytes bytes from device memory into the C-contiguous host array `dst` on
+    `stream`; asynchronous only when `dst` is pinned (PinnedArray.array), and `dst` must stay untouched
+    until the stream has passed the copy (an Event recorded after it)."""
+    if not dst.flags.c_contiguous:
+        raise ValueError("download_async needs a C-contiguous destination")
+    check(_driver().cuMemcpyDtoHAsync(dst.ctypes.data, src_ptr, dst.nbytes, stream))
+
+
+class Event:
+    """A CUDA event for ordering only (no timing). Waiting on it blocks the thread in the driver instead
+    of spinning, which leaves the CPU to the Python threads that feed the GPU; cuda-python releases the
+    GIL inside the wait."""
+
+    def __init__(self):
+        drv = _driver()
+        context()
+        flags = drv.CUevent_flags.CU_EVENT_DISABLE_TIMING | drv.CUevent_flags.CU_EVENT_BLOCKING_SYNC
+        self.handle = check(drv.cuEventCreate(int(flags)))
+
+    def record(self, stream) -> None:
+        check(_driver().cuEventRecord(self.handle, stream))
+
+    def synchronize(self) -> None:
+        check(_driver().cuEventSynchronize(self.handle))
 
 
 class Module:

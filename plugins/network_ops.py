@@ -1,6 +1,6 @@
 """Launchers for plugins/kernels/network_ops.cu: input quantize + CHW32/CHW4 reformat, int8 max-pool,
-int8 global average pool. Device pointers in, on a given stream (see plugins/conv.py for the convs and
-the fp32-output classifier GEMM)."""
+int8 global average pool, the fp32 classifier GEMM, row-wise top-1, the sample gather of the Offline
+harness. Device pointers in, on a given stream (see plugins/conv.py for the convs)."""
 
 from __future__ import annotations
 
@@ -62,11 +62,34 @@ def global_avgpool_f32(x: int, in_scale: int, n: int, c: int, h: int, w: int, y:
             [_p(x), _p(in_scale), _i(n), _i(c), _i(cb), _i(h * w), _p(y)], stream)
 
 
+LINEAR_TILE = (32, 64)  # (M, N) outputs per CTA of trtfuse_linear_f32
+
+
 def linear_f32(x: int, w: int, bias: int, m: int, n: int, k: int, y: int, stream=None) -> None:
-    """fp32 y[M, N] = x[M, K] . w[N, K]^T + bias[N]."""
+    """fp32 y[M, N] = x[M, K] . w[N, K]^T + bias[N], each output one sequential fmaf chain over k
+    (reference.linear_f32 gives the same bits)."""
+    if min(m, n, k) < 1:
+        raise ValueError(f"linear_f32 needs M, N, K >= 1, got {m}, {n}, {k}")
     args = [_p(x), _p(w), _p(bias), _i(m), _i(n), _i(k), _p(y)]
-    cd.launch(_fn("trtfuse_linear_f32"), ((n + 31) // 32, (m + 31) // 32, 1), (256, 1, 1), 0, stream,
+    bm, bn = LINEAR_TILE
+    cd.launch(_fn("trtfuse_linear_f32"), ((n + bn - 1) // bn, (m + bm - 1) // bm, 1), (128, 1, 1), 0, stream,
               [ctypes.addressof(a) for a in args])
+
+
+ARGMAX_DTYPES = {"float32": "trtfuse_argmax_rows_f32", "float16": "trtfuse_argmax_rows_f16"}
+
+
+def argmax_rows(x: int, m: int, n: int, y: int, dtype: str = "float32", stream=None) -> None:
+    """int32 y[M] = numpy.argmax(x[M, N], axis=1) for float32 or float16 x: the first index of each row's
+    maximum, a NaN counting as the maximum (the first NaN wins)."""
+    if dtype not in ARGMAX_DTYPES:
+        raise ValueError(f"argmax_rows reads {' or '.join(ARGMAX_DTYPES)}, not {dtype}")
+    if m < 1 or n < 1:
+        raise ValueError(f"argmax_rows needs M, N >= 1, got {m}, {n}")
+    warps_per_cta = _THREADS // 32  # one warp per row
+    blocks = min((m + warps_per_cta - 1) // warps_per_cta, 132 * 32)
+    args = [_p(x), _i(m), _i(n), _p(y)]
+    cd.launch(_fn(ARGMAX_DTYPES[dtype]), (blocks, 1, 1), (_THREADS, 1, 1), 0, stream, [ctypes.addressof(a) for a in args])
 
 
 def gather_rows(src: int, index: int, row_bytes: int, rows: int, dst: int, stream=None) -> None:

@@ -146,3 +146,23 @@ def gemm_int8_f32out(x: np.ndarray, w: np.ndarray, scale: np.ndarray, bias: np.n
     acc = x.astype(np.float64) @ w.astype(np.float64).T  # exact: integers below 2^53
     n = w.shape[0]
     return acc.astype(np.float32) * scale[:n].astype(np.float32) + bias[:n].astype(np.float32)
+
+
+LINEAR_K_STEP = 32  # trtfuse_linear_f32 stages K 32 at a time, zero past K
+
+
+def linear_f32(x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """fp32 x [M, K] . w [N, K]^T + bias [N] with the bits of the GPU's trtfuse_linear_f32: per output
+    acc = 0; acc = fma(x[m, k], w[n, k], acc) for k ascending over K zero-padded to a multiple of 32;
+    y = acc + bias[n]. Vectorized over (M, N), one step per k: slow for long K on big outputs."""
+    x, w = np.asarray(x, np.float32), np.asarray(w, np.float32)
+    if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"need x [M, K] and w [N, K], got {x.shape} and {w.shape}")
+    k_total = x.shape[1]
+    acc = np.zeros((x.shape[0], w.shape[0]), np.float32)
+    for k in range(k_total):
+        acc = fma_f32(x[:, k, None], w[None, :, k], acc)
+    if k_total % LINEAR_K_STEP:
+        # The zero steps: fma(0, 0, acc) == acc except that -0 becomes +0; the first does all there is.
+        acc = fma_f32(np.float32(0), np.float32(0), acc)
+    return acc + np.asarray(bias, np.float32).reshape(1, -1)

@@ -38,7 +38,9 @@ def register(sub) -> None:
 
     o = sub.add_parser("offline", help="MLPerf-style Offline run on MLPerf LoadGen (samples/s, latency, accuracy)",
                        description="Run LoadGen's Offline scenario on a model: samples preprocessed once and kept on "
-                       "the device, one worker per GPU with two CUDA graphs in flight. LoadGen's logs go to --log-dir.")
+                       "the device, one worker per GPU with --streams CUDA graphs in flight, each ending with the "
+                       "top-1 of its images on the GPU; a launcher thread feeds the graphs while a completion thread "
+                       "answers LoadGen. LoadGen's logs go to --log-dir.")
     o.add_argument("--model", required=True, help="ONNX model (for --backend cuda: a `rewrite --fuse all` model; "
                    "for --backend trt: a serialized engine from `trtfuse build`)")
     o.add_argument("--backend", choices=("cuda", "onnxruntime", "trt"), default="cuda")
@@ -47,6 +49,8 @@ def register(sub) -> None:
     o.add_argument("--count", type=int, default=2048, help="samples in the query sample library (default 2048)")
     o.add_argument("--batch", type=int, default=256, help="batch size (default 256)")
     o.add_argument("--gpus", default="1", metavar="N|all", help="GPUs, one worker each (default 1)")
+    o.add_argument("--streams", type=int, default=3, metavar="N",
+                   help="--backend cuda/trt: runners (CUDA graphs on their own streams) per GPU (default 3)")
     o.add_argument("--mode", choices=("performance", "accuracy"), default="performance")
     o.add_argument("--expected-qps", type=float, default=30000.0, help="LoadGen offline_expected_qps")
     o.add_argument("--min-duration", type=float, default=10.0, metavar="S", help="LoadGen min duration in seconds")
@@ -66,12 +70,12 @@ def offline(args) -> int:
     from trtfuse.runtime.offline import run_offline
     from trtfuse.ui import print_json, print_table, progress
 
-    if args.count < 1 or args.batch < 1:
-        raise TrtfuseError("--count and --batch must be at least 1")
+    if args.count < 1 or args.batch < 1 or args.streams < 1:
+        raise TrtfuseError("--count, --batch and --streams must be at least 1")
     bar = progress(total=None, desc="offline", unit="img")
     result = run_offline(args.model, args.backend, args.data, args.count, args.batch, args.gpus, args.mode,
                          args.log_dir, args.expected_qps, args.min_duration, progress_cb=bar.update,
-                         autotune=args.autotune)
+                         autotune=args.autotune, streams=args.streams)
     bar.close()
     if args.compare_torch:
         from trtfuse.bench.e2e import torch_fp16_samples_per_s
@@ -92,7 +96,7 @@ def offline(args) -> int:
         print_json(result)
     else:
         s = result["loadgen_summary"]
-        keys = ["backend", "batch", "gpus", "mode", "samples_per_s", "samples_completed", "torch_fp16_samples_per_s"]
+        keys = ["backend", "batch", "gpus", "streams", "mode", "samples_per_s", "samples_completed", "torch_fp16_samples_per_s"]
         rows = [[k, result.get(k)] for k in keys] + [[k, s.get(k)] for k in (
             "Result is", "Min latency (ns)", "Mean latency (ns)", "50.00 percentile latency (ns)",
             "90.00 percentile latency (ns)", "99.00 percentile latency (ns)") if k in s]

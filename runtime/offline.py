@@ -2,9 +2,22 @@
 
 The query sample library preprocesses its samples once (MLPerf ResNet-50 preprocessing, trtfuse.calib.data)
 and, for GPU backends, keeps them on the device, as NVIDIA's harness does. The system under test takes
-LoadGen's one Offline query, cuts it into batches, and runs them on one worker per GPU, each with two
-runners (two CUDA graphs in flight). Responses are the top-1 class as int32, as in MLPerf's ResNet-50
-benchmark, so LoadGen's accuracy log can be scored. LoadGen's own logs are kept in --log-dir.
+LoadGen's one Offline query, cuts it into batches as it goes (the last one padded with repeats: the graphs
+have a static batch) and deals them round-robin to one worker per GPU.
+
+A GPU worker (`_GpuWorker`) is a two-stage pipeline over `--streams` runners (default 3), each a CUDA graph
+on its own stream (runtime/gpu_runner.CudaRunner, or runtime/trt_runner.TrtRunner for --backend trt) whose
+forward ends with the top-1 of each image on the device (plugins/network_ops.argmax_rows):
+  * the launcher thread takes the next batch and a free runner and enqueues on that runner's stream the
+    batch's sample indices (from pinned memory), the gather of those samples into the runner's input, the
+    forward, the copy of the batch's int32 top-1 into the runner's pinned array and an event; it hands the
+    runner to
+  * the completion thread, which waits for the event, answers LoadGen straight from the pinned array (one
+    QuerySampleResponse per sample pointing at its 4 bytes) and only then frees the runner.
+The launcher never waits on response work: it blocks only while every runner is in flight. Responses are
+the top-1 class as int32, as in MLPerf's ResNet-50 benchmark, so LoadGen's accuracy log can be scored.
+A failure in either thread is kept and reported after the run; the failed batch's queries and every later
+batch's are still completed (empty), so LoadGen never waits forever. LoadGen's own logs are kept in --log-dir.
 """
 
 from __future__ import annotations
@@ -20,6 +33,7 @@ import numpy as np
 from ..errors import TrtfuseError
 
 BACKENDS = ("cuda", "onnxruntime", "trt")
+DEFAULT_STREAMS = 3
 
 
 def _loadgen():
@@ -44,76 +58,152 @@ def load_samples(spec: str, count: int, size: int = 224, model=None):
 
 
 class _Worker:
-    """A thread draining a queue of (sample indices, response ids, done); a failure is kept, reported after
-    the run, and the failed batch's queries are still completed so LoadGen never waits forever."""
+    """Drains `jobs`, a queue of (sample indices, response ids, done) ended by None, calling
+    done(ids, top1 int32 array) per batch, or done(ids, None) for a batch that failed (or came after a
+    failure). The first failure is kept in `error` and re-raised by run_offline after the run."""
 
-    def __init__(self):
+    def __init__(self, threads: list[threading.Thread]):
         self.jobs: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._guarded, daemon=True)
+        self._error_lock = threading.Lock()
+        self.threads = threads
 
-    def _guarded(self) -> None:
+    def _fail(self, exc: BaseException) -> None:
+        with self._error_lock:
+            if self.error is None:
+                self.error = exc
+
+    def _answer(self, done, ids, top1) -> None:
+        """done() must not take a thread down with it: that would leave later queries unanswered."""
         try:
-            self._loop()
-        except BaseException as exc:  # noqa: BLE001 - re-raised by run_offline
-            self.error = exc
-            while True:
-                job = self.jobs.get()
-                if job is None:
-                    break
-                job[2](job[1], None)
+            done(ids, top1)
+        except BaseException as exc:  # noqa: BLE001 - reported after the run
+            self._fail(exc)
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def close(self, timeout: float = 60.0) -> None:
+        """No more jobs: let the threads finish what is queued and in flight."""
+        self.jobs.put(None)
+        for t in self.threads:
+            t.join(timeout=timeout)
 
 
-class _GpuWorker(_Worker):
-    """One GPU: two runners (streams) fed by a queue of (sample indices, response ids). A runner is a
-    gpu_runner.CudaRunner (--backend cuda) or a trt_runner.TrtRunner (--backend trt): input_ptr, stream,
-    launch(), fetch(), output_name."""
+class _RunnerSlot:
+    """One runner of a GPU worker and what its batches need besides: the sample indices in pinned memory
+    and on the device, the pinned int32 [batch] array its top-1 lands in, the event after that copy.
+    `start` and `wait` are the two halves _GpuWorker's threads call."""
 
-    def __init__(self, make_runner, batch: int, samples: np.ndarray, device: int, streams: int = 2):
+    def __init__(self, runner, samples, sample_bytes: int, batch: int):
         from ..plugins import cuda_driver as cd
 
-        self.device, self.batch = device, batch
-        cd.context(device)
-        self.samples = cd.DeviceBuffer.from_array(samples)  # preprocessed once, kept on the GPU
-        self.sample_bytes = samples[0].nbytes
-        self.runners = [make_runner() for _ in range(streams)]
-        self.index_bufs = [cd.DeviceBuffer(8 * batch) for _ in range(streams)]
-        super().__init__()
-        self.thread.start()
+        if runner.top1_ptr is None:
+            raise TrtfuseError(f"trtfuse offline answers with each image's top-1 class: the model's output "
+                               f"{runner.output_name!r} is not per-image fp32/fp16 logits [batch, classes]")
+        self.runner, self.samples, self.sample_bytes = runner, samples, sample_bytes
+        self.indices = cd.PinnedArray(batch, np.int64)
+        self.indices_on_device = cd.DeviceBuffer(8 * batch)
+        self.top1 = cd.PinnedArray(batch, np.int32)
+        self.event = cd.Event()
 
-    def _loop(self) -> None:
+    def start(self, indices: np.ndarray) -> None:
+        """Enqueue the batch on the runner's stream, through the top-1 copy and the event (returns at once).
+        The pinned arrays are free to overwrite: a slot is started again only after its last wait()."""
         from ..plugins import cuda_driver as cd
         from ..plugins import network_ops
 
-        drv = cd._driver()
-        cd.check(drv.cuCtxSetCurrent(cd.context(self.device)))
-        pending = []  # (runner, ids, n) launched, not yet read back
-        turn = 0
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                break
-            indices, ids, done = job
-            slot_of_runner = turn % len(self.runners)
-            runner = self.runners[slot_of_runner]
-            turn += 1
-            if len(pending) == len(self.runners):
-                self._finish(*pending.pop(0))
-            # gather this batch's device-resident samples with one kernel
-            index = np.ascontiguousarray(indices, dtype=np.int64)
-            ibuf = self.index_bufs[slot_of_runner]
-            cd.check(drv.cuMemcpyHtoDAsync(ibuf.ptr, index.ctypes.data, index.nbytes, runner.stream.handle))
-            network_ops.gather_rows(self.samples.ptr, ibuf.ptr, self.sample_bytes, len(index), runner.input_ptr,
-                                    stream=runner.stream.handle)
-            runner.launch()
-            pending.append((runner, ids, len(ids), done))
-            if self.jobs.empty():
-                while pending:
-                    self._finish(*pending.pop(0))
+        n = len(indices)
+        stream = self.runner.stream.handle
+        self.indices.array[:n] = indices
+        cd.check(cd._driver().cuMemcpyHtoDAsync(self.indices_on_device.ptr, self.indices.ptr, 8 * n, stream))
+        network_ops.gather_rows(self.samples.ptr, self.indices_on_device.ptr, self.sample_bytes, n, self.runner.input_ptr,
+                                stream=stream)
+        self.runner.launch()
+        self.runner.copy_top1(self.top1.array)
+        self.event.record(stream)
 
-    def _finish(self, runner, ids, n, done) -> None:
-        logits = runner.fetch(runner.output_name)[:n]
-        done(ids, np.argmax(logits, axis=1).astype(np.int32))
+    def wait(self) -> np.ndarray:
+        """The started batch's top-1 (the pinned array itself: valid until the slot is started again)."""
+        self.event.synchronize()
+        return self.top1.array
+
+
+class _GpuWorker(_Worker):
+    """One GPU: a launcher and a completion thread over `slots` (_RunnerSlot, or anything with start(indices)
+    and wait() -> top-1 array). A slot goes back to the free queue only after its batch was answered."""
+
+    def __init__(self, slots: list, thread_setup=None):
+        super().__init__([threading.Thread(target=self._launch_loop, name="offline-launch", daemon=True),
+                          threading.Thread(target=self._complete_loop, name="offline-complete", daemon=True)])
+        self.slots = slots
+        self._thread_setup = thread_setup or (lambda: None)  # e.g. make the GPU's context current
+        self._free: queue.Queue = queue.Queue()
+        for slot in slots:
+            self._free.put(slot)
+        self._in_flight: queue.Queue = queue.Queue()  # (slot, ids, done) in launch order, then None
+        self.start()
+
+    def _launch_loop(self) -> None:
+        try:
+            self._thread_setup()
+        except BaseException as exc:  # noqa: BLE001 - every job is then answered empty
+            self._fail(exc)
+        try:
+            while True:
+                job = self.jobs.get()
+                if job is None:
+                    return
+                indices, ids, done = job
+                if self.error is not None:
+                    self._answer(done, ids, None)
+                    continue
+                slot = self._free.get()
+                if self.error is not None:  # the completion thread failed while this batch waited for a runner
+                    self._free.put(slot)
+                    self._answer(done, ids, None)
+                    continue
+                try:
+                    slot.start(indices)
+                except BaseException as exc:  # noqa: BLE001
+                    self._fail(exc)
+                    self._free.put(slot)
+                    self._answer(done, ids, None)
+                    continue
+                self._in_flight.put((slot, ids, done))
+        finally:
+            self._in_flight.put(None)
+
+    def _complete_loop(self) -> None:
+        try:
+            self._thread_setup()
+        except BaseException as exc:  # noqa: BLE001 - the waits below then fail and answer empty
+            self._fail(exc)
+        while True:
+            item = self._in_flight.get()
+            if item is None:
+                return
+            slot, ids, done = item
+            try:
+                try:
+                    top1 = slot.wait()[: len(ids)]
+                except BaseException as exc:  # noqa: BLE001
+                    self._fail(exc)
+                    top1 = None
+                self._answer(done, ids, top1)
+            finally:
+                self._free.put(slot)
+
+
+def _cuda_worker(make_runner, batch: int, samples: np.ndarray, device: int, streams: int) -> _GpuWorker:
+    """A _GpuWorker on GPU `device` with `streams` runners from make_runner(), samples uploaded once."""
+    from ..plugins import cuda_driver as cd
+
+    ctx = cd.context(device)
+    on_device = cd.DeviceBuffer.from_array(samples)  # preprocessed once, kept on the GPU
+    slots = [_RunnerSlot(make_runner(), on_device, samples[0].nbytes, batch) for _ in range(streams)]
+    return _GpuWorker(slots, thread_setup=lambda: cd.check(cd._driver().cuCtxSetCurrent(ctx)))
 
 
 class _OrtWorker(_Worker):
@@ -123,28 +213,38 @@ class _OrtWorker(_Worker):
         self.session = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
         self.name = self.session.get_inputs()[0].name
         self.samples, self.batch = samples, batch
-        super().__init__()
-        self.thread.start()
+        super().__init__([threading.Thread(target=self._loop, name="offline-ort", daemon=True)])
+        self.start()
 
     def _loop(self) -> None:
         while True:
             job = self.jobs.get()
             if job is None:
-                break
+                return
             indices, ids, done = job
-            logits = self.session.run(None, {self.name: self.samples[indices]})[0]
-            done(ids, np.argmax(logits, axis=1).astype(np.int32))
+            top1 = None
+            if self.error is None:
+                try:
+                    logits = self.session.run(None, {self.name: self.samples[indices]})[0]
+                    top1 = np.argmax(logits.reshape(len(indices), -1), axis=1).astype(np.int32)
+                except BaseException as exc:  # noqa: BLE001
+                    self._fail(exc)
+            self._answer(done, ids, top1)
 
 
 def run_offline(model_path: str, backend: str, data: str, count: int, batch: int, gpus: str, mode: str,
-                log_dir: str, expected_qps: float, min_duration_s: float, progress_cb=None, autotune: bool = False) -> dict:
-    lg = _loadgen()
+                log_dir: str, expected_qps: float, min_duration_s: float, progress_cb=None, autotune: bool = False,
+                streams: int = DEFAULT_STREAMS) -> dict:
+    _loadgen()
+    if streams < 1:
+        raise TrtfuseError(f"--streams {streams}: need at least 1 runner per GPU")
     if backend == "trt":  # --model is a serialized engine (`trtfuse build`)
         from .trt_runner import TrtEngine, plan_io
 
         engines = {0: TrtEngine(model_path, 0)}
         plan_io(engines[0].tensors, batch)  # refuse a batch the engine cannot run before loading samples
         dims = engines[0].input_dims
+        model = None
     else:
         from ..graph_passes.scales import model_input_spec
         from ..io import load_model
@@ -184,11 +284,32 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
             for d in range(1, n_gpus):
                 engines[d] = TrtEngine(model_path, d)
             makers = [lambda e=engines[d]: TrtRunner(e, batch) for d in range(n_gpus)]
-        workers = [_GpuWorker(makers[d], batch, images, d) for d in range(n_gpus)]
+        workers = []
+        try:
+            for d in range(n_gpus):
+                workers.append(_cuda_worker(makers[d], batch, images, d, streams))
+        except BaseException:
+            for w in workers:
+                w.close()
+            raise
     else:
         n_gpus = 0
         workers = [_OrtWorker(model_path, batch, images)]
 
+    out = {"backend": backend, "model": model_path, "data": data, "count": count, "batch": batch, "gpus": n_gpus,
+           "streams": streams if n_gpus else None, "mode": mode}
+    out.update(run_loadgen(workers, count, batch, pad_last_batch=n_gpus > 0, mode=mode, log_dir=log_dir,
+                           expected_qps=expected_qps, min_duration_s=min_duration_s, labels=labels,
+                           progress_cb=progress_cb, what=f"the {backend} worker"))
+    return out
+
+
+def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: bool, mode: str, log_dir: str,
+                expected_qps: float, min_duration_s: float, labels=None, progress_cb=None,
+                what: str = "a worker") -> dict:
+    """LoadGen's Offline scenario over `count` samples served by `workers` (started, each with a `jobs`
+    queue); closes the workers. Raises after the run if one of them failed."""
+    lg = _loadgen()
     lock = threading.Lock()
     completed = [0]
 
@@ -212,7 +333,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         for k, start in enumerate(range(0, len(query_samples), batch)):
             chunk = query_samples[start : start + batch]
             idx = np.fromiter((q.index for q in chunk), np.int64, len(chunk))
-            if backend in ("cuda", "trt") and len(idx) < batch:  # a static-shape graph: pad the last batch with repeats
+            if pad_last_batch and len(idx) < batch:  # a static-shape graph: pad the last batch with repeats
                 idx = np.concatenate([idx, np.repeat(idx[:1], batch - len(idx))])
             workers[k % len(workers)].jobs.put((idx, [q.id for q in chunk], done))
 
@@ -232,23 +353,23 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
     log_settings.log_output.outdir = str(log_dir)
     log_settings.log_output.copy_summary_to_stdout = False
     log_settings.enable_trace = False
-    start = time.perf_counter()
-    lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
-    wall = time.perf_counter() - start
-    for w in workers:
-        w.jobs.put(None)
-    for w in workers:
-        w.thread.join(timeout=60)
-    lg.DestroyQSL(qsl)
-    lg.DestroySUT(sut)
+    try:
+        start = time.perf_counter()
+        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+        wall = time.perf_counter() - start
+    finally:
+        for w in workers:
+            w.close()
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
     failed = [w.error for w in workers if w.error is not None]
     if failed:
-        raise TrtfuseError(f"the {backend} worker failed: {type(failed[0]).__name__}: {str(failed[0]).splitlines()[0] if str(failed[0]) else ''}")
+        first = str(failed[0]).splitlines()[0] if str(failed[0]) else ""
+        raise TrtfuseError(f"{what} failed: {type(failed[0]).__name__}: {first}")
 
     summary = parse_summary(Path(log_dir) / "mlperf_log_summary.txt")
-    out = {"backend": backend, "model": model_path, "data": data, "count": count, "batch": batch, "gpus": n_gpus,
-           "mode": mode, "samples_completed": completed[0], "wall_seconds": wall,
-           "samples_per_s": summary.get("Samples per second"), "loadgen_summary": summary, "log_dir": str(log_dir)}
+    out = {"samples_completed": completed[0], "wall_seconds": wall, "samples_per_s": summary.get("Samples per second"),
+           "loadgen_summary": summary, "log_dir": str(log_dir)}
     if mode == "accuracy":
         out.update(score_accuracy(Path(log_dir) / "mlperf_log_accuracy.json", labels))
     return out

@@ -5,8 +5,10 @@ version-compatible engines only); trtfuse's plugins are registered first: the Qu
 (plugins/trt_plugins.py) where `tensorrt.plugin` imports, else the IPluginV3 creators (plugins/trt_v3.py).
 One execution context per runner, device buffers from plugins/cuda_driver.py, `execute_async_v3` on the
 runner's stream, optionally captured once into a CUDA graph and replayed. The runner has the same
-surface as runtime/gpu_runner.CudaRunner (input_ptr, launch, fetch, run), so `trtfuse offline` drives both
-with one worker.
+surface as runtime/gpu_runner.CudaRunner (input_ptr, launch, fetch, run, top1_ptr, copy_top1), so
+`trtfuse offline` drives both with one worker: when the first output is float32 or float16 logits
+([batch, classes], trailing 1s allowed) our argmax kernel (plugins/network_ops.argmax_rows) runs on that
+output buffer on the runner's stream right after TensorRT's enqueue, inside the same CUDA graph.
 
 Which engine I/O is accepted is decided by `plan_io`, plain Python over the engine's tensor list (tested
 without TensorRT): one float32 linear NCHW image input with static C, H, W; linear outputs of a numpy
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TrtfuseError
+from .top1 import Top1Readout
 
 # TensorRT DataType name -> numpy dtype (bf16/fp8/fp4/int4 have no numpy dtype: refused).
 NUMPY_DTYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
@@ -83,6 +86,17 @@ def resolved_shape(name: str, shape) -> tuple:
         raise TrtfuseError(f"engine output {name!r} has shape {list(shape)} after the input shape is set: "
                            "data-dependent output shapes are not supported")
     return shape
+
+
+def logits_classes(shape: tuple, dtype: str, batch: int) -> int | None:
+    """The class count when an output of this shape and numpy dtype name holds one row of logits per image
+    that our argmax kernel reads ([batch, classes] with any trailing 1s, float32 or float16), else None."""
+    from ..plugins.network_ops import ARGMAX_DTYPES
+
+    if dtype not in ARGMAX_DTYPES or len(shape) < 2 or shape[0] != batch:
+        return None
+    classes = int(np.prod(shape[1:]))
+    return classes if classes >= 1 and classes == max(shape[1:]) else None
 
 
 def register_plugins(trt, module_name: str) -> str:
@@ -154,7 +168,7 @@ def engine_io(trt, engine) -> list[IOTensor]:
     return out
 
 
-class TrtRunner:
+class TrtRunner(Top1Readout):
     """One execution context with its own buffers and stream; static shapes after construction."""
 
     def __init__(self, engine: TrtEngine, batch: int, use_graph: bool = True):
@@ -180,6 +194,8 @@ class TrtRunner:
             if not self.context.set_tensor_address(name, buf.ptr):
                 raise TrtfuseError(f"TensorRT refused the address of {name!r}")
         self.output_name = self.plan.outputs[0].name
+        self.top1 = None
+        self._top1_launch = self._plan_top1()
         self.stream = cd.Stream()
         self.graph_exec = None
         if use_graph:
@@ -189,9 +205,24 @@ class TrtRunner:
     def input_ptr(self) -> int:
         return self.buffers[self.plan.input.name].ptr
 
+    def _plan_top1(self):
+        """The argmax launch over the output's rows, or None (and no top-1) where logits_classes says no."""
+        from ..plugins import cuda_driver as cd
+        from ..plugins import network_ops
+
+        dtype = np.dtype(self.dtypes[self.output_name]).name
+        classes = logits_classes(self.shapes[self.output_name], dtype, self.batch)
+        if classes is None:
+            return None
+        self.top1 = cd.DeviceBuffer(4 * self.batch)
+        logits, top1 = self.buffers[self.output_name].ptr, self.top1.ptr
+        return lambda stream: network_ops.argmax_rows(logits, self.batch, classes, top1, dtype, stream=stream)
+
     def _execute(self) -> None:
         if not self.context.execute_async_v3(int(self.stream.handle)):
             raise RuntimeError("TensorRT execute_async_v3 failed (see TensorRT's messages)")
+        if self._top1_launch is not None:
+            self._top1_launch(self.stream.handle)
 
     def _capture(self) -> None:
         from ..plugins import cuda_driver as cd

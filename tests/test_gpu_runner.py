@@ -36,6 +36,32 @@ def test_fuse_all_resnet_matches_cpu_golden(arch, size, options):
     ref = cpu[-1]
     cos = np.sum(ref * logits, 1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(logits, axis=1))
     assert cos.min() > 0.9999 and (np.argmax(ref, 1) == np.argmax(logits, 1)).all()
+    # the graph's last step: the device top-1 of the same logits, as numpy would pick it
+    assert runner.steps[-1][0] == "top-1" and runner.top1_ptr is not None
+    assert np.array_equal(runner.fetch_top1(), np.argmax(logits, 1))
+
+
+def test_top1_copy_lands_in_a_pinned_array_after_the_event():
+    """The Offline harness's readout: launch, copy_top1 into pinned memory, an event; after the event the
+    pinned array holds numpy's argmax of the logits of that forward (the logits stay readable)."""
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.runtime.gpu_runner import CudaRunner
+
+    model = load_cached_model("resnet18", image_size=32, batch=4)
+    rng = np.random.default_rng()
+    fused, _ = rewrite(model, "all", calib_images=rng.normal(size=(4, 3, 32, 32)).astype(np.float32))
+    runner = CudaRunner(fused, 4)
+    pinned, event = cd.PinnedArray(4, np.int32), cd.Event()
+    for _ in range(3):  # fresh images each time: a stale copy would show
+        runner.load_input(rng.normal(size=(4, 3, 32, 32)).astype(np.float32))
+        pinned.array[:] = -1
+        runner.launch()
+        runner.copy_top1(pinned.array)
+        event.record(runner.stream.handle)
+        event.synchronize()
+        assert np.array_equal(pinned.array, np.argmax(runner.fetch(runner.output_name), 1))
+    with pytest.raises(ValueError, match="int32"):
+        runner.copy_top1(np.zeros(4, np.int64))
 
 
 def test_residual_only_model_is_refused_naming_the_node():

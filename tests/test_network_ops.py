@@ -164,3 +164,145 @@ def test_gather_rows_kernel():
     db.fill(0x5A)
     network_ops.gather_rows(sb.ptr, ib.ptr, src.shape[1], 17, db.ptr)
     assert np.array_equal(db.download((17, src.shape[1]), np.int8), src[index])
+
+
+def test_linear_reference_is_a_sequential_fma_chain():
+    """reference.linear_f32 (what the GPU classifier must equal bit for bit) against a scalar loop over
+    libm's fmaf, and on two cases where the answer shows the order and the fusing: a sum that an
+    exact dot product or another order would get differently."""
+    import ctypes
+    import ctypes.util
+
+    fmaf = ctypes.CDLL(ctypes.util.find_library("m")).fmaf
+    fmaf.restype, fmaf.argtypes = ctypes.c_float, [ctypes.c_float] * 3
+    rng = np.random.default_rng()
+    x = rng.normal(size=(3, 37)).astype(np.float32)
+    w = (rng.normal(size=(5, 37)) * rng.choice([1e-3, 1.0, 1e3], (5, 37))).astype(np.float32)
+    bias = rng.normal(size=5).astype(np.float32)
+    want = np.empty((3, 5), np.float32)
+    for m in range(3):
+        for n in range(5):
+            acc = np.float32(0)
+            for k in range(37):
+                acc = np.float32(fmaf(x[m, k], w[n, k], acc))
+            want[m, n] = acc + bias[n]
+    assert np.array_equal(ref.linear_f32(x, w, bias).view(np.uint32), want.view(np.uint32))
+    # 1e8 + 1 rounds back to 1e8 in float32 before -1e8 arrives: 0, where the exact sum is 1
+    one_lost = ref.linear_f32(np.array([[1e8, 1, -1e8]], np.float32), np.ones((1, 3), np.float32), np.zeros(1, np.float32))
+    assert one_lost[0, 0] == 0
+    # fused: (1 + 2^-12)^2 - (1 + 2^-11) = 2^-24 exactly; rounding the product first would give 0
+    t = 1 + 2.0**-12
+    fused = ref.linear_f32(np.array([[1, t]], np.float32), np.array([[-(1 + 2.0**-11), t]], np.float32), np.zeros(1, np.float32))
+    assert fused[0, 0] == np.float32(2.0**-24)
+
+
+def test_linear_reference_pads_k_like_the_kernel():
+    """The zero steps past K (to a multiple of 32) turn an accumulator of -0 into +0, which a bias of -0
+    keeps visible. Every product here is a tiny negative that rounds to -0: with K = 32 there is no zero
+    step and the -0 survives, with K = 33 the padding makes it +0."""
+    neg_zero = np.array([-0.0], np.float32)
+    for k, negative in ((32, True), (33, False)):
+        y = ref.linear_f32(np.full((1, k), 1e-30, np.float32), np.full((1, k), -1e-30, np.float32), neg_zero)
+        assert y[0, 0] == 0 and np.signbit(y[0, 0]) == negative, k
+
+
+LINEAR_SHAPES = [(1, 1, 1), (3, 1001, 37), (5, 7, 4), (2, 3, 33), (33, 65, 64), (64, 130, 300), (256, 1000, 2048)]
+
+
+@pytest.mark.parametrize("m,n,k", LINEAR_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in LINEAR_SHAPES])
+@needs_gpu
+def test_linear_f32_kernel_is_bit_exact(m, n, k):
+    """trtfuse_linear_f32 equals the sequential-fma reference bit for bit: any other summation order or
+    an unfused multiply-add changes the last bits of most outputs of random data (ragged shapes take the
+    bounds-checked paths, K % 4 != 0 the scalar loads)."""
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins import network_ops
+
+    rng = np.random.default_rng()
+    x = rng.normal(size=(m, k)).astype(np.float32)
+    w = (rng.normal(size=(n, k)) * 0.05).astype(np.float32)
+    bias = rng.normal(size=n).astype(np.float32)
+    xb, wb, bb = (cd.DeviceBuffer.from_array(a) for a in (x, w, bias))
+    yb = cd.DeviceBuffer(m * n * 4)
+    yb.fill(0xFF)  # NaN pattern
+    network_ops.linear_f32(xb.ptr, wb.ptr, bb.ptr, m, n, k, yb.ptr)
+    got = yb.download((m, n), np.float32)
+    assert np.array_equal(got.view(np.uint32), ref.linear_f32(x, w, bias).view(np.uint32))
+
+
+@needs_gpu
+def test_linear_f32_kernel_takes_scalar_loads_for_misaligned_rows():
+    """K % 4 == 0 but x starts 4 bytes into its buffer: the float4 loads would fault or misread."""
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins import network_ops
+
+    rng = np.random.default_rng()
+    m, n, k = 9, 70, 64
+    x = rng.normal(size=(m, k)).astype(np.float32)
+    w = rng.normal(size=(n, k)).astype(np.float32)
+    bias = rng.normal(size=n).astype(np.float32)
+    xb = cd.DeviceBuffer.from_array(np.concatenate([np.zeros(1, np.float32), x.ravel()]))
+    wb, bb = cd.DeviceBuffer.from_array(w), cd.DeviceBuffer.from_array(bias)
+    yb = cd.DeviceBuffer(m * n * 4)
+    yb.fill(0xFF)
+    network_ops.linear_f32(xb.ptr + 4, wb.ptr, bb.ptr, m, n, k, yb.ptr)
+    got = yb.download((m, n), np.float32)
+    assert np.array_equal(got.view(np.uint32), ref.linear_f32(x, w, bias).view(np.uint32))
+
+
+def _argmax_rows_cases(n: int) -> np.ndarray:
+    """Random rows, then rows whose answer hangs on numpy's rules: ties (the first index wins, also when
+    the later one sits in a lower lane of the warp), NaN (the maximum; the first NaN wins), -inf only,
+    -0 against +0."""
+    rng = np.random.default_rng()
+    rows = [rng.normal(size=n) for _ in range(40)]
+
+    def row(fill=-1.0, **at):
+        r = np.full(n, fill)
+        for i, v in at.items():
+            if int(i[1:]) < n:
+                r[int(i[1:])] = v
+        return r
+
+    last = f"i{n - 1}"
+    rows += [
+        np.full(n, 3.0),  # all equal: 0
+        row(**{"i5": 7.0, last: 7.0}),
+        row(**{"i31": 2.0, "i32": 2.0}),  # lane 31 against lane 0 of the next pass
+        row(**{"i33": 2.0, "i1": 2.0}),
+        row(**{"i40": np.nan, "i3": np.nan}),
+        row(**{"i2": np.inf, "i40": np.nan}),  # NaN beats +inf
+        row(**{last: np.nan}),
+        np.full(n, np.nan),
+        np.full(n, -np.inf),
+        row(-np.inf, **{last: -1e30}),
+        row(**{"i2": -0.0, "i5": 0.0}),  # -0 == +0: the first
+        row(**{"i0": 0.0, "i1": -0.0}),
+    ]
+    return np.stack(rows)
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 1001])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@needs_gpu
+def test_argmax_rows_kernel_is_numpy_argmax(n, dtype):
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins import network_ops
+
+    x = _argmax_rows_cases(n).astype(dtype)
+    xb = cd.DeviceBuffer.from_array(x)
+    yb = cd.DeviceBuffer(4 * len(x))
+    yb.fill(0x7F)
+    network_ops.argmax_rows(xb.ptr, len(x), n, yb.ptr, dtype)
+    got = yb.download(len(x), np.int32)
+    want = np.argmax(x, axis=1)
+    assert np.array_equal(got, want), np.nonzero(got != want)
+
+
+def test_argmax_rows_refuses_what_it_cannot_read():
+    from trtfuse.plugins import network_ops
+
+    with pytest.raises(ValueError, match="float32 or float16"):
+        network_ops.argmax_rows(0, 4, 10, 0, "int8")
+    with pytest.raises(ValueError, match="M, N >= 1"):
+        network_ops.argmax_rows(0, 4, 0, 0)

@@ -1,7 +1,12 @@
 """`trtfuse offline` on MLPerf LoadGen: the harness end to end on the CPU (onnxruntime backend, a small
-model), LoadGen's logs kept and parsed, accuracy-mode responses scored; the cuda backend on a GPU."""
+model), LoadGen's logs kept and parsed, accuracy-mode responses scored; the GPU worker's launcher /
+completion pipeline on the CPU with stand-in runner slots (every query answered once, the launcher never
+waiting on response work, failures answered and reported); the cuda backend on a GPU."""
 
+import collections
 import json
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -41,6 +46,17 @@ def test_offline_errors_are_one_line(small_model, capsys):
     assert main(["offline", "--model", str(small_model), "--backend", "trt", "--count", "4", "--log-dir", "/tmp/x"]) == 2
     assert "is an ONNX model" in capsys.readouterr().err  # --backend trt runs a serialized engine
     assert main(["offline", "--model", "/nonexistent.onnx"]) == 2
+    capsys.readouterr()
+    assert main(["offline", "--model", str(small_model), "--streams", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--streams" in err and err.count("\n") == 1
+
+
+def test_streams_default_is_the_harness_default():
+    from trtfuse.cli import build_parser
+    from trtfuse.runtime.offline import DEFAULT_STREAMS
+
+    assert build_parser().parse_args(["offline", "--model", "m.onnx"]).streams == DEFAULT_STREAMS
 
 
 def test_summary_parser_reads_loadgen_lines(tmp_path):
@@ -52,7 +68,10 @@ def test_summary_parser_reads_loadgen_lines(tmp_path):
 
 
 @pytest.mark.gpu
-def test_offline_cuda_backend_on_a_gpu(tmp_path):
+@pytest.mark.parametrize("streams", [1, 3])
+def test_offline_cuda_backend_on_a_gpu(tmp_path, streams):
+    """Accuracy mode on the GPU: each sample's response is the top-1 that a plain run of the same model
+    on the same images gives (100 samples in batches of 16: the last one padded)."""
     from trtfuse.plugins.cuda_driver import gpu_available
 
     ok, why = gpu_available()
@@ -61,12 +80,226 @@ def test_offline_cuda_backend_on_a_gpu(tmp_path):
     from trtfuse.graph_passes.pipeline import rewrite
     from trtfuse.io import save_model
     from trtfuse.models import build
+    from trtfuse.runtime.gpu_runner import CudaRunner
+    from trtfuse.runtime.offline import load_samples
 
     model, _ = rewrite(build("resnet18", image_size=32, batch=None), "all",
                        calib_images=np.random.default_rng(0).normal(size=(4, 3, 32, 32)).astype(np.float32))
     save_model(model, tmp_path / "all.onnx")
     out = tmp_path / "r.json"
     assert main(["offline", "--model", str(tmp_path / "all.onnx"), "--backend", "cuda", "--count", "100", "--batch",
-                 "16", "--mode", "accuracy", "--log-dir", str(tmp_path / "logs"), "-o", str(out)]) == 0
+                 "16", "--streams", str(streams), "--mode", "accuracy", "--log-dir", str(tmp_path / "logs"), "-o", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["accuracy_responses"] == 100 and result["gpus"] == 1
+    assert result["accuracy_responses"] == 100 and result["gpus"] == 1 and result["streams"] == streams
+    images, _ = load_samples("synthetic", 100, 32)
+    runner = CudaRunner(model, 16)
+    padded = np.concatenate([images, images[:12]])
+    want = np.concatenate([np.argmax(runner.run(padded[i : i + 16]), 1) for i in range(0, 112, 16)])[:100]
+    entries = json.loads((tmp_path / "logs" / "mlperf_log_accuracy.json").read_text())
+    got = {e["qsl_idx"]: int.from_bytes(bytes.fromhex(e["data"]), "little", signed=True) for e in entries}
+    assert [got[i] for i in range(100)] == want.tolist()
+
+
+# ---- the GPU worker's pipeline, with stand-ins for the runner slots ----
+
+def model_top1(indices):
+    """What the stand-in 'model' answers for a sample: a fixed function of its index."""
+    return (np.asarray(indices) * 7 + 3) % 1000
+
+
+class FakeGpu:
+    """Stand-ins for runtime.offline._RunnerSlot: start() 'runs the batch' and writes its top-1 into the
+    slot's array right away, as the asynchronous copy into the pinned array will by the time the event
+    fires; wait() hands that array back. A slot started again before its last batch was answered would
+    overwrite the answers under the responder (the done() below checks after a pause). Failures: the
+    n-th start (a launch error) or the n-th wait (an error the event reports), counted over all slots."""
+
+    def __init__(self, batch: int, slots: int, fail_start: int | None = None, fail_wait: int | None = None):
+        self.lock = threading.Lock()
+        self.starts = self.waits = 0
+        self.fail_start, self.fail_wait = fail_start, fail_wait
+        self.slots = [FakeSlot(self, batch) for _ in range(slots)]
+
+    def count(self, what: str) -> int:
+        with self.lock:
+            setattr(self, what, getattr(self, what) + 1)
+            return getattr(self, what)
+
+
+class FakeSlot:
+    def __init__(self, gpu: FakeGpu, batch: int):
+        self.gpu, self.top1 = gpu, np.full(batch, -1, np.int32)
+
+    def start(self, indices):
+        if self.gpu.count("starts") == self.gpu.fail_start:
+            raise RuntimeError("CUDA driver error CUDA_ERROR_LAUNCH_FAILED")
+        self.top1[:] = model_top1(indices)
+
+    def wait(self):
+        if self.gpu.count("waits") == self.gpu.fail_wait:
+            raise RuntimeError("CUDA driver error CUDA_ERROR_ILLEGAL_ADDRESS")
+        return self.top1
+
+
+class Responder:
+    """done() for _GpuWorker without LoadGen: records each batch's answer (a copy taken after a pause,
+    so an answer overwritten while being read shows up as wrong) and which query ids it covered."""
+
+    def __init__(self, pause_s: float = 0.002):
+        self.pause_s = pause_s
+        self.lock = threading.Lock()
+        self.answers = {}  # batch number -> top-1 list or None
+        self.ids = collections.Counter()
+
+    def done_for(self, batch_no: int):
+        def done(ids, top1):
+            time.sleep(self.pause_s)
+            with self.lock:
+                self.answers[batch_no] = None if top1 is None else np.array(top1).tolist()
+                self.ids.update(ids)
+        return done
+
+
+def _submit(worker, responder, batches: int, batch: int):
+    """Batches of sample indices 10 * b + i with query ids 1000 * b + i (the last one short, as LoadGen's
+    last batch is, padded with repeats as issue_queries pads it)."""
+    sent = {}
+    for b in range(batches):
+        n = batch if b < batches - 1 else batch - 3
+        indices = np.arange(10 * b, 10 * b + n, dtype=np.int64)
+        padded = np.concatenate([indices, np.repeat(indices[:1], batch - n)])
+        sent[b] = (indices, [1000 * b + i for i in range(n)])
+        worker.jobs.put((padded, sent[b][1], responder.done_for(b)))
+    return sent
+
+
+def test_gpu_worker_answers_every_query_once_with_its_own_top1():
+    from trtfuse.runtime.offline import _GpuWorker
+
+    gpu, responder = FakeGpu(batch=8, slots=3), Responder()
+    worker = _GpuWorker(gpu.slots)
+    sent = _submit(worker, responder, batches=20, batch=8)
+    worker.close(timeout=10)
+    assert not any(t.is_alive() for t in worker.threads) and worker.error is None
+    assert gpu.starts == 20 and gpu.waits == 20
+    assert sorted(responder.ids.elements()) == sorted(i for _, ids in sent.values() for i in ids)
+    assert max(responder.ids.values()) == 1
+    for b, (indices, _) in sent.items():  # only the real samples of the padded last batch are answered
+        assert responder.answers[b] == model_top1(indices).tolist(), b
+
+
+def test_launcher_does_not_wait_for_the_responses():
+    """While LoadGen is still busy with the first batch's responses, the other runners are launched; a
+    runner whose batch is not answered yet is not launched again (its pinned answers are still read)."""
+    from trtfuse.runtime.offline import _GpuWorker
+
+    gpu, release = FakeGpu(batch=4, slots=3), threading.Event()
+    answered = []
+
+    def done(ids, top1):
+        release.wait(10)
+        answered.append(list(ids))
+
+    worker = _GpuWorker(gpu.slots)
+    for b in range(6):
+        worker.jobs.put((np.arange(4 * b, 4 * b + 4), [b], done))
+    deadline = time.monotonic() + 5
+    while gpu.starts < 3 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.1)  # room for a wrong fourth launch
+    assert gpu.starts == 3 and answered == []
+    release.set()
+    worker.close(timeout=10)
+    assert gpu.starts == 6 and answered == [[b] for b in range(6)] and worker.error is None
+
+
+def test_a_failed_launch_is_reported_and_every_query_still_answered():
+    from trtfuse.runtime.offline import _GpuWorker
+
+    gpu, responder = FakeGpu(batch=8, slots=3, fail_start=3), Responder()
+    worker = _GpuWorker(gpu.slots)
+    sent = _submit(worker, responder, batches=10, batch=8)
+    worker.close(timeout=10)
+    assert isinstance(worker.error, RuntimeError) and "LAUNCH_FAILED" in str(worker.error)
+    assert sorted(responder.ids.elements()) == sorted(i for _, ids in sent.values() for i in ids)
+    assert max(responder.ids.values()) == 1
+    # batches launched before the failure keep their answers; the failed one and all later are empty
+    assert [responder.answers[b] for b in (0, 1)] == [model_top1(sent[b][0]).tolist() for b in (0, 1)]
+    assert all(responder.answers[b] is None for b in range(2, 10)) and gpu.starts == 3
+
+
+def test_a_failed_wait_is_reported_and_every_query_still_answered():
+    from trtfuse.runtime.offline import _GpuWorker
+
+    gpu, responder = FakeGpu(batch=8, slots=3, fail_wait=2), Responder()
+    worker = _GpuWorker(gpu.slots)
+    sent = _submit(worker, responder, batches=10, batch=8)
+    worker.close(timeout=10)
+    assert "ILLEGAL_ADDRESS" in str(worker.error)
+    assert sorted(responder.ids.elements()) == sorted(i for _, ids in sent.values() for i in ids)
+    assert max(responder.ids.values()) == 1
+    assert responder.answers[0] == model_top1(sent[0][0]).tolist() and responder.answers[1] is None
+    # batches already in flight when the wait failed finish normally; the rest are answered empty
+    for b in range(2, 10):
+        assert responder.answers[b] in (None, model_top1(sent[b][0]).tolist()), b
+
+
+def test_a_failing_responder_does_not_stop_the_pipeline():
+    from trtfuse.runtime.offline import _GpuWorker
+
+    gpu, calls = FakeGpu(batch=4, slots=2), []
+
+    def done(ids, top1):
+        calls.append((list(ids), top1 is None))
+        if len(calls) == 2:
+            raise ValueError("responder broke")
+
+    worker = _GpuWorker(gpu.slots)
+    for b in range(5):
+        worker.jobs.put((np.arange(4), [b], done))
+    worker.close(timeout=10)
+    assert isinstance(worker.error, ValueError)
+    # each batch once, none re-answered (after the failure the launcher answers new batches empty at once,
+    # so they may overtake ones still in flight)
+    assert sorted(ids for ids, _ in calls) == [[b] for b in range(5)]
+
+
+def _loadgen_run(tmp_path, mode, gpu, count=45, batch=8):
+    from trtfuse.runtime.offline import _GpuWorker, run_loadgen
+
+    worker = _GpuWorker(gpu.slots)
+    return run_loadgen([worker], count, batch, pad_last_batch=True, mode=mode, log_dir=str(tmp_path / "logs"),
+                       expected_qps=200.0, min_duration_s=0.2)
+
+
+def _loadgen_errors(tmp_path) -> list:
+    detail = (tmp_path / "logs" / "mlperf_log_detail.txt").read_text().splitlines()
+    return [line for line in detail if '"is_error": true' in line]
+
+
+def test_gpu_pipeline_under_loadgen_accuracy_mode(tmp_path):
+    """Every sample answered once, the response of each sample its own top-1 (the responses point into
+    the slot's array at base + 4 * i), the short last batch padded and its padding not answered."""
+    result = _loadgen_run(tmp_path, "accuracy", FakeGpu(batch=8, slots=3))
+    assert result["accuracy_responses"] == 45 and result["samples_completed"] == 45
+    entries = json.loads((tmp_path / "logs" / "mlperf_log_accuracy.json").read_text())
+    assert sorted(e["qsl_idx"] for e in entries) == list(range(45))
+    for e in entries:
+        assert int.from_bytes(bytes.fromhex(e["data"]), "little", signed=True) == model_top1(e["qsl_idx"])
+    assert _loadgen_errors(tmp_path) == []
+
+
+def test_gpu_pipeline_under_loadgen_performance_mode(tmp_path):
+    result = _loadgen_run(tmp_path, "performance", FakeGpu(batch=8, slots=3))
+    summary = result["loadgen_summary"]
+    assert summary["Scenario"] == "Offline" and result["samples_completed"] == summary["samples_per_query"] > 0
+    assert _loadgen_errors(tmp_path) == []
+
+
+def test_gpu_pipeline_failure_under_loadgen_is_one_error_after_the_run(tmp_path):
+    from trtfuse.errors import TrtfuseError
+
+    gpu = FakeGpu(batch=8, slots=3, fail_wait=3)
+    with pytest.raises(TrtfuseError, match="a worker failed: RuntimeError: CUDA driver error CUDA_ERROR_ILLEGAL_ADDRESS"):
+        _loadgen_run(tmp_path, "accuracy", gpu)
+    assert gpu.starts >= 3  # LoadGen got every query answered (else the run would not have returned)

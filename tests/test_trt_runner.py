@@ -126,3 +126,18 @@ def test_run_trt_without_a_gpu_is_one_line_exit_2(engine_file):
         pytest.skip(f"needs a TensorRT module to get past the import: {exc}")
     r = _cli(["run", str(engine_file), "--backend", "trt"])
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "needs an NVIDIA GPU" in r.stderr, r.stderr
+
+
+def test_top1_runs_on_the_device_only_over_per_image_logits():
+    """TrtRunner ends its forward with our argmax kernel where the first output is per-image fp32/fp16
+    logits; elsewhere it has no top-1 (and `trtfuse offline` refuses the engine in one line)."""
+    from trtfuse.runtime.trt_runner import logits_classes
+
+    assert logits_classes((8, 1000), "float32", 8) == 1000
+    assert logits_classes((8, 1000, 1, 1), "float16", 8) == 1000
+    assert logits_classes((8, 1, 1000), "float32", 8) == 1000
+    assert logits_classes((8, 1), "float32", 8) == 1
+    assert logits_classes((8, 10, 10), "float32", 8) is None  # a map per image, not a vector
+    assert logits_classes((8, 1000), "int8", 8) is None
+    assert logits_classes((8,), "float32", 8) is None
+    assert logits_classes((4, 1000), "float32", 8) is None

@@ -153,35 +153,161 @@ extern "C" __global__ void trtfuse_global_avgpool_chw32_f32(const int8_t* x, con
   }
 }
 
-// fp32 y[M][N] = x[M][K] . W^T + bias, W stored [N][K] (Gemm transB = 1). 32x32 output tile per CTA,
-// 256 threads, K staged through shared memory 32 at a time; each thread owns 4 outputs.
-extern "C" __global__ void trtfuse_linear_f32(const float* x, const float* w, const float* bias, int M, int N, int K,
-                                              float* y) {
-  __shared__ float xs[32][33], ws[32][33];
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;  // ty: 0..7
-  const int m0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int k0 = 0; k0 < K; k0 += 32) {
+// fp32 y[M][N] = x[M][K] . W^T + bias, W stored [N][K] (Gemm transB = 1).
+//
+// Numerics (fixed, tests/test_network_ops.py checks them bit for bit against reference.linear_f32):
+// every output is acc = 0; for k in 0 .. round_up(K, 32) - 1: acc = fmaf(x[m][k], w[n][k], acc), with
+// x = w = 0 past K; y = acc + bias[n]. That is the order of the 32x32-tile kernel this one replaced (the
+// zero steps past K only turn an accumulator of -0 into +0, as they did there), so the logits did not move.
+// No split-K: that would change the order.
+//
+// Tiling: the classifier's output is small (256 x 1000 for ResNet-50 at batch 256) and K long (2048), so
+// the tile is sized to fill the GPU with one CTA per SM: 32 (M) x 64 (N) outputs per CTA = 128 CTAs.
+// 128 threads, each 4 rows x 4 columns (16 independent FMA chains). Shared memory keeps the global
+// layout (k contiguous, rows padded to 36 floats: the 16-byte stores of a tile are conflict-free and so
+// are the reads below); a thread's columns are 16 apart so that the 16 column threads of a warp read
+// 16 different rows of 36 floats, which fall in distinct bank groups. K is staged 32 at a time through
+// two shared buffers: the next tile's global loads are in flight while the current one is multiplied.
+namespace linear {
+constexpr int BM = 32, BN = 64, BK = 32, LD = BK + 4, THREADS = 128;
+
+// Four consecutive k of one row, zero past K (and the whole row zero when it is past M or N).
+__device__ __forceinline__ float4 load4(const float* row, bool row_ok, int k, int K, bool vec) {
+  if (!row_ok) return make_float4(0.f, 0.f, 0.f, 0.f);
+  if (vec) return k < K ? *reinterpret_cast<const float4*>(row + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+  return make_float4(k < K ? row[k] : 0.f, k + 1 < K ? row[k + 1] : 0.f, k + 2 < K ? row[k + 2] : 0.f,
+                     k + 3 < K ? row[k + 3] : 0.f);
+}
+}  // namespace linear
+
+extern "C" __global__ void __launch_bounds__(linear::THREADS)
+trtfuse_linear_f32(const float* x, const float* w, const float* bias, int M, int N, int K, float* y) {
+  using namespace linear;
+  __shared__ __align__(16) float xs[2][BM][LD];
+  __shared__ __align__(16) float ws[2][BN][LD];
+  const int tid = threadIdx.x;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  // float4 global loads need every row start 16-byte aligned; anything else takes the scalar loads.
+  const bool vec = (K % 4 == 0) && ((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w)) % 16 == 0);
+
+  // Loader: thread -> (row tid / 8 + 16 p, k = 4 * (tid % 8)): a warp reads 4 rows x 128 bytes per pass.
+  const int lrow = tid / 8, lk = 4 * (tid % 8);
+  float4 xr[BM / 16], wr[BN / 16];
+  auto fetch = [&](int k0) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = ty + 8 * i;
-      xs[r][tx] = (m0 + r < M && k0 + tx < K) ? x[(long long)(m0 + r) * K + k0 + tx] : 0.f;
-      ws[r][tx] = (n0 + r < N && k0 + tx < K) ? w[(long long)(n0 + r) * K + k0 + tx] : 0.f;
+    for (int p = 0; p < BM / 16; ++p) {
+      const int m = m0 + lrow + 16 * p;
+      xr[p] = load4(x + (long long)m * K, m < M, k0 + lk, K, vec);
     }
-    __syncthreads();
-#pragma unroll 8
-    for (int kk = 0; kk < 32; ++kk) {
-      const float wv = ws[tx][kk];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[i] = fmaf(xs[ty + 8 * i][kk], wv, acc[i]);
+    for (int p = 0; p < BN / 16; ++p) {
+      const int n = n0 + lrow + 16 * p;
+      wr[p] = load4(w + (long long)n * K, n < N, k0 + lk, K, vec);
     }
+  };
+  auto stage = [&](int buf) {
+#pragma unroll
+    for (int p = 0; p < BM / 16; ++p) *reinterpret_cast<float4*>(&xs[buf][lrow + 16 * p][lk]) = xr[p];
+#pragma unroll
+    for (int p = 0; p < BN / 16; ++p) *reinterpret_cast<float4*>(&ws[buf][lrow + 16 * p][lk]) = wr[p];
+  };
+
+  // Compute: thread -> rows tm + 8 i, columns tn + 16 j (i, j = 0..3).
+  const int tn = tid % 16, tm = tid / 16;
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+
+  const int tiles = (K + BK - 1) / BK;
+  fetch(0);
+  stage(0);
+  __syncthreads();
+  for (int t = 0; t < tiles; ++t) {
+    const int buf = t & 1;
+    if (t + 1 < tiles) fetch((t + 1) * BK);
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 4) {
+      float4 a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(&xs[buf][tm + 8 * i][kk]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = *reinterpret_cast<const float4*>(&ws[buf][tn + 16 * j][kk]);
+      // k ascending for every accumulator: the .x, .y, .z, .w steps in that order
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          acc[i][j] = fmaf(a[i].x, b[j].x, acc[i][j]);
+          acc[i][j] = fmaf(a[i].y, b[j].y, acc[i][j]);
+          acc[i][j] = fmaf(a[i].z, b[j].z, acc[i][j]);
+          acc[i][j] = fmaf(a[i].w, b[j].w, acc[i][j]);
+        }
+    }
+    // The other buffer was last read in iteration t - 1, which every thread finished before the
+    // barrier that ended it: staging into it now cannot race, and one barrier per tile suffices.
+    if (t + 1 < tiles) stage(buf ^ 1);
     __syncthreads();
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int m = m0 + ty + 8 * i, n = n0 + tx;
-    if (m < M && n < N) y[(long long)m * N + n] = acc[i] + bias[n];
+    const int m = m0 + tm + 8 * i;
+    if (m >= M) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int n = n0 + tn + 16 * j;
+      if (n < N) y[(long long)m * N + n] = __fadd_rn(acc[i][j], bias[n]);
+    }
   }
+}
+
+// Row-wise top-1 over logits [M][N] -> int32 [M], numpy.argmax's answer: the first index of the
+// maximum, where a NaN counts as the maximum (the first NaN wins) and -0 equals +0. One warp per row.
+namespace top1 {
+// (v, i) beats (b, j): a strict total order on (value, index) pairs with distinct indices, so the
+// butterfly reduction leaves every lane with the same winner whatever order the pairs meet in.
+__device__ __forceinline__ bool beats(float v, int i, float b, int j) {
+  if (isnan(b)) return isnan(v) && i < j;
+  if (isnan(v)) return true;
+  return v > b || (v == b && i < j);
+}
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(unsigned short h) {  // fp16 bits -> fp32, exact
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+template <typename T>
+__device__ __forceinline__ void argmax_rows(const T* x, int M, int N, int* y) {
+  const int lane = threadIdx.x % 32;
+  const int warps = gridDim.x * (blockDim.x / 32);
+  for (int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < M; row += warps) {
+    const T* r = x + (long long)row * N;
+    float best = __int_as_float(0xff800000);  // -inf
+    int index = 0x7fffffff;  // no element yet: any element, -inf included, beats it
+#pragma unroll 4
+    for (int k = lane; k < N; k += 32) {
+      const float v = to_float(r[k]);
+      if (beats(v, k, best, index)) best = v, index = k;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, index, off);
+      if (beats(ob, oi, best, index)) best = ob, index = oi;
+    }
+    if (lane == 0) y[row] = index;
+  }
+}
+}  // namespace top1
+
+extern "C" __global__ void trtfuse_argmax_rows_f32(const float* x, int M, int N, int* y) {
+  top1::argmax_rows(x, M, N, y);
+}
+extern "C" __global__ void trtfuse_argmax_rows_f16(const unsigned short* x, int M, int N, int* y) {
+  top1::argmax_rows(x, M, N, y);
 }
 
 // dst[i] = src[index[i]] for rows of row_bytes (a multiple of 16): the Offline harness gathers a batch of
