@@ -2,6 +2,8 @@
 `trtfuse build`, `trtfuse offline`."""
 
 from __future__ import annotations
+from .offline import DEFAULT_STREAMS
+
 
 BACKENDS = ("cpu", "cuda", "trt")
 
@@ -49,8 +51,8 @@ def register(sub) -> None:
     o.add_argument("--count", type=int, default=2048, help="samples in the query sample library (default 2048)")
     o.add_argument("--batch", type=int, default=256, help="batch size (default 256)")
     o.add_argument("--gpus", default="1", metavar="N|all", help="GPUs, one worker each (default 1)")
-    o.add_argument("--streams", type=int, default=3, metavar="N",
-                   help="--backend cuda/trt: runners (CUDA graphs on their own streams) per GPU (default 3)")
+    o.add_argument("--streams", type=int, default=DEFAULT_STREAMS, metavar="N",
+                   help="--backend cuda/trt: runners (CUDA graphs on their own streams) per GPU (default %d)" % DEFAULT_STREAMS)
     o.add_argument("--mode", choices=("performance", "accuracy"), default="performance")
     o.add_argument("--expected-qps", type=float, default=30000.0, help="LoadGen offline_expected_qps")
     o.add_argument("--min-duration", type=float, default=10.0, metavar="S", help="LoadGen min duration in seconds")

@@ -57,7 +57,7 @@ def _attrs(node) -> dict:
 
 class CudaRunner(Top1Readout):
     def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True, fold_stem: bool = True,
-                 autotune: bool = False, plans_from: "CudaRunner | None" = None):
+                 autotune: bool = False, plans_from: "CudaRunner | None" = None, quantized_input: bool = False):
         ok, why = cd.gpu_available()
         if not ok:
             raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
@@ -74,7 +74,14 @@ class CudaRunner(Top1Readout):
         self.consts: dict[str, cd.DeviceBuffer] = {}
         self.steps: list[tuple[str, object]] = []  # (label, launch(stream)) in forward order
         self.plans: list[tuple[str, ConvLaunch]] = []
+        self._input_quantizer = None  # (step index, quantized tensor, fn(x, images, y, stream)) of the input QuantizeLinear
+        # quantized_input: the graph starts after the input quantize step, on a batch that is already
+        # int8 in its layout (quantize_images() made it, with the very kernel the step would run, so the
+        # results are the same bits): the Offline harness keeps its samples quantized on the device.
+        self.quantized_input = quantized_input
         self._compile()
+        if quantized_input and self._input_quantizer is None:
+            raise TrtfuseError("--backend cuda: quantized input needs the model's input to feed one QuantizeLinear")
         self.top1: cd.DeviceBuffer | None = None
         self._add_top1()
         self.stream = cd.Stream()
@@ -144,12 +151,15 @@ class CudaRunner(Top1Readout):
             folded = stem.fold(stem_conv).shape
             out = self.tensors[node.output[0]] = _Tensor((n, folded.c, folded.h, folded.w), stem.S2D_VEC,
                                                          folded_from=self.input_shape)
-            self.steps.append(("quantize input (space-to-depth)", lambda s, x=self.input.buf.ptr: network_ops.quantize_s2d(
-                x, scale, n, c, h, w, out.buf.ptr, stream=s)))
+            quantize = lambda x, images, y, s: network_ops.quantize_s2d(x, scale, images, c, h, w, y, stream=s)
+            self._input_quantizer = (len(self.steps), out, quantize)
+            self.steps.append(("quantize input (space-to-depth)", lambda s, x=self.input.buf.ptr: quantize(x, n, out.buf.ptr, s)))
             return
         vec = channel_vector(c)  # the CHW4 stem path when the image has <= 4 channels
         out = self.tensors[node.output[0]] = _Tensor(self.input_shape, vec)
-        self.steps.append(("quantize input", lambda s, x=self.input.buf.ptr: network_ops.quantize(x, scale, n, c, h, w, out.buf.ptr, vec, stream=s)))
+        quantize = lambda x, images, y, s: network_ops.quantize(x, scale, images, c, h, w, y, vec, stream=s)
+        self._input_quantizer = (len(self.steps), out, quantize)
+        self.steps.append(("quantize input", lambda s, x=self.input.buf.ptr: quantize(x, n, out.buf.ptr, s)))
 
     def _fused_conv(self, node) -> None:
         a = _attrs(node)
@@ -297,8 +307,10 @@ class CudaRunner(Top1Readout):
 
     # ---- running ----
     def _launch_all(self, stream) -> None:
-        for _, step in self.steps:
-            step(stream)
+        skip = self._input_quantizer[0] if self.quantized_input else None
+        for i, (_, step) in enumerate(self.steps):
+            if i != skip:
+                step(stream)
 
     def _capture(self) -> None:
         self.graph_exec = cd.capture_graph(self.stream.handle, self._launch_all)
@@ -311,17 +323,33 @@ class CudaRunner(Top1Readout):
             self._launch_all(self.stream.handle)
 
     def load_input(self, images: np.ndarray) -> None:
+        if self.quantized_input:
+            raise TrtfuseError("--backend cuda: this runner takes quantized batches (input_ptr), not images")
         if images.shape != self.input_shape:
             raise TrtfuseError(f"--backend cuda: expected input {self.input_shape}, got {tuple(images.shape)}")
         self.input.buf.upload(np.ascontiguousarray(images, dtype=np.float32))
 
     @property
     def input_ptr(self) -> int:
-        return self.input.buf.ptr
+        """Where a batch goes: the fp32 images, or with quantized_input their int8 form."""
+        return self._input_quantizer[1].buf.ptr if self.quantized_input else self.input.buf.ptr
+
+    @property
+    def input_sample_bytes(self) -> int:
+        """Bytes of one image at input_ptr (images are contiguous there)."""
+        t = self._input_quantizer[1] if self.quantized_input else self.input
+        return t.buf.nbytes // self.batch
+
+    def quantize_images(self, x: int, images: int, y: int, stream) -> None:
+        """fp32 images at device pointer x -> their int8 graph-input form at y (images x input_sample_bytes
+        with quantized_input), by the kernel of the graph's own input quantize step."""
+        if self._input_quantizer is None:
+            raise TrtfuseError("--backend cuda: the model's input does not feed one QuantizeLinear")
+        self._input_quantizer[2](x, images, y, stream)
 
     def copy_input_from(self, device_ptr: int) -> None:
         drv = cd._driver()
-        cd.check(drv.cuMemcpyDtoDAsync(self.input.buf.ptr, device_ptr, self.input.buf.nbytes, self.stream.handle))
+        cd.check(drv.cuMemcpyDtoDAsync(self.input_ptr, device_ptr, self.input_sample_bytes * self.batch, self.stream.handle))
 
     def run(self, images: np.ndarray) -> np.ndarray:
         self.load_input(images)

@@ -71,3 +71,27 @@ def test_residual_only_model_is_refused_naming_the_node():
     fused, _ = rewrite(model, "residual", calib_images=np.zeros((1, 3, 64, 64), np.float32) + 0.5)
     with pytest.raises(TrtfuseError, match="cannot run node"):
         CudaRunner(fused, 1)
+
+
+@pytest.mark.parametrize("fold_stem", [True, False], ids=["space-to-depth-stem", "chw4-stem"])
+def test_quantized_input_runner_gives_the_same_logits(fold_stem):
+    # The Offline harness keeps its samples quantized on the device (quantize_images, the graph's own
+    # input kernel) and runs a graph that starts after the input quantize step: same bits out.
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.runtime.gpu_runner import CudaRunner
+
+    model = load_cached_model("resnet18", image_size=64, batch=3)
+    images = np.random.default_rng().normal(size=(3, 3, 64, 64)).astype(np.float32)
+    fused, _ = rewrite(model, "all", calib_images=images)
+    plain = CudaRunner(fused, 3, fold_stem=fold_stem)
+    want = plain.run(images)
+    quantized = CudaRunner(fused, 3, fold_stem=fold_stem, quantized_input=True, plans_from=plain)
+    assert quantized.input_sample_bytes < images[0].nbytes  # int8, not the fp32 image
+    with pytest.raises(TrtfuseError, match="quantized batches"):
+        quantized.load_input(images)
+    src = cd.DeviceBuffer.from_array(images)
+    quantized.quantize_images(src.ptr, 3, quantized.input_ptr, quantized.stream.handle)
+    quantized.launch()
+    quantized.stream.synchronize()
+    got = quantized.fetch(quantized.output_name)
+    assert np.array_equal(got, want)
