@@ -7,6 +7,7 @@ BENCHMARKS = {
     "kernels": ("trtfuse.bench.kernels", "time the fused INT8 conv kernels per ResNet-50 layer (GPU)"),
     "splitk": ("trtfuse.bench.splitk", "time MatMul/Gemm plain vs split-K rewrite on a shape sweep (GPU)"),
     "e2e": ("trtfuse.bench.e2e", "INT8 ResNet-50 forward on trtfuse's kernels vs PyTorch fp16, per-step breakdown (GPU)"),
+    "harness": ("trtfuse.bench.harness", "the Offline harness's own ceiling: LoadGen + threads + responses over instant runners (CPU)"),
 }
 
 

@@ -352,20 +352,21 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
             if progress_cb:
                 progress_cb(len(ids))
 
-    def issue_queries(query_samples):
-        # Offline hands over every query at once (hundreds of thousands): queue each batch as soon as it
-        # is cut, so the GPUs start on the first while the rest are still being sliced.
-        for k, start in enumerate(range(0, len(query_samples), batch)):
-            chunk = query_samples[start : start + batch]
-            idx = np.fromiter((q.index for q in chunk), np.int64, len(chunk))
+    def issue_queries(ids, indices):
+        # LoadGen's "fast" SUT hands over the Offline query as two lists of ints (response ids, sample
+        # indices) instead of hundreds of thousands of QuerySample objects to convert and read one by one.
+        # Each batch is queued as soon as it is cut, so the GPUs start on the first while the rest are cut.
+        indices = np.asarray(indices, dtype=np.int64)
+        for k, start in enumerate(range(0, len(ids), batch)):
+            idx = indices[start : start + batch]
             if pad_last_batch and len(idx) < batch:  # a static-shape graph: pad the last batch with repeats
                 idx = np.concatenate([idx, np.repeat(idx[:1], batch - len(idx))])
-            workers[k % len(workers)].jobs.put((idx, [q.id for q in chunk], done))
+            workers[k % len(workers)].jobs.put((idx, ids[start : start + batch], done))
 
     def flush_queries():
         pass
 
-    sut = lg.ConstructSUT(issue_queries, flush_queries)
+    sut = lg.ConstructFastSUT(issue_queries, flush_queries)
     qsl = lg.ConstructQSL(count, count, lambda s: None, lambda s: None)
     settings = lg.TestSettings()
     settings.scenario = lg.TestScenario.Offline
@@ -392,7 +393,7 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
         for w in workers:
             w.close()
         lg.DestroyQSL(qsl)
-        lg.DestroySUT(sut)
+        lg.DestroyFastSUT(sut)
     failed = [w.error for w in workers if w.error is not None]
     if failed:
         first = str(failed[0]).splitlines()[0] if str(failed[0]) else ""

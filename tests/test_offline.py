@@ -303,3 +303,16 @@ def test_gpu_pipeline_failure_under_loadgen_is_one_error_after_the_run(tmp_path)
     with pytest.raises(TrtfuseError, match="a worker failed: RuntimeError: CUDA driver error CUDA_ERROR_ILLEGAL_ADDRESS"):
         _loadgen_run(tmp_path, "accuracy", gpu)
     assert gpu.starts >= 3  # LoadGen got every query answered (else the run would not have returned)
+
+
+def test_bench_harness_measures_the_harness_ceiling(tmp_path, capsys):
+    # `trtfuse bench harness`: the real LoadGen and _GpuWorker over instant slots, no GPU.
+    out = tmp_path / "harness.json"
+    argv = ["bench", "harness", "--seconds", "0.05", "--batch", "8", "--count", "64", "--slots", "2", "-o", str(out), "--json"]
+    assert main(argv) == 0
+    rec = json.loads(out.read_text())
+    # LoadGen's one Offline query: 1.1 x expected rate x duration samples, every one answered
+    assert rec["samples_completed"] == 11000 and rec["samples_per_s"] > 0 and rec["slots"] == 2 and rec["batch"] == 8
+    capsys.readouterr()
+    assert main(["bench", "harness", "--slots", "0"]) == 2
+    assert "at least 1" in capsys.readouterr().err
