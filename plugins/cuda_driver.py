@@ -99,7 +99,27 @@ def device_name(device_ordinal: int = 0) -> str:
     return name.split(b"\0")[0].decode()
 
 
-class DeviceBuffer:
+class _DriverMemory:
+    """Memory the driver allocated at `ptr`, released once (free(), or when the object is collected)."""
+
+    ptr = 0
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+    def free(self) -> None:
+        if self.ptr:
+            self._release()
+            self.ptr = 0
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+class DeviceBuffer(_DriverMemory):
     """Owned device memory: upload numpy, download numpy, fill bytes."""
 
     def __init__(self, nbytes: int):
@@ -135,19 +155,11 @@ class DeviceBuffer:
     def fill(self, byte: int) -> None:
         check(_driver().cuMemsetD8(self.ptr, byte & 0xFF, self.nbytes))
 
-    def free(self) -> None:
-        if self.ptr:
-            check(_driver().cuMemFree(self.ptr))
-            self.ptr = 0
-
-    def __del__(self):
-        try:
-            self.free()
-        except Exception:
-            pass
+    def _release(self) -> None:
+        check(_driver().cuMemFree(self.ptr))
 
 
-class PinnedArray:
+class PinnedArray(_DriverMemory):
     """A numpy array in page-locked host memory (cuMemHostAlloc): copies into it on a stream are truly
     asynchronous (a pageable destination makes cuMemcpyDtoHAsync wait for the copy on the host).
 
@@ -163,17 +175,9 @@ class PinnedArray:
         raw = (ctypes.c_uint8 * self.nbytes).from_address(self.ptr)
         self.array = np.frombuffer(raw, dtype=np.uint8)[: int(np.prod(shape)) * self.dtype.itemsize].view(self.dtype).reshape(shape)
 
-    def free(self) -> None:
-        if self.ptr:
-            self.array = None
-            check(_driver().cuMemFreeHost(self.ptr))
-            self.ptr = 0
-
-    def __del__(self):
-        try:
-            self.free()
-        except Exception:
-            pass
+    def _release(self) -> None:
+        self.array = None
+        check(_driver().cuMemFreeHost(self.ptr))
 
 
 def download_async(dst: np.ndarray, src_ptr: int, stream) -> None:
