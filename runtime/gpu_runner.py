@@ -347,10 +347,6 @@ class CudaRunner(Top1Readout):
             raise TrtfuseError("--backend cuda: the model's input does not feed one QuantizeLinear")
         self._input_quantizer[2](x, images, y, stream)
 
-    def copy_input_from(self, device_ptr: int) -> None:
-        drv = cd._driver()
-        cd.check(drv.cuMemcpyDtoDAsync(self.input_ptr, device_ptr, self.input_sample_bytes * self.batch, self.stream.handle))
-
     def run(self, images: np.ndarray) -> np.ndarray:
         self.load_input(images)
         self.launch()

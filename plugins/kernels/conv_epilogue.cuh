@@ -116,33 +116,12 @@ __device__ __forceinline__ float div_rn(float v, float s, float s_inv) {
   return __fmaf_rn(e, s_inv, q0);
 }
 
-// Round half to even and saturate to [-128, 127] in one instruction.
-__device__ __forceinline__ int8_t round_saturate_s8(float v) {
-  short q;
-  asm("cvt.rni.sat.s8.f32 %0, %1;" : "=h"(q) : "f"(v));
-  return static_cast<int8_t>(q);
-}
-
 // docs/ops.md step 2: the per-channel factors with out_scale folded in, each a correctly rounded
 // division (done once per channel a thread owns, not per element).
 __device__ __forceinline__ float fold_scale(float s, float out_scale, float out_scale_inv) {
   return div_rn(s, out_scale, out_scale_inv);
 }
 
-// One element, exactly as docs/ops.md orders it: two correctly rounded FMAs, ReLU, round, saturate.
-// `res` is float(residual byte), `rs` the folded residual scale.
-__device__ __forceinline__ int8_t requantize(int acc, float a, float b, float res, float rs, bool has_res, bool relu) {
-  float v = __fmaf_rn(__int2float_rn(acc), a, b);
-  if (has_res) v = __fmaf_rn(res, rs, v);
-  if (relu) v = fmaxf(v, 0.0f);
-  return round_saturate_s8(v);
-}
-
-// requantize() on 4-byte words, as the mma.sync epilogue uses it: `res4` holds four residual bytes
-// (channel order), `byte` which one is this element's (a compile-time constant after unrolling). The
-// byte is sign-extended with one PRMT and converted exactly (any int8 is an fp32) with the full-rate
-// I2FP, then the same FMAs, ReLU and cvt.rni.sat.s8.f32 as requantize(). Returns the int8 result in
-// the low byte of a 32-bit value (sign-extended) for pack_s8x4.
 // int32 -> float, round to nearest, pinned to the full-rate I2FP: from a value the compiler knows to be a
 // widened int8 it would otherwise pick the narrow quarter-rate I2F.S16.
 __device__ __forceinline__ float s32_to_float(int x) {
@@ -151,6 +130,9 @@ __device__ __forceinline__ float s32_to_float(int x) {
   return f;
 }
 
+// Byte `byte` of a word of four residual bytes (channel order; a compile-time constant after unrolling)
+// as a float: sign-extended with one PRMT and converted exactly (any int8 is an fp32) with the full-rate
+// I2FP. The mma.sync epilogue reads its residual 4 bytes at a time and converts each with this.
 __device__ __forceinline__ float s8_to_float(uint32_t word, int byte) {
   // prmt selector: byte `byte` to byte 0, its sign (nibble 8 + byte: sign replicate) to bytes 1..3.
   // Inline PTX: CUDA documents __byte_perm with 3-bit selectors only.
@@ -178,14 +160,24 @@ __device__ __forceinline__ float max_nan(float v, float relu_min) {
 
 __device__ __forceinline__ float relu_floor(bool relu) { return relu ? 0.0f : -__int_as_float(0x7f800000); }
 
-// `rs` = 0 without a residual: the term is then +-0 whatever `res4` holds, and v + (+-0) is v (or
-// +0 for v = -0, which converts to the same 0): the results equal requantize(..., has_res = false, ...).
-__device__ __forceinline__ uint32_t requantize_b32(int acc, float a, float b, uint32_t res4, int byte, float rs,
+// docs/ops.md's order on one element, the one definition both epilogues use: fma(acc, a, b), with RES
+// + fma(residual(), rs, .), ReLU as max_nan(., relu_min), round half to even and saturate. `residual`
+// yields float(residual byte) and is called after the first FMA, where each caller's conversion belongs
+// in the instruction stream. Returns the int8 result in the low byte of a 32-bit value (sign-extended).
+template <bool RES = true, typename Residual>
+__device__ __forceinline__ uint32_t requantize_s32(int acc, float a, float b, Residual&& residual, float rs,
                                                    float relu_min) {
   float v = __fmaf_rn(__int2float_rn(acc), a, b);
-  v = __fmaf_rn(s8_to_float(res4, byte), rs, v);
+  if (RES) v = __fmaf_rn(residual(), rs, v);
   v = max_nan(v, relu_min);
   return round_saturate_s8_b32(v);
+}
+
+// `rs` = 0 without a residual: the term is then +-0 whatever `res4` holds, and v + (+-0) is v (or
+// +0 for v = -0, which converts to the same 0): the results equal requantize_s32<false>.
+__device__ __forceinline__ uint32_t requantize_b32(int acc, float a, float b, uint32_t res4, int byte, float rs,
+                                                   float relu_min) {
+  return requantize_s32(acc, a, b, [&] { return s8_to_float(res4, byte); }, rs, relu_min);
 }
 
 // Low bytes of q0..q3 -> one word, q0 in byte 0.

@@ -1,6 +1,6 @@
 // Hopper (sm_90a) implicit-GEMM INT8 convolution: warpgroup wgmma fed by the bulk tensor copy engine
 // (TMA) through an mbarrier ring, producer/consumer warp-specialised, with the fused epilogue of
-// docs/ops.md (the same requantize() as fused_conv.cu) and CHW32 in and out.
+// docs/ops.md (the same requantize_s32 as fused_conv.cu) and CHW32 in and out.
 //
 // The GEMM is laid out transposed against fused_conv.cu: wgmma's M is the output channels and its N
 // the output pixels, so the weights are operand A and the activations operand B, both K-major:
@@ -27,11 +27,11 @@
 // one batch of KS per slot, keeping one batch in flight (wait_group 1) before releasing the previous
 // slot. setmaxnreg moves registers from the producer (40) to the consumers (232).
 //
-// Epilogue (consumers): the residual tile is cp.async-prefetched into the staging tile at tile start
-// (its own group), every accumulator is requantized in docs/ops.md's order by requantize() (branch-free
-// correctly rounded division, round half to even, saturate) into the staging tile [pixel][128 + 16],
-// then written back as coalesced 16-byte CHW32 vectors. Pixels of the wgmma N past the tile (BN > P)
-// read zero rows and are never stored.
+// Epilogue (consumers): the residual tile is cp.async-prefetched into a staging tile (its own group),
+// every accumulator is requantized in docs/ops.md's order by requantize_s32 into the staging tile
+// [pixel][128 + 16], and the tile goes back as coalesced 16-byte CHW32 vectors during the NEXT tile's
+// first wgmma batch (WG_STAGING below says where the residual goes meanwhile). Pixels of the wgmma N
+// past the tile (BN > P) read zero rows and are never stored.
 //
 // Compile-time configuration (one NVRTC compile per tactic, sm_90a only): WG_BN (wgmma N = pixel
 // capacity of a tile), WG_STAGES (ring depth), WG_KS (k32 steps per ring slot), WG_PERSISTENT (1: a grid
@@ -143,8 +143,7 @@ __device__ __forceinline__ void for_each_tile_vector(const ConvParams& p, const 
   }
 }
 
-// One thread's accumulators -> int8 in the staging tile [pixel][STRIDE], docs/ops.md's order (the same
-// arithmetic as requantize_b32 in conv_epilogue.cuh). Accumulator 4j + 2e + h (wgmma's m64nN layout) is
+// One thread's accumulators -> int8 in the staging tile [pixel][STRIDE] by requantize_s32 (conv_epilogue.cuh). Accumulator 4j + 2e + h (wgmma's m64nN layout) is
 // pixel 8j + 2(lane % 4) + e, channel c_lo + 8h: `cells` points at pixel 2(lane % 4), channel c_lo.
 // Every row is computed, also the pixels past the tile (their residual reads as zero or stale bytes,
 // their results are never stored): no per-element predicate, and the offsets are constants. With RES,
@@ -168,11 +167,9 @@ __device__ __forceinline__ void requantize_to_staging(const int (&acc)[BN / 2], 
       for (int i = 0; i < 4 * J; ++i) res[i] = *cell(i);
     }
 #pragma unroll
-    for (int i = 0; i < 4 * J; ++i) {
-      float v = __fmaf_rn(s32_to_float(acc[4 * (j0 + i / 4) + 2 * (i % 2) + (i / 2) % 2]), sc[i % 2], bi[i % 2]);
-      if (RES) v = __fmaf_rn(s32_to_float(res[i]), rs, v);
-      *cell(i) = static_cast<int8_t>(round_saturate_s8_b32(max_nan(v, relu_min)));
-    }
+    for (int i = 0; i < 4 * J; ++i)
+      *cell(i) = static_cast<int8_t>(requantize_s32<RES>(acc[4 * (j0 + i / 4) + 2 * (i % 2) + (i / 2) % 2], sc[i % 2],
+                                                         bi[i % 2], [&] { return s32_to_float(res[i]); }, rs, relu_min));
   }
 }
 
