@@ -4,7 +4,9 @@
     trtfuse bench e2e --batch 256 [--streams 2] [--seconds 5] [--autotune]
 
 Prints samples/s per backend and the per-layer time breakdown of one forward (each conv timed alone
-through the same launch plans).
+through the same launch plans). Three figures for ours: the graph loop (`--streams` graphs launched and
+synchronized round-robin), the same on one stream, and the Offline harness's pipeline without LoadGen
+(time_offline_pipeline), which separates what the pipeline costs from what LoadGen adds.
 """
 
 from __future__ import annotations
@@ -80,6 +82,24 @@ def layer_breakdown(runner, reps: int = 10) -> list[dict]:
     return out
 
 
+def time_offline_pipeline(plans_from, fused, streams: int, seconds: float, rate_hint: float, samples: int = 512) -> float:
+    """samples/s of the Offline harness's GPU pipeline without LoadGen (runtime/offline.drive_workers) over
+    `streams` runners in `trtfuse offline`'s form (int8 samples kept on the GPU, quantized_input) with
+    `plans_from`'s plans, for about `seconds` (sized from `rate_hint` samples/s). Between the graph loop and
+    LoadGen's figure: what the pipeline costs, and what LoadGen adds on top."""
+    from ..runtime.gpu_runner import CudaRunner
+    from ..runtime.offline import _cuda_worker, drive_workers
+
+    batch = plans_from.batch
+    images = np.random.default_rng(1).normal(size=(samples, 3, 224, 224)).astype(np.float32)
+    worker = _cuda_worker(lambda: CudaRunner(fused, batch, plans_from=plans_from, quantized_input=True), batch, images,
+                          0, streams)
+    try:
+        return drive_workers([worker], batch, samples, rate_hint * seconds)
+    finally:
+        worker.close()
+
+
 def add_arguments(p) -> None:
     p.add_argument("--batch", type=int, default=256, help="batch size (default 256)")
     p.add_argument("--streams", type=int, default=2, help="runners (CUDA graphs) in flight (default 2)")
@@ -105,7 +125,7 @@ def run(args) -> int:
     ok, why = cd.gpu_available()
     if not ok:
         raise TrtfuseError(f"trtfuse bench e2e needs an NVIDIA GPU: {why}")
-    steps = progress(total=5, desc="e2e", unit="step")
+    steps = progress(total=6, desc="e2e", unit="step")
     t0 = time.perf_counter()
     _, fused = build_fused_resnet50(args.batch)
     prep_s = time.perf_counter() - t0
@@ -120,6 +140,8 @@ def run(args) -> int:
     ours = time_runners(runners, args.seconds)
     ours_one = time_runners(runners[:1], args.seconds / 2)
     steps.update(1)
+    pipeline = time_offline_pipeline(runners[0], fused, args.streams, args.seconds, ours)
+    steps.update(1)
     breakdown = layer_breakdown(runners[0])
     steps.update(1)
     torch_fp16 = None if args.no_torch else torch_fp16_samples_per_s(args.batch, args.seconds)
@@ -130,6 +152,7 @@ def run(args) -> int:
               "batch": args.batch, "streams": args.streams, "autotune": args.autotune,
               "fold_stem": not args.no_fold_stem, "plans": {name: f"{p.tactic.name}/s{p.splits}" for name, p in runners[0].plans},
               "samples_per_s": ours, "samples_per_s_one_stream": ours_one,
+              "offline_pipeline_samples_per_s": pipeline,
               "torch_fp16_samples_per_s": torch_fp16,
               "speedup_vs_torch_fp16": ours / torch_fp16 if torch_fp16 else None,
               "forward_ms_sum_of_steps": sum(b["ms"] for b in breakdown),
@@ -144,6 +167,7 @@ def run(args) -> int:
         fmt = lambda v: "-" if v is None else f"{v:,.0f}"
         print_table(["measurement", "value"], [
             ["samples/s (ours, %d streams)" % args.streams, fmt(ours)], ["samples/s (ours, 1 stream)", fmt(ours_one)],
+            ["samples/s (offline pipeline, no LoadGen)", fmt(pipeline)],
             ["samples/s (PyTorch fp16)", fmt(torch_fp16)],
             ["speedup", "-" if not torch_fp16 else f"{ours / torch_fp16:.2f}x"],
             ["forward ms (sum of steps)", f"{result['forward_ms_sum_of_steps']:.3f}"], ["results", path]])

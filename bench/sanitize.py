@@ -27,7 +27,31 @@ def main() -> int:
         ok = passes_lsb_rule(stats)
         bad += not ok
         print(f"tactic {tid} splits {splits} {shape}: {'ok' if ok else 'MISMATCH'} {stats}")
+    bad += not maxpool_cases()
     return 1 if bad else 0
+
+
+def maxpool_cases() -> bool:
+    """The network max-pool (plugins/network_ops.py) on small shapes and several windows, output poisoned."""
+    import numpy as np
+
+    from ..plugins import cuda_driver as cd
+    from ..plugins import network_ops
+    from ..plugins import reference as ref
+    from ..plugins.layout import pack_nchwv, unpack_nchwv
+
+    ok = True
+    x = np.random.default_rng(1).integers(-128, 128, (2, 40, 9, 11), dtype=np.int8)
+    xb = cd.DeviceBuffer.from_array(pack_nchwv(x, 32))
+    for k, stride, pad in ((3, 2, 1), (2, 2, 0), (3, 1, 1)):
+        oh, ow = (9 + 2 * pad - k) // stride + 1, (11 + 2 * pad - k) // stride + 1
+        yb = cd.DeviceBuffer(2 * 64 * oh * ow)
+        yb.fill(0x5A)
+        network_ops.maxpool(xb.ptr, 2, 40, 9, 11, k, stride, pad, yb.ptr)
+        same = np.array_equal(unpack_nchwv(yb.download((2, 2, oh, ow, 32), np.int8), 40), ref.maxpool_int8(x, k, stride, pad))
+        ok &= same
+        print(f"maxpool k{k} s{stride} p{pad}: {'ok' if same else 'MISMATCH'}")
+    return ok
 
 
 if __name__ == "__main__":

@@ -43,8 +43,10 @@ def quantize_s2d(x: int, scale: int, n: int, c: int, h: int, w: int, y: int, str
 def maxpool(x: int, n: int, c: int, h: int, w: int, kernel: int, stride: int, pad: int, y: int, stream=None) -> tuple[int, int]:
     oh, ow = (h + 2 * pad - kernel) // stride + 1, (w + 2 * pad - kernel) // stride + 1
     cb = (c + 31) // 32
-    _launch("trtfuse_maxpool_chw32", n * cb * oh * ow * 2,
-            [_p(x), _i(n), _i(cb), _i(h), _i(w), _i(oh), _i(ow), _i(kernel), _i(stride), _i(pad), _p(y)], stream)
+    threads = min(256, (2 * ow + 31) // 32 * 32)  # a block per output row: a thread per 16-byte half-pixel
+    _launch("trtfuse_maxpool_chw32", n * cb * oh * threads,
+            [_p(x), _i(n), _i(cb), _i(h), _i(w), _i(oh), _i(ow), _i(kernel), _i(stride), _i(pad), _p(y)], stream,
+            threads=threads)
     return oh, ow
 
 

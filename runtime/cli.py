@@ -61,6 +61,9 @@ def register(sub) -> None:
                    help="--backend cuda: time every tactic per conv on each GPU before the run (else the heuristic)")
     o.add_argument("--compare-torch", action="store_true",
                    help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run")
+    o.add_argument("--compare-pipeline", action="store_true",
+                   help="first feed the same workers directly, without LoadGen, for as many samples (samples/s: what "
+                   "LoadGen's side of the run costs)")
     o.add_argument("-o", "--output", help="also write the result JSON here (atomically)")
     o.add_argument("--json", action="store_true", help="print the result as JSON")
     o.set_defaults(func=offline)
@@ -77,7 +80,7 @@ def offline(args) -> int:
     bar = progress(total=None, desc="offline", unit="img")
     result = run_offline(args.model, args.backend, args.data, args.count, args.batch, args.gpus, args.mode,
                          args.log_dir, args.expected_qps, args.min_duration, progress_cb=bar.update,
-                         autotune=args.autotune, streams=args.streams)
+                         autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline)
     bar.close()
     if args.compare_torch:
         from trtfuse.bench.e2e import torch_fp16_samples_per_s
@@ -98,10 +101,14 @@ def offline(args) -> int:
         print_json(result)
     else:
         s = result["loadgen_summary"]
-        keys = ["backend", "batch", "gpus", "streams", "mode", "samples_per_s", "samples_completed", "torch_fp16_samples_per_s"]
+        keys = ["backend", "batch", "gpus", "streams", "mode", "samples_per_s", "samples_completed", "pipeline_samples_per_s",
+                "torch_fp16_samples_per_s"]
         rows = [[k, result.get(k)] for k in keys] + [[k, s.get(k)] for k in (
             "Result is", "Min latency (ns)", "Mean latency (ns)", "50.00 percentile latency (ns)",
             "90.00 percentile latency (ns)", "99.00 percentile latency (ns)") if k in s]
+        t = result.get("timeline") or {}
+        rows += [[f"timeline: {k}", t[k]] for k in ("first_answer_ms", "steady_samples_per_s", "seconds_beyond_steady")
+                 if t.get(k) is not None]
         if "top1_accuracy" in result:
             rows.append(["top1_accuracy", result["top1_accuracy"]])
         print_table(["field", "value"], rows)

@@ -12,9 +12,12 @@ forward ends with the top-1 of each image on the device (plugins/network_ops.arg
     batch's sample indices (from pinned memory), the gather of those samples into the runner's input, the
     forward, the copy of the batch's int32 top-1 into the runner's pinned array and an event; it hands the
     runner to
-  * the completion thread, which waits for the event, answers LoadGen straight from the pinned array (one
-    QuerySampleResponse per sample pointing at its 4 bytes) and only then frees the runner.
-The launcher never waits on response work: it blocks only while every runner is in flight. Responses are
+  * the completion thread, which waits for the event, copies the batch's top-1 out of the pinned array (1 KB),
+    frees the runner at once and hands the copy to
+  * the responder thread, which answers LoadGen (one QuerySampleResponse per sample pointing at its 4 bytes).
+Neither the launcher nor the next batch's wait waits on response work (LoadGen's per-sample bookkeeping
+takes longer than the copy): a runner is back in the launcher's hands as soon as its GPU work is done, and
+the launcher blocks only while every runner is in flight. Responses are
 the top-1 class as int32, as in MLPerf's ResNet-50 benchmark, so LoadGen's accuracy log can be scored.
 A failure in either thread is kept and reported after the run; the failed batch's queries and every later
 batch's are still completed (empty), so LoadGen never waits forever. LoadGen's own logs are kept in --log-dir.
@@ -22,6 +25,7 @@ batch's are still completed (empty), so LoadGen never waits forever. LoadGen's o
 
 from __future__ import annotations
 
+import math
 import queue
 import re
 import sys
@@ -133,18 +137,21 @@ class _RunnerSlot:
 
 
 class _GpuWorker(_Worker):
-    """One GPU: a launcher and a completion thread over `slots` (_RunnerSlot, or anything with start(indices)
-    and wait() -> top-1 array). A slot goes back to the free queue only after its batch was answered."""
+    """One GPU: a launcher, a completion and a responder thread over `slots` (_RunnerSlot, or anything with
+    start(indices) and wait() -> top-1 array). A slot goes back to the free queue once its top-1 is copied
+    out, before the batch is answered."""
 
     def __init__(self, slots: list, thread_setup=None):
         super().__init__([threading.Thread(target=self._launch_loop, name="offline-launch", daemon=True),
-                          threading.Thread(target=self._complete_loop, name="offline-complete", daemon=True)])
+                          threading.Thread(target=self._complete_loop, name="offline-complete", daemon=True),
+                          threading.Thread(target=self._respond_loop, name="offline-respond", daemon=True)])
         self.slots = slots
         self._thread_setup = thread_setup or (lambda: None)  # e.g. make the GPU's context current
         self._free: queue.Queue = queue.Queue()
         for slot in slots:
             self._free.put(slot)
         self._in_flight: queue.Queue = queue.Queue()  # (slot, ids, done) in launch order, then None
+        self._answers: queue.Queue = queue.Queue()  # (done, ids, top-1 copy or None) in completion order, then None
         self.start()
 
     def _launch_loop(self) -> None:
@@ -185,17 +192,24 @@ class _GpuWorker(_Worker):
         while True:
             item = self._in_flight.get()
             if item is None:
+                self._answers.put(None)
                 return
             slot, ids, done = item
             try:
-                try:
-                    top1 = slot.wait()[: len(ids)]
-                except BaseException as exc:  # noqa: BLE001
-                    self._fail(exc)
-                    top1 = None
-                self._answer(done, ids, top1)
+                top1 = np.array(slot.wait()[: len(ids)])  # a copy: the slot is reused before the answer
+            except BaseException as exc:  # noqa: BLE001
+                self._fail(exc)
+                top1 = None
             finally:
                 self._free.put(slot)
+            self._answers.put((done, ids, top1))
+
+    def _respond_loop(self) -> None:
+        while True:
+            item = self._answers.get()
+            if item is None:
+                return
+            self._answer(*item)
 
 
 def _device_samples(runner, samples: np.ndarray, batch: int):
@@ -256,9 +270,41 @@ class _OrtWorker(_Worker):
             self._answer(done, ids, top1)
 
 
+def drive_workers(workers: list[_Worker], batch: int, count: int, samples: float, seed: int = 2) -> float:
+    """samples/s of `workers` fed batches of random sample indices (of `count`) directly, round-robin, without
+    LoadGen: about `samples` samples after a warm-up of two batches per runner slot. Raises a worker's error."""
+    pick = np.random.default_rng(seed)
+    lock, finished = threading.Lock(), threading.Event()
+    left = [0]
+
+    def done(ids, top1):
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                finished.set()
+
+    def run_batches(n: int) -> float:
+        left[0] = n
+        finished.clear()
+        start = time.perf_counter()
+        for k in range(n):
+            workers[k % len(workers)].jobs.put((pick.integers(0, count, batch), range(batch), done))
+        finished.wait()
+        return time.perf_counter() - start
+
+    slots = sum(len(getattr(w, "slots", [None])) for w in workers)
+    run_batches(2 * slots)
+    n = max(4 * slots, math.ceil(samples / batch))
+    elapsed = run_batches(n)
+    failed = [w.error for w in workers if w.error is not None]
+    if failed:
+        raise failed[0]
+    return n * batch / elapsed
+
+
 def run_offline(model_path: str, backend: str, data: str, count: int, batch: int, gpus: str, mode: str,
                 log_dir: str, expected_qps: float, min_duration_s: float, progress_cb=None, autotune: bool = False,
-                streams: int = DEFAULT_STREAMS) -> dict:
+                streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False) -> dict:
     _loadgen()
     if streams < 1:
         raise TrtfuseError(f"--streams {streams}: need at least 1 runner per GPU")
@@ -323,6 +369,16 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
 
     out = {"backend": backend, "model": model_path, "data": data, "count": count, "batch": batch, "gpus": n_gpus,
            "streams": streams if n_gpus else None, "mode": mode}
+    if backend == "cuda":
+        first = workers[0].slots[0].runner
+        out["plans"] = {name: f"{p.tactic.name}/s{p.splits}" for name, p in first.plans}
+    if compare_pipeline:  # the same workers fed directly, no LoadGen: what LoadGen's harness side costs
+        try:
+            out["pipeline_samples_per_s"] = drive_workers(workers, batch, count, expected_qps * min_duration_s)
+        except BaseException:
+            for w in workers:
+                w.close()
+            raise
     out.update(run_loadgen(workers, count, batch, pad_last_batch=n_gpus > 0, mode=mode, log_dir=log_dir,
                            expected_qps=expected_qps, min_duration_s=min_duration_s, labels=labels,
                            progress_cb=progress_cb, what=f"the {backend} worker"))
@@ -337,6 +393,8 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
     lg = _loadgen()
     lock = threading.Lock()
     completed = [0]
+    issued_at = []  # perf_counter() when LoadGen handed over the query
+    answered = []  # (perf_counter(), samples) per answered batch, in answer order
 
     def done(ids, top1):
         if top1 is None:  # the worker failed: complete the queries empty, report the error afterwards
@@ -349,6 +407,7 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
         lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, base + 4 * i, 4) for i, qid in enumerate(ids)])
         with lock:
             completed[0] += len(ids)
+            answered.append((time.perf_counter(), len(ids)))
             if progress_cb:
                 progress_cb(len(ids))
 
@@ -356,6 +415,7 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
         # LoadGen's "fast" SUT hands over the Offline query as two lists of ints (response ids, sample
         # indices) instead of hundreds of thousands of QuerySample objects to convert and read one by one.
         # Each batch is queued as soon as it is cut, so the GPUs start on the first while the rest are cut.
+        issued_at.append(time.perf_counter())
         indices = np.asarray(indices, dtype=np.int64)
         for k, start in enumerate(range(0, len(ids), batch)):
             idx = indices[start : start + batch]
@@ -402,9 +462,32 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
     summary = parse_summary(Path(log_dir) / "mlperf_log_summary.txt")
     out = {"samples_completed": completed[0], "wall_seconds": wall, "samples_per_s": summary.get("Samples per second"),
            "loadgen_summary": summary, "log_dir": str(log_dir)}
+    if issued_at and answered:
+        out["timeline"] = answer_timeline(issued_at[0], answered)
     if mode == "accuracy":
         out.update(score_accuracy(Path(log_dir) / "mlperf_log_accuracy.json", labels))
     return out
+
+
+def answer_timeline(issued_at: float, answered: list[tuple[float, int]]) -> dict:
+    """Where a run's time went, from the answers' clock times: the first answer's latency (the pipeline
+    filling), the steady rate over the middle 80% of the samples, the rate in each tenth of the samples,
+    and the seconds the run took beyond `samples / steady rate` (ramp-up plus drain): what separates
+    LoadGen's figure from the GPUs' own rate."""
+    times = np.array([t - issued_at for t, _ in answered])
+    counts = np.cumsum([n for _, n in answered])
+    total = int(counts[-1])
+
+    def time_at(fraction):  # clock time when `fraction` of the samples had been answered
+        return float(times[min(int(np.searchsorted(counts, fraction * total)), len(times) - 1)])
+
+    edges = [time_at(k / 10) if k else 0.0 for k in range(11)]
+    mid_s = time_at(0.9) - time_at(0.1)
+    steady = 0.8 * total / mid_s if mid_s > 0 else None
+    return {"first_answer_ms": 1000 * float(times[0]), "last_answer_s": float(times[-1]),
+            "steady_samples_per_s": steady,
+            "samples_per_s_by_tenth": [0.1 * total / (b - a) if b > a else None for a, b in zip(edges, edges[1:])],
+            "seconds_beyond_steady": float(times[-1]) - total / steady if steady else None}
 
 
 def parse_summary(path: Path) -> dict:

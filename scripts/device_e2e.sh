@@ -11,13 +11,17 @@ source "$(dirname "$0")/device_env.sh"
 T="python3 -m trtfuse.cli"
 # sm_90: the wgmma tactics compete in --autotune by default (plugins/tactics.py: wgmma_enabled)
 nvidia-smi --query-gpu=index,name,clocks.max.sm --format=csv,noheader
+# clocks, power and throttle reasons every 250 ms for the whole call: tells a slower long run from a hot GPU
+nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+  --format=csv -lms 250 > "$OUT/smi.csv" 2>&1 & SMI=$!
 [ "${SKIP_TESTS:-0}" = 1 ] || python3 -m pytest -q -m gpu tests/test_gpu_runner.py tests/test_trt_v3.py tests/test_offline.py tests/test_network_ops.py \
   -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1; tail -2 "$OUT/gpu_tests.txt"
 $T models resnet50 -o /tmp/r50.onnx > /dev/null && $T rewrite /tmp/r50.onnx -o /tmp/r50_all.onnx --fuse all > /dev/null || exit 1
-$T bench e2e --batch 256 --streams 3 --autotune -o "$OUT/e2e.json" 2>&1 | tail -25
+$T bench e2e --batch 256 --streams 4 --autotune -o "$OUT/e2e.json" 2>&1 | tail -25
 for g in $GPUS; do
   extra=""; [ "$g" = "1" ] && extra="--compare-torch"
   $T offline --model /tmp/r50_all.onnx --backend cuda --count 4096 --batch 256 --gpus "$g" --min-duration 10 \
     --expected-qps $((52000 * g)) --autotune --log-dir "/tmp/logs-g$g" -o "$OUT/offline-g$g.json" $extra 2>&1 | tail -14
   mkdir -p "$OUT/logs-g$g"; cp /tmp/logs-g$g/mlperf_log_summary.txt /tmp/logs-g$g/mlperf_log_detail.txt "$OUT/logs-g$g/" 2>/dev/null
 done
+kill $SMI 2>/dev/null

@@ -105,12 +105,13 @@ def test_maxpool_and_avgpool_kernels():
     for n, c, h, w in ((2, 64, 112, 112), (3, 40, 9, 11)):
         x = rng.integers(-128, 128, (n, c, h, w), dtype=np.int8)
         xb = cd.DeviceBuffer.from_array(pack_nchwv(x, 32))
-        oh, ow = (h + 2 - 3) // 2 + 1, (w + 2 - 3) // 2 + 1
-        yb = cd.DeviceBuffer(n * round_up(c, 32) * oh * ow)
-        yb.fill(0x5A)
-        network_ops.maxpool(xb.ptr, n, c, h, w, 3, 2, 1, yb.ptr)
-        got = unpack_nchwv(yb.download((n, round_up(c, 32) // 32, oh, ow, 32), np.int8), c)
-        assert np.array_equal(got, ref.maxpool_int8(x, 3, 2, 1))
+        for k, stride, pad in ((3, 2, 1), (2, 2, 0), (3, 1, 1), (5, 3, 2)):  # ResNet's first; other windows
+            oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+            yb = cd.DeviceBuffer(n * round_up(c, 32) * oh * ow)
+            yb.fill(0x5A)
+            assert network_ops.maxpool(xb.ptr, n, c, h, w, k, stride, pad, yb.ptr) == (oh, ow)
+            got = unpack_nchwv(yb.download((n, round_up(c, 32) // 32, oh, ow, 32), np.int8), c)
+            assert np.array_equal(got, ref.maxpool_int8(x, k, stride, pad)), (n, c, h, w, k, stride, pad)
         s_in, s_out = np.array([0.05], np.float32), np.array([0.013], np.float32)
         ab = cd.DeviceBuffer(n * round_up(c, 32))
         ab.fill(0x5A)

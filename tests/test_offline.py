@@ -110,8 +110,8 @@ def model_top1(indices):
 class FakeGpu:
     """Stand-ins for runtime.offline._RunnerSlot: start() 'runs the batch' and writes its top-1 into the
     slot's array right away, as the asynchronous copy into the pinned array will by the time the event
-    fires; wait() hands that array back. A slot started again before its last batch was answered would
-    overwrite the answers under the responder (the done() below checks after a pause). Failures: the
+    fires; wait() hands that array back. Were a slot started again before its top-1 was copied out, the
+    next batch would overwrite the answers under the responder (the done() below checks after a pause). Failures: the
     n-th start (a launch error) or the n-th wait (an error the event reports), counted over all slots."""
 
     def __init__(self, batch: int, slots: int, fail_start: int | None = None, fail_wait: int | None = None):
@@ -188,9 +188,10 @@ def test_gpu_worker_answers_every_query_once_with_its_own_top1():
         assert responder.answers[b] == model_top1(indices).tolist(), b
 
 
-def test_launcher_does_not_wait_for_the_responses():
-    """While LoadGen is still busy with the first batch's responses, the other runners are launched; a
-    runner whose batch is not answered yet is not launched again (its pinned answers are still read)."""
+def test_runners_go_on_while_loadgen_is_still_answering():
+    """While LoadGen is still busy with the first batch's responses, the runners are waited on, freed and
+    launched again: all six batches run on three runners, and each answer, copied out before its runner was
+    reused, is still its own batch's top-1."""
     from trtfuse.runtime.offline import _GpuWorker
 
     gpu, release = FakeGpu(batch=4, slots=3), threading.Event()
@@ -198,19 +199,19 @@ def test_launcher_does_not_wait_for_the_responses():
 
     def done(ids, top1):
         release.wait(10)
-        answered.append(list(ids))
+        answered.append((list(ids), top1.tolist()))
 
     worker = _GpuWorker(gpu.slots)
     for b in range(6):
-        worker.jobs.put((np.arange(4 * b, 4 * b + 4), [b], done))
+        worker.jobs.put((np.arange(4 * b, 4 * b + 4), list(range(4 * b, 4 * b + 4)), done))
     deadline = time.monotonic() + 5
-    while gpu.starts < 3 and time.monotonic() < deadline:
+    while gpu.waits < 6 and time.monotonic() < deadline:
         time.sleep(0.005)
-    time.sleep(0.1)  # room for a wrong fourth launch
-    assert gpu.starts == 3 and answered == []
+    assert gpu.starts == 6 and gpu.waits == 6 and answered == []
     release.set()
     worker.close(timeout=10)
-    assert gpu.starts == 6 and answered == [[b] for b in range(6)] and worker.error is None
+    assert answered == [(list(range(4 * b, 4 * b + 4)), model_top1(np.arange(4 * b, 4 * b + 4)).tolist()) for b in range(6)]
+    assert worker.error is None
 
 
 def test_a_failed_launch_is_reported_and_every_query_still_answered():
@@ -294,6 +295,37 @@ def test_gpu_pipeline_under_loadgen_performance_mode(tmp_path):
     summary = result["loadgen_summary"]
     assert summary["Scenario"] == "Offline" and result["samples_completed"] == summary["samples_per_query"] > 0
     assert _loadgen_errors(tmp_path) == []
+    t = result["timeline"]
+    assert 0 < t["first_answer_ms"] <= 1000 * t["last_answer_s"] <= 1000 * result["wall_seconds"]
+    assert t["steady_samples_per_s"] > 0 and len(t["samples_per_s_by_tenth"]) == 10
+
+
+def test_drive_workers_feeds_batches_without_loadgen_and_reports_failures():
+    from trtfuse.runtime.offline import _GpuWorker, drive_workers
+
+    gpu = FakeGpu(batch=8, slots=3)
+    workers = [_GpuWorker(gpu.slots), _GpuWorker(FakeGpu(batch=8, slots=3).slots)]
+    assert drive_workers(workers, 8, 40, samples=200) > 0
+    assert gpu.starts == 6 + 13  # round-robin: its half of the warm-up (2 x 6 slots) and 13 of max(4 x 6, 200 / 8) = 25
+    for w in workers:
+        w.close()
+    broken = _GpuWorker(FakeGpu(batch=8, slots=2, fail_wait=3).slots)
+    with pytest.raises(RuntimeError, match="ILLEGAL_ADDRESS"):
+        drive_workers([broken], 8, 40, samples=64)
+    broken.close()
+
+
+def test_answer_timeline_separates_ramp_and_drain_from_the_steady_rate():
+    from trtfuse.runtime.offline import answer_timeline
+
+    # 100 batches of 10 samples, one every 10 ms after a 200 ms start-up, and a last one 100 ms late
+    answered = [(5.0 + 0.2 + 0.01 * k, 10) for k in range(99)] + [(5.0 + 0.2 + 0.98 + 0.1, 10)]
+    t = answer_timeline(5.0, answered)
+    assert t["first_answer_ms"] == pytest.approx(200.0)
+    assert t["steady_samples_per_s"] == pytest.approx(1000.0, rel=0.02)
+    assert t["last_answer_s"] == pytest.approx(1.28)
+    assert t["seconds_beyond_steady"] == pytest.approx(1.28 - 1.0, abs=0.02)
+    assert t["samples_per_s_by_tenth"][0] < 600 and t["samples_per_s_by_tenth"][5] == pytest.approx(1000.0, rel=0.02)
 
 
 def test_gpu_pipeline_failure_under_loadgen_is_one_error_after_the_run(tmp_path):

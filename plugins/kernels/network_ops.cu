@@ -75,31 +75,29 @@ extern "C" __global__ void trtfuse_quantize_s2d16(const float* x, const float* s
 }
 
 // int8 CHW32 max-pool (square window k, stride s, padding p; padded positions never win).
-// One thread per 16-byte half of an output pixel's 32-channel vector.
+// A block per output row (n, channel block, oh), grid-stride over rows; a thread per 16-byte half of an
+// output pixel's 32 channels. The window's clipped bounds come from 32-bit math once per row and pixel
+// (per-element 64-bit divisions were most of an earlier version's instructions), and four signed-byte
+// maxima take one __vmaxs4.
 extern "C" __global__ void trtfuse_maxpool_chw32(const int8_t* x, int N, int CB, int H, int W, int OH, int OW, int k,
                                                  int s, int p, int8_t* y) {
-  const long long total = (long long)N * CB * OH * OW * 2;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
-    const int half = i % 2;
-    const long long o = i / 2;
-    const int ow = o % OW, oh = (o / OW) % OH;
-    const long long ncb = o / ((long long)OW * OH);
-    signed char best[16];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) best[j] = -128;
-    for (int r = 0; r < k; ++r) {
-      const int ih = oh * s - p + r;
-      if ((unsigned)ih >= (unsigned)H) continue;
-      for (int c = 0; c < k; ++c) {
-        const int iw = ow * s - p + c;
-        if ((unsigned)iw >= (unsigned)W) continue;
-        const int4 v = *reinterpret_cast<const int4*>(x + ((ncb * H + ih) * W + iw) * 32 + half * 16);
-        const signed char* b = reinterpret_cast<const signed char*>(&v);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) best[j] = max(best[j], b[j]);
-      }
+  const long long rows = (long long)N * CB * OH;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int oh = static_cast<int>(row % OH);
+    const uint4* plane = reinterpret_cast<const uint4*>(x + (row / OH) * H * W * 32);  // 2 uint4 per pixel
+    uint4* out = reinterpret_cast<uint4*>(y + row * OW * 32);
+    const int h0 = max(oh * s - p, 0), h1 = min(oh * s - p + k, H);
+    for (int t = threadIdx.x; t < 2 * OW; t += blockDim.x) {
+      const int ow = t >> 1, half = t & 1;
+      const int w0 = max(ow * s - p, 0), w1 = min(ow * s - p + k, W);
+      uint4 best = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
+      for (int ih = h0; ih < h1; ++ih)
+        for (int iw = w0; iw < w1; ++iw) {
+          const uint4 v = __ldg(plane + 2 * (ih * W + iw) + half);
+          best = make_uint4(__vmaxs4(best.x, v.x), __vmaxs4(best.y, v.y), __vmaxs4(best.z, v.z), __vmaxs4(best.w, v.w));
+        }
+      out[t] = best;
     }
-    *reinterpret_cast<int4*>(y + o * 32 + half * 16) = *reinterpret_cast<const int4*>(best);
   }
 }
 
