@@ -19,6 +19,8 @@ import tempfile
 
 import numpy as np
 
+from ..runtime.offline import DEFAULT_STREAMS
+
 
 class InstantSlot:
     """A runner slot whose batch is done the moment it starts (the answer: sample index mod 1000)."""
@@ -45,7 +47,7 @@ def measure(batch: int, slots: int, seconds: float, count: int, log_dir: str) ->
 
 def add_arguments(p) -> None:
     p.add_argument("--batch", type=int, default=256, help="samples per batch (default 256)")
-    p.add_argument("--slots", type=int, default=4, help="runner slots, as --streams (default 4)")
+    p.add_argument("--slots", type=int, default=DEFAULT_STREAMS, help="runner slots, as --streams (default %d)" % DEFAULT_STREAMS)
     p.add_argument("--seconds", type=float, default=5.0, help="LoadGen min duration: the query holds 220k x S samples (default 5)")
     p.add_argument("--count", type=int, default=4096, help="samples in the query sample library (default 4096)")
 

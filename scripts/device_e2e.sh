@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperatu
 [ "${SKIP_TESTS:-0}" = 1 ] || python3 -m pytest -q -m gpu tests/test_gpu_runner.py tests/test_trt_v3.py tests/test_offline.py tests/test_network_ops.py \
   -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1; tail -2 "$OUT/gpu_tests.txt"
 $T models resnet50 -o /tmp/r50.onnx > /dev/null && $T rewrite /tmp/r50.onnx -o /tmp/r50_all.onnx --fuse all > /dev/null || exit 1
-$T bench e2e --batch 256 --streams 4 --autotune -o "$OUT/e2e.json" 2>&1 | tail -25
+$T bench e2e --batch 256 --streams 6 --autotune -o "$OUT/e2e.json" 2>&1 | tail -25
 for g in $GPUS; do
   extra=""; [ "$g" = "1" ] && extra="--compare-torch"
   $T offline --model /tmp/r50_all.onnx --backend cuda --count 4096 --batch 256 --gpus "$g" --min-duration 10 \
