@@ -193,28 +193,25 @@ class WgmmaGeometry:
 @dataclass(frozen=True)
 class WgmmaTactic(Tactic):
     """A wgmma tile: `bm` = pixel capacity of a tile (the wgmma N), `bn` = 128 output channels (two
-    consumer warpgroups x m64), `stages` = TMA ring slots of `ks` k32 steps each. 384 threads (288 with two
-    CTAs per SM: the producer is one warp)."""
+    consumer warpgroups x m64), `stages` = TMA ring slots of `ks` k32 steps each. 384 threads."""
 
     ks: int = 2
     persistent: bool = False  # min(tiles, SMs) CTAs walk the tiles; the producer runs ahead across tiles
     multicast: bool = False  # clusters of 2 CTAs on a pixel tile's two channel tiles share the activation boxes (WG_MCAST)
     a_box: int = 32  # bytes of GEMM-K per weight box row: 32 (one k32 step) or 128 (a slot's 4 steps, 128-byte swizzle)
     staging: int = 1  # staging tiles (WG_STAGING): 2 lets the next tile's residual stream in while the last output waits
-    ctas_per_sm: int = 1  # 2 (WG_CTAS_PER_SM): two resident CTAs, one's epilogue under the other's main loop; bm <= 128
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
     CHANNELS: ClassVar[int] = 128
 
     @property
     def threads(self) -> int:
-        return 288 if self.ctas_per_sm == 2 else 384  # WG_THREADS: the producer is one warp with 2 CTAs per SM
+        return 384
 
     @property
     def name(self) -> str:
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}"
-                f"{'_2cta' if self.ctas_per_sm == 2 else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -225,8 +222,6 @@ class WgmmaTactic(Tactic):
             d["WG_MCAST"] = 1
         if self.staging != 1:
             d["WG_STAGING"] = self.staging
-        if self.ctas_per_sm != 1:
-            d["WG_CTAS_PER_SM"] = self.ctas_per_sm
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
@@ -286,12 +281,6 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(33, 208, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, multicast=True, persistent=True, staging=2),
     WgmmaTactic(34, 256, 128, 2, 1, 2, 32, 1, ks=4, a_box=128, multicast=True, persistent=True, staging=2),
     WgmmaTactic(35, 208, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, staging=2),
-    # Two CTAs per SM on 128-pixel tiles (WG_CTAS_PER_SM): one CTA's epilogue runs under the other's
-    # wgmmas and copies, the ping-pong that one CTA of two consumer warpgroups cannot do on its own.
-    WgmmaTactic(36, 128, 128, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, staging=2, ctas_per_sm=2),
-    WgmmaTactic(37, 128, 128, 2, 1, 2, 32, 1, ks=4, a_box=128, multicast=True, persistent=True, staging=2, ctas_per_sm=2),
-    WgmmaTactic(38, 128, 128, 2, 1, 2, 32, 1, ks=4, a_box=128, multicast=True, persistent=True, ctas_per_sm=2),
-    WgmmaTactic(39, 128, 128, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, ctas_per_sm=2),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})

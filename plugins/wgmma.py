@@ -117,23 +117,22 @@ def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: in
     return wmap, xmap
 
 
-def _resident_ctas(per_sm: int) -> int:
-    """CTAs a persistent grid keeps resident (`per_sm` on every SM); TRTFUSE_WGMMA_MAX_CTAS caps it (tests:
-    several tiles per CTA on small shapes)."""
+def _sms() -> int:
+    """SMs a persistent grid fills; TRTFUSE_WGMMA_MAX_CTAS caps it (tests: several tiles per CTA on small shapes)."""
     ok, _ = cd.gpu_available()
-    ctas = per_sm * (cd.device_attribute("MULTIPROCESSOR_COUNT") if ok else H100_SMS)
+    sms = cd.device_attribute("MULTIPROCESSOR_COUNT") if ok else H100_SMS
     cap = os.environ.get("TRTFUSE_WGMMA_MAX_CTAS")
-    return min(ctas, max(1, int(cap))) if cap else ctas
+    return min(sms, max(1, int(cap))) if cap else sms
 
 
 def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
-    """One CTA per tile, or for a persistent tactic min(tiles, resident CTAs) CTAs."""
+    """One CTA per tile, or for a persistent tactic min(tiles, SMs) CTAs."""
     geo = tactic.geometry(shape)
     if geo is None:
         raise ValueError(f"{tactic.name} does not handle {shape}")
     if not tactic.persistent:
         return geo.ctas, 1, 1
-    ctas = min(geo.ctas, _resident_ctas(tactic.ctas_per_sm))
+    ctas = min(geo.ctas, _sms())
     if tactic.multicast:  # whole clusters of 2: tile pairs (2i, 2i+1) stay together as each CTA strides the tiles
         ctas = max(2, ctas - ctas % 2)
     return ctas, 1, 1

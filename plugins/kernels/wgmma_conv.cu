@@ -25,8 +25,7 @@
 // count, and an "empty" mbarrier that the 8 consumer warps arrive on once their wgmmas have read it);
 // warpgroups 0 and 1 each own 64 of the 128 output channels and issue wgmma.m64n{BN}k32.s32.s8.s8,
 // one batch of KS per slot, keeping one batch in flight (wait_group 1) before releasing the previous
-// slot. setmaxnreg moves registers from the producer (40) to the consumers (232). With two CTAs per SM
-// (WG_CTAS_PER_SM below) the producer is a single warp and every thread keeps 112 registers.
+// slot. setmaxnreg moves registers from the producer (40) to the consumers (232).
 //
 // Epilogue (consumers): the residual tile is cp.async-prefetched into a staging tile (its own group),
 // every accumulator is requantized in docs/ops.md's order by requantize_s32 into the staging tile
@@ -75,22 +74,6 @@
 // tactics run a shallower ring).
 #ifndef WG_STAGING
 #define WG_STAGING 1
-#endif
-// CTAs resident per SM: 1, or 2 for small tiles (WG_BN <= 128, a ring and staging within half the shared
-// memory). Two CTAs interleave on an SM, so one's epilogue (requantize, staging, stores: latency-bound
-// with 2 consumer warps per scheduler) runs under the other's wgmmas and copies. Registers: one CTA of
-// 384 threads launches at 168 each and setmaxnreg moves them to the consumers (232) from the producer
-// warpgroup (40); ptxas compiles the whole kernel within the launch count, and 2 x 384 threads would
-// leave 80, too few for a wgmma of 64 accumulators. So two CTAs per SM drop the producer to ONE warp
-// (288 threads, 112 registers each, no setmaxnreg: it moves whole warpgroups only).
-#ifndef WG_CTAS_PER_SM
-#define WG_CTAS_PER_SM 1
-#endif
-#define WG_THREADS (WG_CTAS_PER_SM == 2 ? 288 : 384)
-#if WG_CTAS_PER_SM == 2
-#define WG_SETMAXNREG 0
-#else
-#define WG_SETMAXNREG 1
 #endif
 // Profiling builds only (bench/wgmma_diag.py), never a tactic: 1 = no epilogue (main loop alone),
 // 2 = no wgmma (the copy engine's feed rate alone), 3 = no copies (wgmma and the ring's barriers on
@@ -251,7 +234,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 
   if (wg == 2) {
     // ---------------- producer warpgroup: one thread drives the copy engine ----------------
-    if (WG_SETMAXNREG) sm90::regs_dealloc<40>();
+    sm90::regs_dealloc<40>();
     if (tid == 256) {
       sm90::prefetch_tensor_map(tmap_w);
       sm90::prefetch_tensor_map(tmap_x);
@@ -297,7 +280,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   }
 
   // ---------------- consumer warpgroups 0 and 1: 64 output channels each ----------------
-  if (WG_SETMAXNREG) sm90::regs_alloc<232>();
+  sm90::regs_alloc<232>();
   const int lane = tid % 32, warp = (tid % 128) / 32;
   // A slot is free for the copy engines once every consumer warp that reads it is done: with multicast,
   // those of both CTAs (the partner's engine writes into this CTA's slot too).
@@ -360,15 +343,9 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
       const uint32_t sa = base + slot * L::STAGE + a_rows, sb = base + slot * L::STAGE + KS * L::A_STEP;
       sm90::wgmma_fence();
-      // Two CTAs per SM (112 registers): a wgmma under a runtime condition makes ptxas serialize them all
-      // (C7519, a warpgroup arrive in the divergent path), so all KS steps are issued. Only with 128-byte
-      // weight boxes, which land whole: a step past the GEMM-K multiplies zero weights (out-of-bounds
-      // fill) by whatever the slot's activation rows hold, adding exactly 0.
-      constexpr bool all_steps = WG_CTAS_PER_SM == 2;
-      static_assert(!all_steps || WG_A128, "unconditional k32 steps need the zero-filled 128-byte weight box");
 #pragma unroll
       for (int j = 0; j < KS; ++j)
-        if ((all_steps || j < steps) && WG_DIAG != 2 && WG_DIAG < 4)
+        if (j < steps && WG_DIAG != 2 && WG_DIAG < 4)
           sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
                                  sm90::desc_kmajor_sw32(sb + j * L::B_STEP));
       sm90::wgmma_commit();
@@ -425,22 +402,14 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 
 }  // namespace trtfuse
 
-// One CTA per (pixel tile, 128-channel tile), or WG_PERSISTENT: min(tiles, WG_CTAS_PER_SM x SMs) CTAs
-// walking the tiles. WG_THREADS: consumer warpgroups 0-1, then the producer (a warpgroup, or one warp).
+// One CTA per (pixel tile, 128-channel tile), or WG_PERSISTENT: min(tiles, SMs) CTAs walking the tiles.
+// 384 threads: consumer warpgroups 0-1, producer warpgroup 2.
 #if WG_MCAST
 #define WG_CLUSTER __cluster_dims__(2, 1, 1)
 #else
 #define WG_CLUSTER
 #endif
-static_assert(WG_CTAS_PER_SM == 1 || (WG_CTAS_PER_SM == 2 && WG_BN <= 128), "two CTAs per SM: tiles of at most 128 pixels");
-#if WG_CTAS_PER_SM == 2
-// 2 x 9 warps x 112 registers = 64,512 of the SM's 65,536 (ptxas' own pick under a 2-CTA launch bound, 96,
-// spills the accumulators).
-#define WG_BOUNDS __maxnreg__(112)
-#else
-#define WG_BOUNDS __launch_bounds__(WG_THREADS, 1)
-#endif
-extern "C" __global__ void WG_CLUSTER WG_BOUNDS
+extern "C" __global__ void WG_CLUSTER __launch_bounds__(384, 1)
     trtfuse_wgmma_conv(const __grid_constant__ trtfuse::sm90::TensorMap tmap_w,
                        const __grid_constant__ trtfuse::sm90::TensorMap tmap_x, const trtfuse::ConvParams p,
                        const trtfuse::WgmmaTile t) {
