@@ -473,7 +473,7 @@ def answer_timeline(issued_at: float, answered: list[tuple[float, int]]) -> dict
     """Where a run's time went, from the answers' clock times: the first answer's latency (the pipeline
     filling), the steady rate over the middle 80% of the samples, the rate in each tenth of the samples,
     and the seconds the run took beyond `samples / steady rate` (ramp-up plus drain): what separates
-    LoadGen's figure from the GPUs' own rate."""
+    LoadGen's figure from the GPUs' own rate. Rates over a span inside a single answer are None."""
     times = np.array([t - issued_at for t, _ in answered])
     counts = np.cumsum([n for _, n in answered])
     total = int(counts[-1])

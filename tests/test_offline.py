@@ -42,6 +42,17 @@ def test_offline_onnxruntime_backend(small_model, tmp_path, capsys, mode):
         assert result["accuracy_responses"] == 48  # every sample answered once, top-1 as int32
 
 
+def test_offline_compare_pipeline_feeds_the_same_workers_without_loadgen(small_model, tmp_path):
+    out = tmp_path / "result.json"
+    rc = main(["offline", "--model", str(small_model), "--backend", "onnxruntime", "--count", "32", "--batch", "16",
+               "--min-duration", "0.2", "--expected-qps", "50", "--compare-pipeline", "--log-dir", str(tmp_path / "logs"),
+               "-o", str(out), "--json"])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert result["pipeline_samples_per_s"] > 0 and result["samples_per_s"] > 0
+    assert result["timeline"]["first_answer_ms"] > 0  # one batch here: no steady rate (None), nothing divided by 0
+
+
 def test_offline_errors_are_one_line(small_model, capsys):
     assert main(["offline", "--model", str(small_model), "--backend", "trt", "--count", "4", "--log-dir", "/tmp/x"]) == 2
     assert "is an ONNX model" in capsys.readouterr().err  # --backend trt runs a serialized engine
