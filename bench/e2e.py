@@ -150,7 +150,7 @@ def run(args) -> int:
     device, date = cd.device_name(), datetime.date.today().isoformat()
     result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),
               "batch": args.batch, "streams": args.streams, "autotune": args.autotune,
-              "fold_stem": not args.no_fold_stem, "plans": {name: f"{p.tactic.name}/s{p.splits}" for name, p in runners[0].plans},
+              "fold_stem": not args.no_fold_stem, "plans": runners[0].plan_names(),
               "samples_per_s": ours, "samples_per_s_one_stream": ours_one,
               "offline_pipeline_samples_per_s": pipeline,
               "torch_fp16_samples_per_s": torch_fp16,

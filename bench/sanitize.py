@@ -31,24 +31,34 @@ def main() -> int:
     return 1 if bad else 0
 
 
-def maxpool_cases() -> bool:
-    """The network max-pool (plugins/network_ops.py) on small shapes and several windows, output poisoned."""
+def device_maxpool(x, k: int, stride: int, pad: int):
+    """plugins/network_ops.maxpool on int8 NCHW `x` (packed to CHW32, output poisoned first):
+    (its output unpacked to NCHW, the (OH, OW) the launcher returned)."""
     import numpy as np
 
     from ..plugins import cuda_driver as cd
     from ..plugins import network_ops
+    from ..plugins.layout import pack_nchwv, round_up, unpack_nchwv
+
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    xb = cd.DeviceBuffer.from_array(pack_nchwv(x, 32))
+    yb = cd.DeviceBuffer(n * round_up(c, 32) * oh * ow)
+    yb.fill(0x5A)
+    returned = network_ops.maxpool(xb.ptr, n, c, h, w, k, stride, pad, yb.ptr)
+    return unpack_nchwv(yb.download((n, round_up(c, 32) // 32, oh, ow, 32), np.int8), c), returned
+
+
+def maxpool_cases() -> bool:
+    """The network max-pool (plugins/network_ops.py) on a small shape and several windows."""
+    import numpy as np
+
     from ..plugins import reference as ref
-    from ..plugins.layout import pack_nchwv, unpack_nchwv
 
     ok = True
     x = np.random.default_rng(1).integers(-128, 128, (2, 40, 9, 11), dtype=np.int8)
-    xb = cd.DeviceBuffer.from_array(pack_nchwv(x, 32))
     for k, stride, pad in ((3, 2, 1), (2, 2, 0), (3, 1, 1)):
-        oh, ow = (9 + 2 * pad - k) // stride + 1, (11 + 2 * pad - k) // stride + 1
-        yb = cd.DeviceBuffer(2 * 64 * oh * ow)
-        yb.fill(0x5A)
-        network_ops.maxpool(xb.ptr, 2, 40, 9, 11, k, stride, pad, yb.ptr)
-        same = np.array_equal(unpack_nchwv(yb.download((2, 2, oh, ow, 32), np.int8), 40), ref.maxpool_int8(x, k, stride, pad))
+        same = np.array_equal(device_maxpool(x, k, stride, pad)[0], ref.maxpool_int8(x, k, stride, pad))
         ok &= same
         print(f"maxpool k{k} s{stride} p{pad}: {'ok' if same else 'MISMATCH'}")
     return ok

@@ -315,6 +315,10 @@ class CudaRunner(Top1Readout):
     def _capture(self) -> None:
         self.graph_exec = cd.capture_graph(self.stream.handle, self._launch_all)
 
+    def plan_names(self) -> dict[str, str]:
+        """Each conv's launch plan as "tactic name/s<split-K slices>" (the results files' `plans`)."""
+        return {name: f"{p.tactic.name}/s{p.splits}" for name, p in self.plans}
+
     def launch(self) -> None:
         """Run the forward on the runner's stream on whatever the input buffer holds (asynchronous)."""
         if self.graph_exec is not None:

@@ -370,8 +370,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
     out = {"backend": backend, "model": model_path, "data": data, "count": count, "batch": batch, "gpus": n_gpus,
            "streams": streams if n_gpus else None, "mode": mode}
     if backend == "cuda":
-        first = workers[0].slots[0].runner
-        out["plans"] = {name: f"{p.tactic.name}/s{p.splits}" for name, p in first.plans}
+        out["plans"] = workers[0].slots[0].runner.plan_names()
     if compare_pipeline:  # the same workers fed directly, no LoadGen: what LoadGen's harness side costs
         try:
             out["pipeline_samples_per_s"] = drive_workers(workers, batch, count, expected_qps * min_duration_s)
