@@ -89,8 +89,8 @@ def correctness() -> int:
 
 
 def tiny() -> int:
-    """Small launches of one-tile-per-CTA and persistent tactics (32- and 128-byte weight boxes, and the
-    2-CTA multicast cluster); persistent grids are capped at 2 CTAs (TRTFUSE_WGMMA_MAX_CTAS) so each CTA
+    """Small launches of one-tile-per-CTA and persistent tactics (32- and 128-byte weight boxes, the
+    2-CTA multicast cluster, the pixel-major tiles); persistent grids are capped at 2 CTAs (TRTFUSE_WGMMA_MAX_CTAS) so each CTA
     walks several tiles through the ring."""
     import os
 
@@ -101,7 +101,7 @@ def tiny() -> int:
              (ConvShape(2, 32, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1)), True)]
     by_id = {t.id: t for t in WGMMA_TACTICS}
     for shape, res in cases:
-        for t in (by_id[22], by_id[24], by_id[28], by_id[31], by_id[33], by_id[35]):
+        for t in (by_id[22], by_id[24], by_id[28], by_id[31], by_id[33], by_id[35], by_id[40], by_id[41]):
             if t.geometry(shape) is None:
                 continue
             ok, stats, _ = _run_case(shape, res, True, t)
@@ -110,7 +110,7 @@ def tiny() -> int:
     return 1 if bad else 0
 
 
-TIMED_TACTICS = (22, 24, 26, 28, 30, 31, 32, 33, 34, 35)  # 32- vs 128-byte weight boxes, multicast clusters, one tile per CTA and persistent
+TIMED_TACTICS = (22, 24, 26, 28, 30, 31, 32, 33, 34, 35, 40, 41, 42)  # 32- vs 128-byte weight boxes, multicast clusters, one tile per CTA and persistent
 TIMED = [
     ("res3 conv2 3x3 128", ConvShape(256, 128, 28, 28, 128, 3, 3, (1, 1), (1, 1, 1, 1))),
     ("res4 conv2 3x3 256", ConvShape(256, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1))),

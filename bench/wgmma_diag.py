@@ -30,6 +30,7 @@ LAYERS = [
 ]
 # The residual 1x1 layers (short GEMM-K, the epilogue's share is largest): --residual
 RESIDUAL_LAYERS = [
+    ("res2 conv3 1x1 64->256 +res", ConvShape(256, 64, 56, 56, 256, 1, 1)),
     ("res4 conv3 1x1 256->1024 +res", ConvShape(256, 256, 14, 14, 1024, 1, 1)),
     ("res5 conv3 1x1 512->2048 +res", ConvShape(256, 512, 7, 7, 2048, 1, 1)),
     ("res3 conv3 1x1 128->512 +res", ConvShape(256, 128, 28, 28, 512, 1, 1)),
@@ -38,9 +39,10 @@ RESIDUAL_LAYERS = [
 
 def variants():
     by_id = TACTICS_BY_ID
-    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35)]
+    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42)]
     out += [(f"diag{d} t31", dataclasses.replace(by_id[31], diag=d)) for d in (1, 2, 3)]
     out += [("diag1 t28", dataclasses.replace(by_id[28], diag=1))]
+    out += [(f"diag{d} t40", dataclasses.replace(by_id[40], diag=d)) for d in (1, 3)]
     return out
 
 

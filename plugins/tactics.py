@@ -192,17 +192,31 @@ class WgmmaGeometry:
 
 @dataclass(frozen=True)
 class WgmmaTactic(Tactic):
-    """A wgmma tile: `bm` = pixel capacity of a tile (the wgmma N), `bn` = 128 output channels (two
-    consumer warpgroups x m64), `stages` = TMA ring slots of `ks` k32 steps each. 384 threads."""
+    """A wgmma tile: `bm` = pixel capacity of a tile, `bn` = its output channels, `stages` = TMA ring
+    slots of `ks` k32 steps each; 384 threads. Channel-major (the default): channels on wgmma's M (bn = 128,
+    two consumer warpgroups x m64), pixels on its N (bm). Pixel-major (`pixel_major`): pixels on M (bm =
+    128, two warpgroups x m64), channels on N (bn = 128 or 256), the epilogue writing straight from
+    registers (WG_PIXM in wgmma_conv.cu)."""
 
     ks: int = 2
     persistent: bool = False  # min(tiles, SMs) CTAs walk the tiles; the producer runs ahead across tiles
     multicast: bool = False  # clusters of 2 CTAs on a pixel tile's two channel tiles share the activation boxes (WG_MCAST)
     a_box: int = 32  # bytes of GEMM-K per weight box row: 32 (one k32 step) or 128 (a slot's 4 steps, 128-byte swizzle)
     staging: int = 1  # staging tiles (WG_STAGING): 2 lets the next tile's residual stream in while the last output waits
+    pixel_major: bool = False  # pixels on wgmma's M, channels on its N (WG_PIXM): no staging tile, residual by TMA
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
-    CHANNELS: ClassVar[int] = 128
+
+    def __post_init__(self):
+        if self.pixel_major:
+            assert self.bm == 128 and self.bn in (128, 256) and self.a_box == 128 and self.ks == 4
+            assert self.persistent and not self.multicast, "pixel-major tiles are persistent, without clusters"
+        else:
+            assert self.bn == 128, "channel-major tiles are two warpgroups x m64 channels"
+
+    @property
+    def CHANNELS(self) -> int:  # output channels per CTA tile
+        return self.bn
 
     @property
     def threads(self) -> int:
@@ -211,7 +225,7 @@ class WgmmaTactic(Tactic):
     @property
     def name(self) -> str:
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
-                f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}"
+                f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -222,14 +236,21 @@ class WgmmaTactic(Tactic):
             d["WG_MCAST"] = 1
         if self.staging != 1:
             d["WG_STAGING"] = self.staging
+        if self.pixel_major:
+            d["WG_PIXM"] = 1
+            d["WG_CH"] = self.bn
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
 
     def shared_bytes(self, in_channels: int = 0, kernel_shape=None) -> int:
-        """Operand ring + staging tiles [pixels][128 + 16] + mbarriers + 1024 for aligning the ring."""
-        return (self.stages * self.ks * 32 * (self.CHANNELS + self.bm) + self.staging * self.bm * (self.CHANNELS + 16)
-                + 16 * self.stages + 1024)
+        """Operand ring + staging tiles [pixels][channels + 16] (pixel-major: two residual tiles
+        [pixels][channels] and the folded factors) + mbarriers + 1024 for aligning the ring
+        (WgmmaSmem in wgmma_conv.cu)."""
+        ring = self.stages * self.ks * 32 * (self.CHANNELS + self.bm)
+        if self.pixel_major:
+            return ring + 2 * self.bm * self.bn + 8 * self.bn + 16 * self.stages + 1024
+        return ring + self.staging * self.bm * (self.CHANNELS + 16) + 16 * self.stages + 1024
 
     def geometry(self, shape: ConvShape) -> WgmmaGeometry | None:
         """Pixel tiles of TH full output rows (or NB whole images) whose TMA box fits the tile; None when
@@ -281,6 +302,11 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(33, 208, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, multicast=True, persistent=True, staging=2),
     WgmmaTactic(34, 256, 128, 2, 1, 2, 32, 1, ks=4, a_box=128, multicast=True, persistent=True, staging=2),
     WgmmaTactic(35, 208, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, staging=2),
+    # Pixel-major tiles: 128 pixels x 256 (or 128) channels, the epilogue straight from registers to
+    # 8-byte CHW32 stores, the residual one TMA box per tile (the epilogue-bound 1x1 +residual layers).
+    WgmmaTactic(40, 128, 256, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True),
+    WgmmaTactic(41, 128, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True),
+    WgmmaTactic(42, 128, 256, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})

@@ -91,6 +91,12 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
               (32, shape.w * 32, shape.h * shape.w * 32, cb * shape.h * shape.w * 32),
               (32, ow * sw, geo.th * sh, 1, geo.nb), (1, sw, sh, 1, 1)),
     }
+    if tactic.pixel_major:
+        # Weight rows permuted inside each 32-channel block: dims (KGpad, e 2, q 4, jj 4, Kpad/32) with row
+        # strides (1, 8, 2, 32) so box row e + 2q + 8jj + 32b is channel 32b + 8q + 2jj + e: wgmma column
+        # 8(4b + jj) + 2q + e then holds it, and each thread's accumulators are 8 consecutive channels.
+        args["w"] = ((kg_pad, 2, 4, 4, kp // 32), (kg_pad, 8 * kg_pad, 2 * kg_pad, 32 * kg_pad),
+                     (tactic.a_box, 2, 4, 4, tactic.CHANNELS // 32), (1,) * 5)
     for name, (dims, strides, box, es) in args.items():
         ok = (len(strides) == len(dims) - 1 and all(0 < d <= 1 << 32 for d in dims)
               and all(st % 16 == 0 and st < 1 << 40 for st in strides)
@@ -109,7 +115,7 @@ def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: in
         _maps.move_to_end(key)
         return hit
     args = tensor_map_args(shape, tactic, geo)
-    wmap = _encode(2, w, *args["w"], swizzle_bytes(tactic, "w"))
+    wmap = _encode(len(args["w"][0]), w, *args["w"], swizzle_bytes(tactic, "w"))
     xmap = _encode(5, x, *args["x"], swizzle_bytes(tactic, "x"))
     _maps[key] = (wmap, xmap)
     if len(_maps) > _MAP_CACHE:
@@ -133,6 +139,8 @@ def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
     if not tactic.persistent:
         return geo.ctas, 1, 1
     ctas = min(geo.ctas, _sms())
+    if tactic.pixel_major and ctas < geo.ctas:  # each CTA keeps one channel tile (its folded factors load once)
+        ctas = max(1, ctas - ctas % geo.ch_tiles)
     if tactic.multicast:  # whole clusters of 2: tile pairs (2i, 2i+1) stay together as each CTA strides the tiles
         ctas = max(2, ctas - ctas % 2)
     return ctas, 1, 1

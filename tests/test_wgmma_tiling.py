@@ -38,9 +38,48 @@ def tma_box(t: np.ndarray, coords, box, elem_strides) -> np.ndarray:
     return out
 
 
-def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+def permuted_weight_view(wp: np.ndarray) -> np.ndarray:
+    """The pixel-major weight map (plugins/wgmma.py) as an array indexed [b][jj][q][e][kg]: dims (KGpad, e 2,
+    q 4, jj 4, Kpad/32) with row strides (1, 8, 2, 32)."""
+    rows, kg = wp.shape
+    r = wp.strides[0]
+    return np.lib.stride_tricks.as_strided(wp, (rows // 32, 4, 4, 2, kg), (32 * r, 2 * r, 8 * r, r, wp.strides[1]))
+
+
+def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int):
+    """wgmma_conv.cu's ResidualSlice::load by every consumer warp: warp w's lane l copies 16-byte half
+    l % 2 of tile pixel 16 w + l / 2, block b, into slice w [block][16 pixels][32] (zeros where the pixel
+    or block is outside the tensor). Copies stay inside their slice and never overlap."""
+    tile = np.full(128 * ch, -1000, np.int64)  # bytes nobody copied stay visible
+    written = np.zeros(128 * ch, np.int32)
+    blocks = (kpad - c0) // 32
+    for w in range(8):
+        for lane in range(32):
+            px = 16 * w + lane // 2
+            for b in range(ch // 32):
+                dst = w * 16 * ch + (16 * b + lane // 2) * 32 + 16 * (lane % 2)
+                assert w * 16 * ch <= dst and dst + 16 <= (w + 1) * 16 * ch
+                if px < valid_px and b < blocks:
+                    n, pix = divmod(m0 + px, ohw)
+                    src = ((n * (kpad // 32) + c0 // 32 + b) * ohw + pix) * 32 + 16 * (lane % 2)
+                    assert src + 16 <= flat_residual.size
+                    tile[dst:dst + 16] = flat_residual[src:src + 16]
+                else:
+                    tile[dst:dst + 16] = 0
+                written[dst:dst + 16] += 1
+    assert (written == 1).all()
+    return tile
+
+
+def pixel_major_residual_offset(px: int, b: int, q: int, ch: int) -> int:
+    """ResidualSlice::read: lane (g, q) of warp px // 16 reads slice pixel px % 16, block b, bytes 8q .. 8q + 7."""
+    return (px // 16) * 16 * ch + (16 * b + px % 16) * 32 + 8 * q
+
+
+def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
     """int32 accumulators [N, Kpad, OH, OW] as the kernel's CTAs produce and store them (-1 sentinel
-    count check: every stored element is written exactly once)."""
+    count check: every stored element is written exactly once). For a pixel-major tactic, `residual`
+    (int8 [N, K, OH, OW]) is replayed through the residual box and read back at the epilogue's offsets."""
     g = tactic.geometry(shape)
     assert g is not None
     x5 = pack_nchwv(x, 32).astype(np.int64)  # [N][CB][H][W][32] = dims (32, W, H, CB, N)
@@ -68,10 +107,13 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray) -> np.ndarra
             valid_px = min(g.nb, shape.n - n0) * ohw
         m0, c0 = n0 * ohw + oh0 * ow, ch_tile * ch
         h0, w0 = oh0 * sh - pt, -pl
-        acc = np.zeros((ch, bn), np.int64)  # D = channels x pixels
+        acc = np.zeros((ch, bn), np.int64)  # D = channels x pixels (pixel-major: D^T, columns in box-row order)
         cb = r = s = 0
         for k in range(g.kt):
-            if tactic.a_box == 128:  # one box per slot of 4 k32 steps; step k is its columns 32 (k % 4) ..
+            if tactic.pixel_major:  # box rows (b, jj, q, e) in order: the weight map's permutation
+                a = tma_box(permuted_weight_view(wp), (k // 4 * 128, 0, 0, 0, c0 // 32), (128, 2, 4, 4, ch // 32),
+                            (1,) * 5).reshape(ch, 128)[:, k % 4 * 32:k % 4 * 32 + 32]
+            elif tactic.a_box == 128:  # one box per slot of 4 k32 steps; step k is its columns 32 (k % 4) ..
                 a = tma_box(wp, (k // 4 * 128, c0), (128, ch), (1, 1))[:, k % 4 * 32:k % 4 * 32 + 32]
             else:
                 a = tma_box(wp, (k * 32, c0), (32, ch), (1, 1))  # [128][32]
@@ -85,13 +127,25 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray) -> np.ndarra
                 r += 1
                 if r == shape.r:
                     r, cb = 0, cb + 1
+        if tactic.pixel_major:
+            # wgmma column 32b + 8jj + 2q + e (accumulator 4(4b + jj) + 2h + e of thread class q) is stored as
+            # byte 2jj + e of the 8 at channel c0 + 32b + 8q (consume_pixel_major)
+            store = {32 * b + 8 * jj + 2 * q + e: 32 * b + 8 * q + 2 * jj + e
+                     for b in range(ch // 32) for jj in range(4) for q in range(4) for e in range(2)}
+            if residual is not None:
+                rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px)
+        else:
+            store = {c: c for c in range(ch)}
         for px in range(valid_px):
             m = m0 + px
             n, pix = divmod(m, ohw)
-            for c in range(ch):
+            for col, c in store.items():
                 if c0 + c < kpad:
-                    acc_out[n, c0 + c, pix // ow, pix % ow] = acc[c, px]
+                    acc_out[n, c0 + c, pix // ow, pix % ow] = acc[col, px]
                     writes[n, c0 + c, pix // ow, pix % ow] += 1
+                    if tactic.pixel_major and residual is not None and c0 + c < shape.k:
+                        b, q, byte = c // 32, c % 32 // 8, c % 8
+                        assert rtile[pixel_major_residual_offset(px, b, q, ch) + byte] == residual[n, c0 + c, pix // ow, pix % ow]
     assert (writes == 1).all(), "every output element is stored exactly once"
     return acc_out
 
@@ -117,7 +171,9 @@ def test_tiles_compute_the_exact_convolution(shape, tactic):
     rng = np.random.default_rng()
     x = rng.integers(-128, 128, (shape.n, shape.c, shape.h, shape.w), dtype=np.int8)
     w = rng.integers(-127, 128, (shape.k, shape.c, shape.r, shape.s), dtype=np.int8)
-    got = emulate(shape, tactic, x, w)
+    oh, ow = shape.out_hw
+    res = rng.integers(-128, 128, (shape.n, shape.k, oh, ow), dtype=np.int8)
+    got = emulate(shape, tactic, x, w, res)
     ref = conv_int8_accumulate(x, w, shape.stride, shape.pads)
     np.testing.assert_array_equal(got[:, : shape.k], ref)
     assert not got[:, shape.k:].any()

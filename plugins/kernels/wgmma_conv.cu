@@ -75,6 +75,22 @@
 #ifndef WG_STAGING
 #define WG_STAGING 1
 #endif
+// 1: pixels on wgmma's M, channels on its N (the "pixel-major" tile; needs WG_A128 and WG_PERSISTENT, no
+// WG_MCAST): each consumer warpgroup owns 64 output pixels x all WG_CH channels of the tile, so the weight
+// slot is operand B (shared by both warpgroups) and the activation rows operand A. The weight rows land
+// permuted by the weight tensor map (plugins/wgmma.py) so that a thread's accumulators hold 8 consecutive
+// channels of a pixel: the epilogue reads its residual (each warp cp.asyncs its own slice a tile ahead) and writes
+// its output as 8-byte CHW32 pieces straight from registers, a warp covering 256 contiguous bytes, with
+// no staging tile and no CTA-wide barrier per tile (the two warpgroups drift apart freely, one's epilogue
+// under the other's wgmmas).
+#ifndef WG_PIXM
+#define WG_PIXM 0
+#endif
+// Output channels per CTA tile: 128 (two warpgroups x m64) for the channel-major tile; the wgmma N (128
+// or 256) for the pixel-major one.
+#ifndef WG_CH
+#define WG_CH 128
+#endif
 // Profiling builds only (bench/wgmma_diag.py), never a tactic: 1 = no epilogue (main loop alone),
 // 2 = no wgmma (the copy engine's feed rate alone), 3 = no copies (wgmma and the ring's barriers on
 // stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes. Each isolates one stage of the pipeline to say which one bounds it.
@@ -173,25 +189,34 @@ __device__ __forceinline__ void requantize_to_staging(const int (&acc)[BN / 2], 
   }
 }
 
-template <int BN, int STAGES, int KS>
+// BN = output pixels per tile, CH = output channels per tile. A ring slot is KS k32 steps of weights
+// (CH rows) then KS of activations (BN rows). After the ring: the channel-major tile's WG_STAGING staging
+// tiles [pixel][CH + 16]; or the pixel-major tile's two residual tiles (8 warp slices [block][16 pixels][32])
+// and its folded per-channel factors. Then the mbarriers: full[STAGES], empty[STAGES].
+template <int BN, int STAGES, int KS, int CH = 128, bool PIXM = false>
 struct WgmmaSmem {
-  static constexpr int CH = 128;                    // output channels per CTA (2 consumer warpgroups x m64)
   static constexpr int A_STEP = CH * 32;            // weights of one k32 step
   static constexpr int B_STEP = BN * 32;            // activations of one k32 step
   static constexpr int STAGE = KS * (A_STEP + B_STEP);
   static constexpr int OUT_STRIDE = CH + 16;        // staging row: 16-byte pad keeps 16-byte alignment, spreads banks
   static constexpr int OUT_OFFSET = STAGES * STAGE;
-  static constexpr int OUT_BYTES = BN * OUT_STRIDE;  // one staging tile
-  static constexpr int BAR_OFFSET = OUT_OFFSET + WG_STAGING * OUT_BYTES;
+  static constexpr int OUT_BYTES = PIXM ? BN * CH : BN * OUT_STRIDE;  // one staging (or residual) tile
+  static constexpr int BUFFERS = PIXM ? 2 : WG_STAGING;
+  static constexpr int FACTOR_OFFSET = OUT_OFFSET + BUFFERS * OUT_BYTES;
+  static constexpr int BAR_OFFSET = FACTOR_OFFSET + (PIXM ? 2 * CH * 4 : 0);
   static constexpr int BYTES = BAR_OFFSET + 2 * STAGES * 8;
   static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
 };
 
-template <int BN, int STAGES, int KS, bool PERSISTENT>
+template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
+__device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base);
+
+template <int BN, int STAGES, int KS, bool PERSISTENT, int CH = 128, bool PIXM = false>
 __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x,
                                                 const ConvParams& p, const WgmmaTile& t) {
-  using L = WgmmaSmem<BN, STAGES, KS>;
+  using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
+  static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
   constexpr int CONSUMERS = 256;
   extern __shared__ __align__(1024) int8_t smem_raw[];
   // Align the operand ring to 1024 bytes of shared-memory address (the host asks for 1024 more).
@@ -240,7 +265,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       sm90::prefetch_tensor_map(tmap_x);
       int it = 0;  // ring slot use counter, continuous across tiles
       for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step) {
-        const TileCoord tc(tile, p, t, ohw, L::CH);
+        const TileCoord tc(tile, p, t, ohw, CH);
         const int h0 = tc.oh0 * p.stride_h - p.pad_top, w0 = -p.pad_left;
         int cb = 0, r = 0, s = 0;  // tap of k32 step k = (cb * R + r) * S + s (the packed weight's GEMM-K order)
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
@@ -256,7 +281,13 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           const int a_bytes = WG_DIAG == 5 ? 0 : (WG_A128 ? KS * L::A_STEP : steps * L::A_STEP);
           sm90::mbar_arrive_expect_tx(full, a_bytes + steps * (WG_DIAG == 4 ? 0 : t.box_bytes));
           const uint32_t sa = base + slot * L::STAGE, sb = sa + KS * L::A_STEP;
-          if (WG_A128 && WG_DIAG != 5) sm90::tma_load_2d(sa, tmap_w, full, kb * KS * 32, tc.c0);
+          if (PIXM && WG_DIAG != 5) {
+            // 5-D view (KGpad, 2, 4, 4, Kpad/32) of the packed weight: row e + 2q + 8jj + 32b of the box is
+            // channel c0 + 32b + 8q + 2jj + e (plugins/wgmma.py), which is wgmma column 8(4b + jj) + 2q + e.
+            sm90::tma_load_5d(sa, tmap_w, full, kb * KS * 32, 0, 0, 0, tc.c0 / 32);
+          } else if (WG_A128 && WG_DIAG != 5) {
+            sm90::tma_load_2d(sa, tmap_w, full, kb * KS * 32, tc.c0);
+          }
           for (int j = 0; j < steps; ++j) {
             const int k = kb * KS + j;
             if (!WG_A128 && WG_DIAG != 5) sm90::tma_load_2d(sa + j * L::A_STEP, tmap_w, full, k * 32, tc.c0);
@@ -279,6 +310,10 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     return;
   }
 
+  if constexpr (PIXM) {
+    consume_pixel_major<BN, STAGES, KS, CH, PERSISTENT>(p, t, smem, base);
+    return;
+  }
   // ---------------- consumer warpgroups 0 and 1: 64 output channels each ----------------
   sm90::regs_alloc<232>();
   const int lane = tid % 32, warp = (tid % 128) / 32;
@@ -313,12 +348,12 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   // A tile's output leaves the staging tile during the NEXT tile's first wgmma batch (the tensor cores
   // work while the consumers store), so the epilogue's stores never idle the tensor cores.
   bool pending = false;
-  Tile pending_tc(blockIdx.x, p, t, ohw, L::CH);
+  Tile pending_tc(blockIdx.x, p, t, ohw, CH);
   const int8_t* pending_staging = s_out;
   int it = 0;  // ring slot use counter, continuous across tiles (same sequence as the producer's)
   int local = 0;  // tiles this CTA has done
   for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step, ++local) {
-    const Tile tc(tile, p, t, ohw, L::CH);
+    const Tile tc(tile, p, t, ohw, CH);
     int8_t* staging = s_out + (WG_STAGING == 2 ? (local & 1) * L::OUT_BYTES : 0);
     const bool res_now = has_res && (WG_DIAG == 0 || WG_DIAG == 3);  // the builds that run the epilogue
     // Two staging tiles: this tile's residual can stream in now (the other tile holds the pending output).
@@ -400,6 +435,178 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   if (WG_MCAST) sm90::cluster_sync();
 }
 
+// One pixel of the pixel-major tile through docs/ops.md's epilogue: the 8 accumulators of channel block
+// b (wgmma columns 8(4b + jj) + 2q + e, i.e. channels 32b + 8q + 2jj + e by the weight map's row order,
+// held at acc[4(4b + jj) + 2h + e]) with their 8 folded factors and 8 residual bytes (channel order) ->
+// 8 int8 in channel order, two words.
+template <int NACC, bool RES>
+__device__ __forceinline__ uint2 requantize_8_channels(const int (&acc)[NACC], int b, int h, const float4 (&sc)[2],
+                                                       const float4 (&bi)[2], uint2 res, float rs, float relu_min) {
+  const float a[8] = {sc[0].x, sc[0].y, sc[0].z, sc[0].w, sc[1].x, sc[1].y, sc[1].z, sc[1].w};
+  const float o[8] = {bi[0].x, bi[0].y, bi[0].z, bi[0].w, bi[1].x, bi[1].y, bi[1].z, bi[1].w};
+  uint32_t q[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {  // i = 2jj + e
+    const int v = acc[4 * (4 * b + i / 2) + 2 * h + i % 2];
+    q[i] = RES ? requantize_b32(v, a[i], o[i], i < 4 ? res.x : res.y, i % 4, rs, relu_min)
+               : requantize_s32<false>(v, a[i], o[i], [] { return 0.0f; }, rs, relu_min);
+  }
+  return make_uint2(pack_s8x4(q[0], q[1], q[2], q[3]), pack_s8x4(q[4], q[5], q[6], q[7]));
+}
+
+// Where a consumer warp's 16 pixels x CH channels of residual sit in a residual tile: its own slice
+// [block][16 pixels][32], filled by the warp's own cp.asyncs, so only __syncwarp orders them.
+template <int CH>
+struct ResidualSlice {
+  static constexpr int BYTES = 16 * CH;
+  // Lane l copies 16-byte half l % 2 of slice pixel l / 2, for every block.
+  __device__ __forceinline__ static void load(int8_t* slice, const ConvParams& p, const TileCoord& tc, int first_px,
+                                              int ohw, int kpad, int lane) {
+    const int px = first_px + lane / 2;
+    const bool ok = px < tc.valid_px;
+    const size_t row = (ok ? chw32_offset(p, tc.m0 + px, tc.c0, ohw, kpad) : 0) + 16 * (lane % 2);
+    const int blocks = (kpad - tc.c0) / 32;
+#pragma unroll
+    for (int b = 0; b < CH / 32; ++b) {
+      const bool copy = ok && b < blocks;
+      cp_async_16(smem_u32(slice + (16 * b + lane / 2) * 32 + 16 * (lane % 2)),
+                  copy ? p.residual + row + (size_t)b * ohw * 32 : p.residual, copy);
+    }
+  }
+  // Lane (g, q) = (lane / 4, lane % 4) reads channels 8q .. 8q + 7 of slice pixel g + 8h, block b.
+  __device__ __forceinline__ static uint2 read(const int8_t* slice, int b, int h, int lane) {
+    return *reinterpret_cast<const uint2*>(slice + (16 * b + lane / 4 + 8 * h) * 32 + 8 * (lane % 4));
+  }
+};
+
+// The pixel-major epilogue of one thread: straight-line code over every (block, pixel) of its
+// accumulators (blocks past Kpad are computed and not stored), so the scheduler interleaves 16 x 8
+// independent chains instead of branching between groups of 8.
+template <int CH, bool RES>
+__device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], const ConvParams& p, const TileCoord& tc,
+                                                     const float* s_scale, const float* s_bias, const int8_t* slice,
+                                                     const int (&px)[2], int ohw, int kpad, int lane, float rs,
+                                                     float relu_min) {
+  bool ok[2];
+  size_t out_off[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    ok[h] = px[h] < tc.valid_px;
+    out_off[h] = ok[h] ? chw32_offset(p, tc.m0 + px[h], tc.c0, ohw, kpad) + 8 * (lane % 4) : 0;
+  }
+  const int blocks = (kpad - tc.c0) / 32;  // < CH / 32 only on the last channel tile
+  const size_t out_block = (size_t)ohw * 32;
+#pragma unroll
+  for (int b = 0; b < CH / 32; ++b) {
+    const float4* f = reinterpret_cast<const float4*>(s_scale + 32 * b + 8 * (lane % 4));
+    const float4* g = reinterpret_cast<const float4*>(s_bias + 32 * b + 8 * (lane % 4));
+    const float4 sc[2] = {f[0], f[1]}, bi[2] = {g[0], g[1]};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint2 res = RES ? ResidualSlice<CH>::read(slice, b, h, lane) : make_uint2(0, 0);
+      const uint2 out = requantize_8_channels<CH / 2, RES>(acc, b, h, sc, bi, res, rs, relu_min);
+      if (ok[h] && b < blocks) *reinterpret_cast<uint2*>(p.y + out_off[h] + b * out_block) = out;
+    }
+  }
+}
+
+// ---------------- pixel-major consumers (WG_PIXM): warpgroup wg owns tile pixels 64 wg .. 64 wg + 63 ----------------
+// Thread (warp, lane) holds pixels px_h = 64 wg + 16 warp + lane / 4 + 8 h (h = 0, 1) and, per 32-channel
+// block b, channels 32b + 8 (lane % 4) .. + 7 of each: one 8-byte residual read and one 8-byte CHW32
+// store per (pixel, block), the 8 lanes of a lane%4 class covering 8 consecutive pixels' 32-byte vectors.
+// No CTA-wide barrier per tile: each warp prefetches its own residual slice of the NEXT tile right
+// after this tile's main loop (two residual tiles), so it has this tile's epilogue and the next tile's
+// main loop to land, and the two warpgroups drift apart freely.
+template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
+__device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base) {
+  using L = WgmmaSmem<BN, STAGES, KS, CH, true>;
+  static_assert(BN == 128, "two consumer warpgroups x m64 pixels");
+  static_assert(L::OUT_BYTES == 8 * ResidualSlice<CH>::BYTES, "a residual tile is the 8 consumer warps' slices");
+  constexpr int CONSUMERS = 256;
+  sm90::regs_alloc<232>();
+  const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32, warp = (tid % 128) / 32;
+  const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
+  const int kblocks = (t.kt + KS - 1) / KS;
+  const int tile_step = PERSISTENT ? gridDim.x : t.tiles;
+  const uint32_t full0 = base + L::BAR_OFFSET, empty0 = full0 + STAGES * 8;
+  float* s_scale = reinterpret_cast<float*>(smem + L::FACTOR_OFFSET);
+  float* s_bias = s_scale + CH;
+  const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3);
+  const float out_scale = *p.out_scale;
+  const float out_scale_inv = __frcp_rn(out_scale);
+  const float rs = has_res ? fold_scale(*p.residual_scale, out_scale, out_scale_inv) : 0.0f;
+  const float relu_min = relu_floor(p.relu != 0);
+  const int first_px = 64 * wg + 16 * warp;  // this warp's 16 pixels of the tile
+  const int px[2] = {first_px + lane / 4, first_px + lane / 4 + 8};
+  int8_t* const slice0 = smem + L::OUT_OFFSET + (tid / 32) * ResidualSlice<CH>::BYTES;  // + L::OUT_BYTES: the other tile
+  const uint32_t a_rows = wg * 64 * 32;  // this warpgroup's 64 activation rows inside a k32 step
+  if (has_res && (int)blockIdx.x < t.tiles)
+    ResidualSlice<CH>::load(slice0, p, TileCoord(blockIdx.x, p, t, ohw, CH), first_px, ohw, kpad, lane);
+  cp_async_commit();
+  int factors_c0 = -1;  // channel tile whose folded factors are in s_scale / s_bias
+  int it = 0, local = 0;
+  for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step, ++local) {
+    const TileCoord tc(tile, p, t, ohw, CH);
+    int acc[CH / 2];
+#pragma unroll
+    for (int i = 0; i < CH / 2; ++i) acc[i] = 0;
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      const int slot = it % STAGES;
+      sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
+      __syncwarp();
+      const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
+      const uint32_t sa = base + slot * L::STAGE, sb = sa + KS * L::A_STEP + a_rows;
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < KS; ++j)
+        if (j < steps && WG_DIAG != 2 && WG_DIAG < 4)
+          sm90::WgmmaS8<CH>::mma(acc, sm90::desc_kmajor_sw32(sb + j * L::B_STEP), sm90::desc_kmajor_sw128(sa + j * 32));
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();
+      if (kb > 0 && lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+      __syncwarp();
+    }
+    sm90::wgmma_wait<0>();
+    if (lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+    __syncwarp();
+    // The next tile's residual into the other slice (read by this warp in the previous tile, __syncwarp'd).
+    if (has_res && tile + tile_step < t.tiles)
+      ResidualSlice<CH>::load(slice0 + ((local + 1) & 1) * L::OUT_BYTES, p, TileCoord(tile + tile_step, p, t, ohw, CH), first_px, ohw,
+                              kpad, lane);
+    cp_async_commit();
+
+    // Folded factors of the tile's channels: refreshed only when the channel tile changes (never after
+    // the first tile when the grid is a multiple of the channel tiles, plugins/wgmma.py).
+    if (tc.c0 != factors_c0) {
+      sm90::named_barrier(1, CONSUMERS);  // nobody still reads the previous tile's factors
+      for (int c = tid; c < CH; c += CONSUMERS) {
+        const int cc = min(tc.c0 + c, kpad - 1);  // channels past Kpad: computed, never stored
+        s_scale[c] = fold_scale(p.scale[cc], out_scale, out_scale_inv);
+        s_bias[c] = fold_scale(p.bias[cc], out_scale, out_scale_inv);
+      }
+      sm90::named_barrier(1, CONSUMERS);
+      factors_c0 = tc.c0;
+    }
+    if (WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG >= 4) {  // keep the accumulators live without the epilogue's work
+      int folded = 0;
+#pragma unroll
+      for (int i = 0; i < CH / 2; ++i) folded ^= acc[i];
+      if (folded == 0x7fffffff) p.y[tid] = 1;
+      continue;
+    }
+    cp_async_wait<1>();  // this tile's slice (the group before the one just committed) has landed
+    __syncwarp();
+    const int8_t* slice = slice0 + (local & 1) * L::OUT_BYTES;
+    if (has_res) {
+      pixel_major_epilogue<CH, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, rs, relu_min);
+    } else {
+      pixel_major_epilogue<CH, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, rs, relu_min);
+    }
+    __syncwarp();  // every lane's reads of this slice come before its refill two tiles on
+  }
+  cp_async_wait<0>();
+}
+
 }  // namespace trtfuse
 
 // One CTA per (pixel tile, 128-channel tile), or WG_PERSISTENT: min(tiles, SMs) CTAs walking the tiles.
@@ -413,5 +620,5 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(384, 1)
     trtfuse_wgmma_conv(const __grid_constant__ trtfuse::sm90::TensorMap tmap_w,
                        const __grid_constant__ trtfuse::sm90::TensorMap tmap_x, const trtfuse::ConvParams p,
                        const trtfuse::WgmmaTile t) {
-  trtfuse::wgmma_conv_body<WG_BN, WG_STAGES, WG_KS, WG_PERSISTENT != 0>(&tmap_w, &tmap_x, p, t);
+  trtfuse::wgmma_conv_body<WG_BN, WG_STAGES, WG_KS, WG_PERSISTENT != 0, WG_CH, WG_PIXM != 0>(&tmap_w, &tmap_x, p, t);
 }
