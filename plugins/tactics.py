@@ -327,6 +327,10 @@ WGMMA_PREFERRED = (31, 28)
 # in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
 # conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).
 WGMMA_SHORT_K_PREFERRED = (33, 35)
+# GEMM-K under 512 with 256+ output channels (res2-res4's conv3 +res and downsample layers): the pixel-major
+# tile, whose epilogue writes from registers (bench/results/kernels-NVIDIA_H200-2026-11-21.json, v8 autotune:
+# w42 on every conv3 +res, w40 on the downsamples; res3 conv3 +res 0.124 -> 0.104 ms against w33).
+WGMMA_PIXEL_MAJOR_PREFERRED = (42, 40)
 
 
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
@@ -334,13 +338,19 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
 
     Rule (measured on the H200 at batch 256, docs/wgmma.md): at least 128 output channels (a tile is 128
     channels: 64 would leave half the tensor-core work empty) and a grid of at least one full wave;
-    WGMMA_PREFERRED's (GEMM-K >= 1024) or WGMMA_SHORT_K_PREFERRED's first tactic whose geometry fits,
-    else the fewest waves x pixel capacity x k32 steps (wgmma_cost).
+    WGMMA_PREFERRED's (GEMM-K >= 1024), WGMMA_PIXEL_MAJOR_PREFERRED's (GEMM-K < 512, 256+ channels) or
+    WGMMA_SHORT_K_PREFERRED's first tactic whose geometry fits, else the fewest waves x pixel capacity x
+    k32 steps (wgmma_cost).
     """
     m, n, kg = shape.gemm
     if n < 128:
         return None
-    preferred = WGMMA_PREFERRED if kg >= 1024 else WGMMA_SHORT_K_PREFERRED
+    if kg >= 1024:
+        preferred = WGMMA_PREFERRED
+    elif kg < 512 and n >= 256:
+        preferred = WGMMA_PIXEL_MAJOR_PREFERRED
+    else:
+        preferred = WGMMA_SHORT_K_PREFERRED
     best = next((TACTICS_BY_ID[i] for i in preferred if TACTICS_BY_ID[i].geometry(shape) is not None), None)
     if best is None:
         costs = [(c, t) for t in WGMMA_TACTICS if (c := wgmma_cost(shape, t, sms)) is not None]

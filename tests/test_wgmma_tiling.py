@@ -218,9 +218,13 @@ def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more(monkeypatch)
     # 256+ output channels pair up in a multicast cluster; 128 cannot
     assert choose_wgmma(shapes["res4 conv2 3x3 256"]).multicast
     assert not choose_wgmma(shapes["res3 conv2 3x3 128"]).multicast
-    # short GEMM-K: the two-staging-tile tactics; fewer than 128 output channels stay on mma.sync
-    for name in ("res2 conv3 1x1 64->256 +res", "res3 conv3 1x1 128->512 +res", "res4 conv3 1x1 256->1024 +res"):
-        assert choose(shapes[name], arch="sm_90")[0].staging == 2, name
+    # GEMM-K under 512 with 256+ channels: the pixel-major tile; res5 conv3 (GEMM-K 512): the two-staging-tile
+    # tactics; fewer than 128 output channels stay on mma.sync
+    for name in ("res2 conv3 1x1 64->256 +res", "res3 conv3 1x1 128->512 +res", "res4 conv3 1x1 256->1024 +res",
+                 "res2 downsample 1x1/1 64->256", "res3 downsample 1x1/2 256->512"):
+        assert choose(shapes[name], arch="sm_90")[0].pixel_major, name
+    assert choose(shapes["res5 conv3 1x1 512->2048 +res"], arch="sm_90")[0].staging == 2
+    assert not choose(shapes["res3 first conv1 1x1 256->128"], arch="sm_90")[0].pixel_major
     assert choose(shapes["res2 first conv2 3x3/1 64"], arch="sm_90")[0].family == "mma"
     assert choose(shapes["res4 conv2 3x3 256"], arch="sm_86")[0].family == "mma"
 
