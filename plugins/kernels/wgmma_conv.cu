@@ -159,6 +159,28 @@ __device__ __forceinline__ void for_each_tile_vector(const ConvParams& p, const 
   }
 }
 
+// docs/ops.md's per-launch epilogue scalars, folded once per consumer thread: the output scale and its
+// reciprocal (fold_scale divides by it), the residual scale over the output scale (0 without one), and
+// the ReLU floor.
+struct EpilogueScalars {
+  float out_scale, out_scale_inv, rs, relu_min;
+  __device__ __forceinline__ EpilogueScalars(const ConvParams& p, bool has_res)
+      : out_scale(*p.out_scale), out_scale_inv(__frcp_rn(out_scale)),
+        rs(has_res ? fold_scale(*p.residual_scale, out_scale, out_scale_inv) : 0.0f), relu_min(relu_floor(p.relu != 0)) {}
+  __device__ __forceinline__ float fold(float s) const { return fold_scale(s, out_scale, out_scale_inv); }
+};
+
+// Profiling builds that leave the epilogue out (WG_DIAG 1, 2, 4, 5) keep the accumulators live instead,
+// so the compiler cannot drop the wgmmas that produce them.
+constexpr bool kDiagSkipsEpilogue = WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG >= 4;
+template <int NACC>
+__device__ __forceinline__ void keep_accumulators_live(const int (&acc)[NACC], const ConvParams& p, int tid) {
+  int folded = 0;
+#pragma unroll
+  for (int i = 0; i < NACC; ++i) folded ^= acc[i];
+  if (folded == 0x7fffffff) p.y[tid] = 1;
+}
+
 // One thread's accumulators -> int8 in the staging tile [pixel][STRIDE] by requantize_s32 (conv_epilogue.cuh). Accumulator 4j + 2e + h (wgmma's m64nN layout) is
 // pixel 8j + 2(lane % 4) + e, channel c_lo + 8h: `cells` points at pixel 2(lane % 4), channel c_lo.
 // Every row is computed, also the pixels past the tile (their residual reads as zero or stale bytes,
@@ -329,10 +351,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   };
   const bool has_res = p.residual != nullptr;
   const int c_lo = wg * 64 + warp * 16 + lane / 4;  // tile channel of this thread's accumulator rows (and + 8)
-  const float out_scale = *p.out_scale;
-  const float out_scale_inv = __frcp_rn(out_scale);
-  const float rs = has_res ? fold_scale(*p.residual_scale, out_scale, out_scale_inv) : 0.0f;  // folded residual scale
-  const float relu_min = relu_floor(p.relu != 0);
+  const EpilogueScalars es(p, has_res);
   const uint32_t a_rows = wg * 64 * (WG_A128 ? 128 : 32);  // this warpgroup's 64 weight rows inside the A tile
   using Tile = TileCoord;
   auto issue_residual = [&](const Tile& tc, int8_t* staging) {
@@ -403,11 +422,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     if (lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
     __syncwarp();
 
-    if (WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG >= 4) {  // keep the accumulators live without the epilogue's work
-      int folded = 0;
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) folded ^= acc[i];
-      if (folded == 0x7fffffff) p.y[tid] = 1;
+    if (kDiagSkipsEpilogue) {
+      keep_accumulators_live(acc, p, tid);
       continue;
     }
     // ---------------- epilogue: requantize into the staging tile; the stores go out under the next tile ----------------
@@ -416,14 +432,14 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     float sc[2], bi[2];  // docs/ops.md's folded factors scale/out_scale, bias/out_scale
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      sc[h] = fold_scale(sc_raw[h], out_scale, out_scale_inv);
-      bi[h] = fold_scale(bi_raw[h], out_scale, out_scale_inv);
+      sc[h] = es.fold(sc_raw[h]);
+      bi[h] = es.fold(bi_raw[h]);
     }
     int8_t* cells = staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
     if (has_res) {
-      requantize_to_staging<BN, L::OUT_STRIDE, true>(acc, cells, sc, bi, rs, relu_min);
+      requantize_to_staging<BN, L::OUT_STRIDE, true>(acc, cells, sc, bi, es.rs, es.relu_min);
     } else {
-      requantize_to_staging<BN, L::OUT_STRIDE, false>(acc, cells, sc, bi, rs, relu_min);
+      requantize_to_staging<BN, L::OUT_STRIDE, false>(acc, cells, sc, bi, es.rs, es.relu_min);
     }
     sm90::named_barrier(1, CONSUMERS);  // the whole staging tile is written before anyone stores from it
     pending = true;
@@ -532,10 +548,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   float* s_scale = reinterpret_cast<float*>(smem + L::FACTOR_OFFSET);
   float* s_bias = s_scale + CH;
   const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3);
-  const float out_scale = *p.out_scale;
-  const float out_scale_inv = __frcp_rn(out_scale);
-  const float rs = has_res ? fold_scale(*p.residual_scale, out_scale, out_scale_inv) : 0.0f;
-  const float relu_min = relu_floor(p.relu != 0);
+  const EpilogueScalars es(p, has_res);
   const int first_px = 64 * wg + 16 * warp;  // this warp's 16 pixels of the tile
   const int px[2] = {first_px + lane / 4, first_px + lane / 4 + 8};
   int8_t* const slice0 = smem + L::OUT_OFFSET + (tid / 32) * ResidualSlice<CH>::BYTES;  // + L::OUT_BYTES: the other tile
@@ -581,26 +594,23 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
       sm90::named_barrier(1, CONSUMERS);  // nobody still reads the previous tile's factors
       for (int c = tid; c < CH; c += CONSUMERS) {
         const int cc = min(tc.c0 + c, kpad - 1);  // channels past Kpad: computed, never stored
-        s_scale[c] = fold_scale(p.scale[cc], out_scale, out_scale_inv);
-        s_bias[c] = fold_scale(p.bias[cc], out_scale, out_scale_inv);
+        s_scale[c] = es.fold(p.scale[cc]);
+        s_bias[c] = es.fold(p.bias[cc]);
       }
       sm90::named_barrier(1, CONSUMERS);
       factors_c0 = tc.c0;
     }
-    if (WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG >= 4) {  // keep the accumulators live without the epilogue's work
-      int folded = 0;
-#pragma unroll
-      for (int i = 0; i < CH / 2; ++i) folded ^= acc[i];
-      if (folded == 0x7fffffff) p.y[tid] = 1;
+    if (kDiagSkipsEpilogue) {
+      keep_accumulators_live(acc, p, tid);
       continue;
     }
     cp_async_wait<1>();  // this tile's slice (the group before the one just committed) has landed
     __syncwarp();
     const int8_t* slice = slice0 + (local & 1) * L::OUT_BYTES;
     if (has_res) {
-      pixel_major_epilogue<CH, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, rs, relu_min);
+      pixel_major_epilogue<CH, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
     } else {
-      pixel_major_epilogue<CH, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, rs, relu_min);
+      pixel_major_epilogue<CH, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
     }
     __syncwarp();  // every lane's reads of this slice come before its refill two tiles on
   }
