@@ -90,7 +90,7 @@ def correctness() -> int:
 
 def tiny() -> int:
     """Small launches of one-tile-per-CTA and persistent tactics (32- and 128-byte weight boxes, the
-    2-CTA multicast cluster, the pixel-major tiles); persistent grids are capped at 2 CTAs (TRTFUSE_WGMMA_MAX_CTAS) so each CTA
+    2-CTA multicast cluster, the pixel-major tiles with and without resident weights); persistent grids are capped at 2 CTAs (TRTFUSE_WGMMA_MAX_CTAS) so each CTA
     walks several tiles through the ring."""
     import os
 
@@ -98,10 +98,12 @@ def tiny() -> int:
     bad = 0
     cases = [(ConvShape(2, 64, 6, 5, 160, 3, 3, (1, 1), (1, 1, 1, 1)), True),
              (ConvShape(3, 64, 4, 4, 64, 3, 3, (2, 2), (1, 1, 1, 1)), False),
-             (ConvShape(2, 32, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1)), True)]
+             (ConvShape(2, 32, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1)), True),
+             (ConvShape(2, 64, 12, 10, 256, 1, 1), True)]  # short GEMM-K: the resident-weight tiles
     by_id = {t.id: t for t in WGMMA_TACTICS}
     for shape, res in cases:
-        for t in (by_id[22], by_id[24], by_id[28], by_id[31], by_id[33], by_id[35], by_id[40], by_id[41]):
+        for t in (by_id[22], by_id[24], by_id[28], by_id[31], by_id[33], by_id[35], by_id[40], by_id[41], by_id[43], by_id[44],
+                  by_id[45], by_id[46]):
             if t.geometry(shape) is None:
                 continue
             ok, stats, _ = _run_case(shape, res, True, t)

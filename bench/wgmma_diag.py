@@ -39,10 +39,10 @@ RESIDUAL_LAYERS = [
 
 def variants():
     by_id = TACTICS_BY_ID
-    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42)]
+    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 43, 44, 45, 46)]
     out += [(f"diag{d} t31", dataclasses.replace(by_id[31], diag=d)) for d in (1, 2, 3)]
     out += [("diag1 t28", dataclasses.replace(by_id[28], diag=1))]
-    out += [(f"diag{d} t40", dataclasses.replace(by_id[40], diag=d)) for d in (1, 3)]
+    out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (40, 43) for d in (1, 3)]
     return out
 
 

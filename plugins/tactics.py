@@ -193,10 +193,13 @@ class WgmmaGeometry:
 @dataclass(frozen=True)
 class WgmmaTactic(Tactic):
     """A wgmma tile: `bm` = pixel capacity of a tile, `bn` = its output channels, `stages` = TMA ring
-    slots of `ks` k32 steps each; 384 threads. Channel-major (the default): channels on wgmma's M (bn = 128,
-    two consumer warpgroups x m64), pixels on its N (bm). Pixel-major (`pixel_major`): pixels on M (bm =
-    128, two warpgroups x m64), channels on N (bn = 128 or 256), the epilogue writing straight from
-    registers (WG_PIXM in wgmma_conv.cu)."""
+    slots of `ks` k32 steps each; 128 threads per consumer warpgroup plus a producer warpgroup.
+    Channel-major (the default): channels on wgmma's M (bn = 128, two consumer warpgroups x m64), pixels
+    on its N (bm). Pixel-major (`pixel_major`): pixels on M (bm = 64 or 128: one or two warpgroups x m64
+    per tile), channels on N (bn = 128 or 256), the epilogue writing straight from registers (WG_PIXM in
+    wgmma_conv.cu); `consumers` warpgroups (2 or 4) take the CTA's tiles in groups of bm / 64, and with
+    `resident_kt` the channel tile's whole weight (GEMM-K up to resident_kt k32 steps) stays in shared
+    memory (WG_WRES_KT)."""
 
     ks: int = 2
     persistent: bool = False  # min(tiles, SMs) CTAs walk the tiles; the producer runs ahead across tiles
@@ -204,15 +207,20 @@ class WgmmaTactic(Tactic):
     a_box: int = 32  # bytes of GEMM-K per weight box row: 32 (one k32 step) or 128 (a slot's 4 steps, 128-byte swizzle)
     staging: int = 1  # staging tiles (WG_STAGING): 2 lets the next tile's residual stream in while the last output waits
     pixel_major: bool = False  # pixels on wgmma's M, channels on its N (WG_PIXM): no staging tile, residual by TMA
+    consumers: int = 2  # consumer warpgroups (WG_CONSUMERS); 4 only pixel-major
+    resident_kt: int = 0  # pixel-major: k32 steps of weight held resident in shared memory (WG_WRES_KT), 0: in every slot
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
 
     def __post_init__(self):
         if self.pixel_major:
-            assert self.bm == 128 and self.bn in (128, 256) and self.a_box == 128 and self.ks == 4
+            assert self.bm in (64, 128) and self.bn in (128, 256) and self.a_box == 128 and self.ks == 4
             assert self.persistent and not self.multicast, "pixel-major tiles are persistent, without clusters"
+            assert self.consumers in (2, 3, 4) and self.consumers % (self.bm // 64) == 0
+            assert self.bn * self.consumers <= 512, "accumulators: bn / 2 registers per consumer thread"
+            assert self.resident_kt % 4 == 0
         else:
-            assert self.bn == 128, "channel-major tiles are two warpgroups x m64 channels"
+            assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
 
     @property
     def CHANNELS(self) -> int:  # output channels per CTA tile
@@ -220,12 +228,13 @@ class WgmmaTactic(Tactic):
 
     @property
     def threads(self) -> int:
-        return 384
+        return 128 * (self.consumers + 1)
 
     @property
     def name(self) -> str:
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
+                f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -239,18 +248,26 @@ class WgmmaTactic(Tactic):
         if self.pixel_major:
             d["WG_PIXM"] = 1
             d["WG_CH"] = self.bn
+            if self.consumers != 2:
+                d["WG_CONSUMERS"] = self.consumers
+            if self.resident_kt:
+                d["WG_WRES_KT"] = self.resident_kt
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
 
     def shared_bytes(self, in_channels: int = 0, kernel_shape=None) -> int:
-        """Operand ring + staging tiles [pixels][channels + 16] (pixel-major: two residual tiles
-        [pixels][channels] and the folded factors) + mbarriers + 1024 for aligning the ring
-        (WgmmaSmem in wgmma_conv.cu)."""
-        ring = self.stages * self.ks * 32 * (self.CHANNELS + self.bm)
+        """Operand ring + staging tiles [pixels][channels + 16] (pixel-major: resident weights, two residual
+        buffers of every consumer warp's 16 pixels x channels and each tile group's folded factors) +
+        mbarriers + 1024 for aligning the ring (WgmmaSmem in wgmma_conv.cu)."""
+        bars = 8 * (2 * self.stages + 1)
         if self.pixel_major:
-            return ring + 2 * self.bm * self.bn + 8 * self.bn + 16 * self.stages + 1024
-        return ring + self.staging * self.bm * (self.CHANNELS + 16) + 16 * self.stages + 1024
+            weights_in_slot = 0 if self.resident_kt else self.CHANNELS
+            ring = self.stages * self.ks * 32 * (weights_in_slot + self.bm) + self.resident_kt * 32 * self.CHANNELS
+            groups = self.consumers // (self.bm // 64)
+            return ring + 2 * self.consumers * 64 * self.bn + groups * 8 * self.bn + bars + 1024
+        ring = self.stages * self.ks * 32 * (self.CHANNELS + self.bm)
+        return ring + self.staging * self.bm * (self.CHANNELS + 16) + bars + 1024
 
     def geometry(self, shape: ConvShape) -> WgmmaGeometry | None:
         """Pixel tiles of TH full output rows (or NB whole images) whose TMA box fits the tile; None when
@@ -272,6 +289,8 @@ class WgmmaTactic(Tactic):
             th, nb = math.ceil(oh / tpi), 1
             pix_tiles = shape.n * tpi
         kt = math.ceil(shape.c / 32) * shape.r * shape.s
+        if self.resident_kt and kt > self.resident_kt:
+            return None  # the channel tile's weight does not fit the resident buffer
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
         if self.multicast and ch_tiles % 2:
             return None  # a cluster pairs a pixel tile's channel tiles
@@ -307,6 +326,13 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(40, 128, 256, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True),
     WgmmaTactic(41, 128, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True),
     WgmmaTactic(42, 128, 256, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True),
+    # ... with the channel tile's weight resident in shared memory (short GEMM-K: the slots carry activations
+    # only) and tiles of 64 pixels, one per consumer warpgroup: 4 warpgroups of 128 channels (4 warps per
+    # scheduler to interleave the epilogue), or 2 of 256; w46: tiles of 128 pixels, two groups of 2.
+    WgmmaTactic(43, 64, 128, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8),
+    WgmmaTactic(44, 64, 128, 2, 1, 6, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=16),
+    WgmmaTactic(45, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8),
+    WgmmaTactic(46, 128, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})

@@ -80,17 +80,21 @@ def test_multicast_pairs_walk_several_tiles(monkeypatch):
 
 
 @pytest.mark.parametrize("ctas", ["4", "3", "1"], ids=["grid-multiple-of-channel-tiles", "rounded-down", "one-cta"])
-@pytest.mark.parametrize("tactic_id", [40, 41])
+@pytest.mark.parametrize("tactic_id", [40, 41, 43, 45, 46])
 def test_pixel_major_ctas_walk_several_tiles(monkeypatch, tactic_id, ctas):
-    # 512 channels = 2 (w40) or 4 (w41) channel tiles. A grid that is a multiple of them keeps each CTA on
+    # 512 channels = 2 (bn 256) or 4 (bn 128) channel tiles. A grid that is a multiple of them keeps each CTA on
     # one channel tile (its folded factors loaded once); one CTA changes channel tile every tile (the
-    # factors are refolded) and alternates its two residual tiles through the producer's mbarriers.
+    # factors are refolded) and alternates its two residual tiles through the producer's mbarriers. With
+    # resident weights the grid never goes below the channel tiles (the kernel would trap), and the
+    # consumer warpgroups (or groups of two) take the CTA's tiles in turn.
     monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", ctas)
     tactic = next(t for t in WGMMA_TACTICS if t.id == tactic_id)
     shape = ConvShape(3, 64, 12, 20, 512, 1, 1)
     geo = tactic.geometry(shape)
     grid = ConvLaunch(shape, tactic, 1).grid[0]
     assert geo.ctas > 4 and (grid % geo.ch_tiles == 0 or grid < geo.ch_tiles)
+    if tactic.resident_kt:
+        assert grid % geo.ch_tiles == 0 and geo.ctas >= 2 * grid, (grid, geo)  # every CTA walks several tiles
     _check(shape, True, tactic)
     _check(shape, False, tactic, relu=False)
 

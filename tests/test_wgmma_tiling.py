@@ -46,14 +46,15 @@ def permuted_weight_view(wp: np.ndarray) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(wp, (rows // 32, 4, 4, 2, kg), (32 * r, 2 * r, 8 * r, r, wp.strides[1]))
 
 
-def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int):
-    """wgmma_conv.cu's ResidualSlice::load by every consumer warp: warp w's lane l copies 16-byte half
-    l % 2 of tile pixel 16 w + l / 2, block b, into slice w [block][16 pixels][32] (zeros where the pixel
-    or block is outside the tensor). Copies stay inside their slice and never overlap."""
-    tile = np.full(128 * ch, -1000, np.int64)  # bytes nobody copied stay visible
-    written = np.zeros(128 * ch, np.int32)
+def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int, bm: int = 128):
+    """wgmma_conv.cu's ResidualSlice::load by every consumer warp of a tile's group: warp w (64 part +
+    16 warp = 16 w) copies, lane l, 16-byte half l % 2 of tile pixel 16 w + l / 2, block b, into slice w
+    [block][16 pixels][32] (zeros where the pixel or block is outside the tensor); the group's slices are
+    consecutive. Copies stay inside their slice and never overlap."""
+    tile = np.full(bm * ch, -1000, np.int64)  # bytes nobody copied stay visible
+    written = np.zeros(bm * ch, np.int32)
     blocks = (kpad - c0) // 32
-    for w in range(8):
+    for w in range(bm // 16):
         for lane in range(32):
             px = 16 * w + lane // 2
             for b in range(ch // 32):
@@ -133,7 +134,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
             store = {32 * b + 8 * jj + 2 * q + e: 32 * b + 8 * q + 2 * jj + e
                      for b in range(ch // 32) for jj in range(4) for q in range(4) for e in range(2)}
             if residual is not None:
-                rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px)
+                rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn)
         else:
             store = {c: c for c in range(ch)}
         for px in range(valid_px):
@@ -239,3 +240,24 @@ def test_tensor_map_arguments_are_within_tma_limits():
                 args = tensor_map_args(shape, t, g)  # raises outside the limits
                 dims, strides, box, es = args["x"]
                 assert math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name  # = expect_tx bytes
+
+
+def test_resident_weight_grids_keep_each_cta_on_one_channel_tile(monkeypatch):
+    # WG_WRES_KT: a CTA loads its channel tile's weight once, so its tiles (blockIdx.x + i * gridDim.x)
+    # must all sit on that channel tile: the grid is a multiple of the channel tiles (or covers every
+    # tile once); the kernel traps otherwise.
+    from trtfuse.plugins.wgmma import grid
+
+    resident = [t for t in WGMMA_TACTICS if t.resident_kt]
+    assert resident
+    for cap in (None, "1", "3", "7"):
+        if cap:
+            monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", cap)
+        for name, shape, _ in resnet50_layers(256) + resnet50_layers(1) + edge_layers() + [(str(c), c, 0) for c in CASES]:
+            for t in resident:
+                g = t.geometry(shape)
+                if g is None:
+                    continue
+                ctas = grid(shape, t)[0]
+                assert ctas >= g.ctas or ctas % g.ch_tiles == 0, (name, t.name, ctas, g)
+                assert all(tile % g.ch_tiles == cta % g.ch_tiles for cta in range(ctas) for tile in range(cta, g.ctas, ctas))

@@ -91,6 +91,20 @@
 #ifndef WG_CH
 #define WG_CH 128
 #endif
+// Consumer warpgroups (pixel-major only; the channel-major tile has 2): 2, or 4 so that each scheduler
+// has 4 warps to interleave in the epilogue-bound short-K layers (register split: kConsumerRegs). The
+// pixel-major tile is WG_BN / 64 warpgroups: with 64-pixel tiles each consumer warpgroup owns a tile of
+// its own and the warpgroups take a CTA's tiles in turn, so one's epilogue runs under the others' wgmmas.
+#ifndef WG_CONSUMERS
+#define WG_CONSUMERS 2
+#endif
+// > 0 (pixel-major only): the whole weight of the CTA's channel tile, up to WG_WRES_KT k32 steps, is loaded
+// once into shared memory and stays there (a persistent CTA keeps one channel tile: plugins/wgmma.py rounds
+// the grid to whole channel tiles), so the ring slots carry activations only and the copy engine no longer
+// reloads the same weights for every tile. Tiles whose GEMM-K is longer cannot take such a tactic.
+#ifndef WG_WRES_KT
+#define WG_WRES_KT 0
+#endif
 // Profiling builds only (bench/wgmma_diag.py), never a tactic: 1 = no epilogue (main loop alone),
 // 2 = no wgmma (the copy engine's feed rate alone), 3 = no copies (wgmma and the ring's barriers on
 // stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes. Each isolates one stage of the pipeline to say which one bounds it.
@@ -170,6 +184,14 @@ struct EpilogueScalars {
   __device__ __forceinline__ float fold(float s) const { return fold_scale(s, out_scale, out_scale_inv); }
 };
 
+// setmaxnreg split of the 64K registers: 128 producer threads + 128 * WG_CONSUMERS consumer threads.
+// The pool is what the CTA got at launch: 65536 / threads per thread, in units of 8.
+constexpr int kLaunchRegs = 65536 / (128 * (WG_CONSUMERS + 1)) / 8 * 8;
+constexpr int kProducerRegs = WG_CONSUMERS == 2 ? 40 : 32;
+constexpr int kConsumerRegs = WG_CONSUMERS == 2 ? 232 : WG_CONSUMERS == 3 ? 160 : 112;
+static_assert(kProducerRegs + WG_CONSUMERS * kConsumerRegs <= (WG_CONSUMERS + 1) * kLaunchRegs, "register pool");
+static_assert(WG_CONSUMERS == 2 || WG_PIXM, "the channel-major tile has two consumer warpgroups");
+
 // Profiling builds that leave the epilogue out (WG_DIAG 1, 2, 4, 5) keep the accumulators live instead,
 // so the compiler cannot drop the wgmmas that produce them.
 constexpr bool kDiagSkipsEpilogue = WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG >= 4;
@@ -211,24 +233,32 @@ __device__ __forceinline__ void requantize_to_staging(const int (&acc)[BN / 2], 
   }
 }
 
-// BN = output pixels per tile, CH = output channels per tile. A ring slot is KS k32 steps of weights
-// (CH rows) then KS of activations (BN rows). After the ring: the channel-major tile's WG_STAGING staging
-// tiles [pixel][CH + 16]; or the pixel-major tile's two residual tiles (8 warp slices [block][16 pixels][32])
-// and its folded per-channel factors. Then the mbarriers: full[STAGES], empty[STAGES].
+// BN = output pixels per tile, CH = output channels per tile. First, with WG_WRES_KT, the resident weights:
+// WG_WRES_KT / 4 chunks of CH rows x 128 bytes (128-byte swizzle). Then the ring: a slot is KS k32 steps of
+// weights (CH rows; none with resident weights) then KS of activations (BN rows). After the ring: the
+// channel-major tile's WG_STAGING staging tiles [pixel][CH + 16]; or the pixel-major tile's two residual
+// buffers (one slice [block][16 pixels][32] per consumer warp in each) and each tile group's folded
+// per-channel factors. Then the mbarriers: full[STAGES], empty[STAGES] and the resident weights' one.
 template <int BN, int STAGES, int KS, int CH = 128, bool PIXM = false>
 struct WgmmaSmem {
+  static constexpr bool WRES = PIXM && WG_WRES_KT > 0;
   static constexpr int A_STEP = CH * 32;            // weights of one k32 step
   static constexpr int B_STEP = BN * 32;            // activations of one k32 step
-  static constexpr int STAGE = KS * (A_STEP + B_STEP);
+  static constexpr int WRES_CHUNK = CH * 128;       // resident weights of 4 k32 steps
+  static constexpr int RING_OFFSET = WRES ? WG_WRES_KT / 4 * WRES_CHUNK : 0;
+  static constexpr int A_IN_SLOT = WRES ? 0 : KS * A_STEP;  // a slot's weight bytes, ahead of its activations
+  static constexpr int STAGE = A_IN_SLOT + KS * B_STEP;
   static constexpr int OUT_STRIDE = CH + 16;        // staging row: 16-byte pad keeps 16-byte alignment, spreads banks
-  static constexpr int OUT_OFFSET = STAGES * STAGE;
-  static constexpr int OUT_BYTES = PIXM ? BN * CH : BN * OUT_STRIDE;  // one staging (or residual) tile
+  static constexpr int OUT_OFFSET = RING_OFFSET + STAGES * STAGE;
+  static constexpr int OUT_BYTES = PIXM ? WG_CONSUMERS * 64 * CH : BN * OUT_STRIDE;  // one staging (or residual) buffer
   static constexpr int BUFFERS = PIXM ? 2 : WG_STAGING;
+  static constexpr int GROUPS = PIXM ? WG_CONSUMERS / (BN / 64) : 1;  // tile groups (pixel-major): consumer warpgroups per CTA / per tile
   static constexpr int FACTOR_OFFSET = OUT_OFFSET + BUFFERS * OUT_BYTES;
-  static constexpr int BAR_OFFSET = FACTOR_OFFSET + (PIXM ? 2 * CH * 4 : 0);
-  static constexpr int BYTES = BAR_OFFSET + 2 * STAGES * 8;
+  static constexpr int BAR_OFFSET = FACTOR_OFFSET + (PIXM ? GROUPS * 2 * CH * 4 : 0);
+  static constexpr int BYTES = BAR_OFFSET + (2 * STAGES + 1) * 8;
   static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
+  static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
 };
 
 template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
@@ -239,14 +269,14 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
                                                 const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
   static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
-  constexpr int CONSUMERS = 256;
+  constexpr int CONSUMERS = 128 * WG_CONSUMERS;
   extern __shared__ __align__(1024) int8_t smem_raw[];
   // Align the operand ring to 1024 bytes of shared-memory address (the host asks for 1024 more).
   const uint32_t raw = sm90::smem_addr(smem_raw);
   int8_t* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
   const uint32_t base = sm90::smem_addr(smem);
   int8_t* s_out = smem + L::OUT_OFFSET;
-  const uint32_t full0 = base + L::BAR_OFFSET, empty0 = full0 + STAGES * 8;
+  const uint32_t full0 = base + L::BAR_OFFSET, empty0 = full0 + STAGES * 8, wres_full = empty0 + STAGES * 8;
 
   const int tid = threadIdx.x, wg = tid / 128;
   const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
@@ -259,8 +289,10 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       sm90::mbar_init(full0 + 8 * s, 1);       // the producer's arrive + the copy engine's bytes
-      sm90::mbar_init(empty0 + 8 * s, (WG_MCAST ? 2 : 1) * CONSUMERS / 32);  // one arrive per consumer warp (of both CTAs)
+      // one arrive per consumer warp that reads the slot: of both CTAs (multicast), of one tile group (pixel-major)
+      sm90::mbar_init(empty0 + 8 * s, PIXM ? 4 * BN / 64 : (WG_MCAST ? 2 : 1) * CONSUMERS / 32);
     }
+    sm90::mbar_init(wres_full, 1);
     sm90::fence_barrier_init();
   }
   const uint32_t rank = WG_MCAST ? sm90::cluster_ctarank() : 0;
@@ -271,7 +303,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     const int per_step = tail / 16;
     for (int i = tid; i < STAGES * KS * per_step; i += blockDim.x) {
       const int step = i / per_step, off = i - step * per_step;
-      int8_t* dst = smem + (step / KS) * L::STAGE + KS * L::A_STEP + (step % KS) * L::B_STEP + t.box_bytes + off * 16;
+      int8_t* dst = smem + L::RING_OFFSET + (step / KS) * L::STAGE + L::A_IN_SLOT + (step % KS) * L::B_STEP + t.box_bytes + off * 16;
       *reinterpret_cast<int4*>(dst) = make_int4(0, 0, 0, 0);
     }
     sm90::fence_proxy_async_shared();
@@ -279,12 +311,20 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   __syncthreads();
   if (WG_MCAST) sm90::cluster_sync();  // the partner's barriers exist before any multicast completes on them
 
-  if (wg == 2) {
+  if (wg == WG_CONSUMERS) {
     // ---------------- producer warpgroup: one thread drives the copy engine ----------------
-    sm90::regs_dealloc<40>();
-    if (tid == 256) {
+    sm90::regs_dealloc<kProducerRegs>();
+    if (tid == CONSUMERS) {
       sm90::prefetch_tensor_map(tmap_w);
       sm90::prefetch_tensor_map(tmap_x);
+      if (L::WRES && (int)blockIdx.x < t.tiles && WG_DIAG != 3 && WG_DIAG != 5) {
+        // The CTA's channel tile (the same for all its tiles) as permuted 128-byte chunks: see the slot's box below.
+        const int chunks = (t.kt + 3) / 4, c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0;
+        sm90::mbar_arrive_expect_tx(wres_full, chunks * L::WRES_CHUNK);
+        for (int c = 0; c < chunks; ++c) sm90::tma_load_5d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, 0, 0, 0, c0 / 32);
+      } else if (L::WRES) {
+        sm90::mbar_arrive(wres_full);
+      }
       int it = 0;  // ring slot use counter, continuous across tiles
       for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step) {
         const TileCoord tc(tile, p, t, ohw, CH);
@@ -300,10 +340,11 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
             continue;
           }
           // A 128-byte weight box always lands whole (k32 steps past the GEMM-K read as zeros).
-          const int a_bytes = WG_DIAG == 5 ? 0 : (WG_A128 ? KS * L::A_STEP : steps * L::A_STEP);
+          const int a_bytes = WG_DIAG == 5 || L::WRES ? 0 : (WG_A128 ? KS * L::A_STEP : steps * L::A_STEP);
           sm90::mbar_arrive_expect_tx(full, a_bytes + steps * (WG_DIAG == 4 ? 0 : t.box_bytes));
-          const uint32_t sa = base + slot * L::STAGE, sb = sa + KS * L::A_STEP;
-          if (PIXM && WG_DIAG != 5) {
+          const uint32_t sa = base + L::RING_OFFSET + slot * L::STAGE, sb = sa + L::A_IN_SLOT;
+          if (L::WRES) {
+          } else if (PIXM && WG_DIAG != 5) {
             // 5-D view (KGpad, 2, 4, 4, Kpad/32) of the packed weight: row e + 2q + 8jj + 32b of the box is
             // channel c0 + 32b + 8q + 2jj + e (plugins/wgmma.py), which is wgmma column 8(4b + jj) + 2q + e.
             sm90::tma_load_5d(sa, tmap_w, full, kb * KS * 32, 0, 0, 0, tc.c0 / 32);
@@ -337,7 +378,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     return;
   }
   // ---------------- consumer warpgroups 0 and 1: 64 output channels each ----------------
-  sm90::regs_alloc<232>();
+  sm90::regs_alloc<kConsumerRegs>();
   const int lane = tid % 32, warp = (tid % 128) / 32;
   // A slot is free for the copy engines once every consumer warp that reads it is done: with multicast,
   // those of both CTAs (the partner's engine writes into this CTA's slot too).
@@ -395,7 +436,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
       __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
       const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
-      const uint32_t sa = base + slot * L::STAGE + a_rows, sb = base + slot * L::STAGE + KS * L::A_STEP;
+      const uint32_t sa = base + slot * L::STAGE + a_rows, sb = base + slot * L::STAGE + L::A_IN_SLOT;
       sm90::wgmma_fence();
 #pragma unroll
       for (int j = 0; j < KS; ++j)
@@ -526,54 +567,79 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
   }
 }
 
-// ---------------- pixel-major consumers (WG_PIXM): warpgroup wg owns tile pixels 64 wg .. 64 wg + 63 ----------------
-// Thread (warp, lane) holds pixels px_h = 64 wg + 16 warp + lane / 4 + 8 h (h = 0, 1) and, per 32-channel
-// block b, channels 32b + 8 (lane % 4) .. + 7 of each: one 8-byte residual read and one 8-byte CHW32
-// store per (pixel, block), the 8 lanes of a lane%4 class covering 8 consecutive pixels' 32-byte vectors.
-// No CTA-wide barrier per tile: each warp prefetches its own residual slice of the NEXT tile right
-// after this tile's main loop (two residual tiles), so it has this tile's epilogue and the next tile's
-// main loop to land, and the two warpgroups drift apart freely.
+// ---------------- pixel-major consumers (WG_PIXM) ----------------
+// A tile is BN pixels x CH channels, computed by a group of BN / 64 consumer warpgroups (warpgroup `part` of
+// the group owning tile pixels 64 part .. 64 part + 63); the CTA's GROUPS groups take its tiles in turn
+// (group g: the CTA's tiles g, g + GROUPS, ...), so while one group requantizes the others keep the tensor
+// cores busy. Thread (warp, lane) holds pixels px_h = 64 part + 16 warp + lane / 4 + 8 h (h = 0, 1) and,
+// per 32-channel block b, channels 32b + 8 (lane % 4) .. + 7 of each: one 8-byte residual read and one
+// 8-byte CHW32 store per (pixel, block), the 8 lanes of a lane%4 class covering 8 consecutive pixels'
+// 32-byte vectors. No CTA-wide barrier per tile: each warp prefetches its own residual slice of its group's
+// NEXT tile right after this tile's main loop (two residual buffers), so it has this tile's epilogue and
+// the next tile's main loop to land.
 template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
 __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, true>;
-  static_assert(BN == 128, "two consumer warpgroups x m64 pixels");
-  static_assert(L::OUT_BYTES == 8 * ResidualSlice<CH>::BYTES, "a residual tile is the 8 consumer warps' slices");
-  constexpr int CONSUMERS = 256;
-  sm90::regs_alloc<232>();
+  constexpr int TILE_WGS = BN / 64, GROUPS = L::GROUPS;
+  static_assert(BN % 64 == 0 && WG_CONSUMERS % TILE_WGS == 0, "whole consumer warpgroups x m64 pixels per tile");
+  static_assert(L::OUT_BYTES == 4 * WG_CONSUMERS * ResidualSlice<CH>::BYTES, "a residual buffer is every consumer warp's slice");
+  sm90::regs_alloc<kConsumerRegs>();
   const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32, warp = (tid % 128) / 32;
+  // Warp-uniform as the compiler sees it (a shuffle from lane 0): the tile loop below starts at a
+  // group-dependent tile, and a trip count that might differ inside a warp would serialize the wgmmas.
+  const int group = __shfl_sync(0xffffffffu, wg / TILE_WGS, 0), part = wg % TILE_WGS;
   const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
   const int kblocks = (t.kt + KS - 1) / KS;
   const int tile_step = PERSISTENT ? gridDim.x : t.tiles;
-  const uint32_t full0 = base + L::BAR_OFFSET, empty0 = full0 + STAGES * 8;
-  float* s_scale = reinterpret_cast<float*>(smem + L::FACTOR_OFFSET);
+  const uint32_t full0 = base + L::BAR_OFFSET, empty0 = full0 + STAGES * 8, wres_full = empty0 + STAGES * 8;
+  float* s_scale = reinterpret_cast<float*>(smem + L::FACTOR_OFFSET) + group * 2 * CH;
   float* s_bias = s_scale + CH;
   const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3);
   const EpilogueScalars es(p, has_res);
-  const int first_px = 64 * wg + 16 * warp;  // this warp's 16 pixels of the tile
+  const int first_px = 64 * part + 16 * warp;  // this warp's 16 pixels of the tile
   const int px[2] = {first_px + lane / 4, first_px + lane / 4 + 8};
-  int8_t* const slice0 = smem + L::OUT_OFFSET + (tid / 32) * ResidualSlice<CH>::BYTES;  // + L::OUT_BYTES: the other tile
-  const uint32_t a_rows = wg * 64 * 32;  // this warpgroup's 64 activation rows inside a k32 step
-  if (has_res && (int)blockIdx.x < t.tiles)
-    ResidualSlice<CH>::load(slice0, p, TileCoord(blockIdx.x, p, t, ohw, CH), first_px, ohw, kpad, lane);
+  int8_t* const slice0 = smem + L::OUT_OFFSET + (tid / 32) * ResidualSlice<CH>::BYTES;  // + L::OUT_BYTES: the other buffer
+  const uint32_t a_rows = part * 64 * 32;  // this warpgroup's 64 activation rows inside a k32 step
+  auto tile_of = [&](int i) { return (int)blockIdx.x + i * tile_step; };  // the CTA's i-th tile
+  if (has_res && tile_of(group) < t.tiles)
+    ResidualSlice<CH>::load(slice0, p, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane);
   cp_async_commit();
-  int factors_c0 = -1;  // channel tile whose folded factors are in s_scale / s_bias
-  int it = 0, local = 0;
-  for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step, ++local) {
+  // Resident weights: the CTA stays on one channel tile (the host's grid is a multiple of the channel tiles,
+  // or covers every tile once), so its folded factors are loaded once, here.
+  if (L::WRES && (int)gridDim.x < t.tiles && gridDim.x % t.ch_tiles != 0) __trap();
+  auto load_factors = [&](int c0) {
+    for (int c = tid % (128 * TILE_WGS); c < CH; c += 128 * TILE_WGS) {
+      const int cc = min(c0 + c, kpad - 1);  // channels past Kpad: computed, never stored
+      s_scale[c] = es.fold(p.scale[cc]);
+      s_bias[c] = es.fold(p.bias[cc]);
+    }
+    sm90::named_barrier(1 + group, 128 * TILE_WGS);
+  };
+  if (L::WRES) {
+    load_factors(TileCoord(blockIdx.x, p, t, ohw, CH).c0);
+    sm90::mbar_wait(wres_full, 0);
+  }
+  int factors_c0 = -1;  // without resident weights: the channel tile whose folded factors are in s_scale / s_bias
+  for (int i = group, j = 0, tile = tile_of(group); tile < t.tiles; i += GROUPS, ++j, tile += GROUPS * tile_step) {
     const TileCoord tc(tile, p, t, ohw, CH);
     int acc[CH / 2];
 #pragma unroll
-    for (int i = 0; i < CH / 2; ++i) acc[i] = 0;
+    for (int k = 0; k < CH / 2; ++k) acc[k] = 0;
+    int it = i * kblocks;  // the ring slot use of this tile's first k-block (the producer walks the tiles in order)
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int slot = it % STAGES;
       sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
       __syncwarp();
       const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
-      const uint32_t sa = base + slot * L::STAGE, sb = sa + KS * L::A_STEP + a_rows;
+      const uint32_t sa = base + L::RING_OFFSET + slot * L::STAGE, sb = sa + L::A_IN_SLOT + a_rows;
       sm90::wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < KS; ++j)
-        if (j < steps && WG_DIAG != 2 && WG_DIAG < 4)
-          sm90::WgmmaS8<CH>::mma(acc, sm90::desc_kmajor_sw32(sb + j * L::B_STEP), sm90::desc_kmajor_sw128(sa + j * 32));
+      for (int s = 0; s < KS; ++s) {
+        const int k = kb * KS + s;  // resident: chunk k / 4, k32 step k % 4 of it
+        const uint32_t w = L::WRES ? base + (k / 4) * L::WRES_CHUNK + (k % 4) * 32 : sa + s * 32;
+        if (s < steps && WG_DIAG != 2 && WG_DIAG < 4)
+          sm90::WgmmaS8<CH>::mma(acc, sm90::desc_kmajor_sw32(sb + s * L::B_STEP), sm90::desc_kmajor_sw128(w));
+      }
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();
       if (kb > 0 && lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
@@ -582,22 +648,17 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     sm90::wgmma_wait<0>();
     if (lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
     __syncwarp();
-    // The next tile's residual into the other slice (read by this warp in the previous tile, __syncwarp'd).
-    if (has_res && tile + tile_step < t.tiles)
-      ResidualSlice<CH>::load(slice0 + ((local + 1) & 1) * L::OUT_BYTES, p, TileCoord(tile + tile_step, p, t, ohw, CH), first_px, ohw,
-                              kpad, lane);
+    // The group's next tile's residual into the other buffer (read by this warp a tile ago, __syncwarp'd).
+    const int next = tile + GROUPS * tile_step;
+    if (has_res && next < t.tiles)
+      ResidualSlice<CH>::load(slice0 + ((j + 1) & 1) * L::OUT_BYTES, p, TileCoord(next, p, t, ohw, CH), first_px, ohw, kpad, lane);
     cp_async_commit();
 
     // Folded factors of the tile's channels: refreshed only when the channel tile changes (never after
     // the first tile when the grid is a multiple of the channel tiles, plugins/wgmma.py).
-    if (tc.c0 != factors_c0) {
-      sm90::named_barrier(1, CONSUMERS);  // nobody still reads the previous tile's factors
-      for (int c = tid; c < CH; c += CONSUMERS) {
-        const int cc = min(tc.c0 + c, kpad - 1);  // channels past Kpad: computed, never stored
-        s_scale[c] = es.fold(p.scale[cc]);
-        s_bias[c] = es.fold(p.bias[cc]);
-      }
-      sm90::named_barrier(1, CONSUMERS);
+    if (!L::WRES && tc.c0 != factors_c0) {
+      sm90::named_barrier(1 + group, 128 * TILE_WGS);  // nobody in the group still reads the previous tile's factors
+      load_factors(tc.c0);
       factors_c0 = tc.c0;
     }
     if (kDiagSkipsEpilogue) {
@@ -606,7 +667,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     }
     cp_async_wait<1>();  // this tile's slice (the group before the one just committed) has landed
     __syncwarp();
-    const int8_t* slice = slice0 + (local & 1) * L::OUT_BYTES;
+    const int8_t* slice = slice0 + (j & 1) * L::OUT_BYTES;
     if (has_res) {
       pixel_major_epilogue<CH, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
     } else {
@@ -620,13 +681,13 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
 }  // namespace trtfuse
 
 // One CTA per (pixel tile, 128-channel tile), or WG_PERSISTENT: min(tiles, SMs) CTAs walking the tiles.
-// 384 threads: consumer warpgroups 0-1, producer warpgroup 2.
+// 128 * (WG_CONSUMERS + 1) threads: consumer warpgroups 0 .. WG_CONSUMERS - 1, then the producer warpgroup.
 #if WG_MCAST
 #define WG_CLUSTER __cluster_dims__(2, 1, 1)
 #else
 #define WG_CLUSTER
 #endif
-extern "C" __global__ void WG_CLUSTER __launch_bounds__(384, 1)
+extern "C" __global__ void WG_CLUSTER __launch_bounds__(128 * (WG_CONSUMERS + 1), 1)
     trtfuse_wgmma_conv(const __grid_constant__ trtfuse::sm90::TensorMap tmap_w,
                        const __grid_constant__ trtfuse::sm90::TensorMap tmap_x, const trtfuse::ConvParams p,
                        const trtfuse::WgmmaTile t) {
