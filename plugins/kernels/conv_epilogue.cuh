@@ -130,34 +130,16 @@ __device__ __forceinline__ float s32_to_float(int x) {
   return f;
 }
 
-// Conversions without the conversion unit. I2FP and F2I issue to the XU pipe, 16 lanes per SM per
-// clock: an epilogue that converts every accumulator, every residual byte and every result spends 3 XU
-// slots per element, and that bounds the short-K layers (bench/results/wgmma-diag-*/8-conversions.json:
-// the build without operand copies takes as long as the full kernel, at the XU's rate). The forms below
-// are exact and use the ALU and FMA pipes instead.
-//
 // Byte `byte` of a word of four residual bytes (channel order; a compile-time constant after unrolling)
-// as a float: the byte flipped to offset binary (r + 128, one XOR per word, shared by its four bytes)
-// becomes the low mantissa byte of 2^23 (PRMT with the constant's upper bytes), i.e. the float
-// 2^23 + 128 + r, and subtracting 2^23 + 128 is exact. The mma.sync epilogue reads its residual 4
-// bytes at a time and converts each with this.
+// as a float: sign-extended with one PRMT and converted exactly (any int8 is an fp32) with the full-rate
+// I2FP. The mma.sync epilogue reads its residual 4 bytes at a time and converts each with this.
 __device__ __forceinline__ float s8_to_float(uint32_t word, int byte) {
-  // prmt selector: byte `byte` of the word to byte 0, bytes 1..3 of 0x4B000000 (nibbles 5, 6, 7) above.
+  // prmt selector: byte `byte` to byte 0, its sign (nibble 8 + byte: sign replicate) to bytes 1..3.
   // Inline PTX: CUDA documents __byte_perm with 3-bit selectors only.
+  const uint32_t sel = byte | (0x888u + 0x111u * byte) << 4;
   uint32_t x;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(x) : "r"(word ^ 0x80808080u), "r"(0x4B000000u), "r"(0x7650u | byte));
-  return __fsub_rn(__int_as_float(x), 8388736.0f);
-}
-
-// An int32 accumulator that starts at kMagicAccumulator (the bits of the float 1.5 * 2^23) instead of 0
-// and gathers a sum s with |s| <= 2^22 holds the bits of the float 1.5 * 2^23 + s (the sum lands in the
-// mantissa, carrying at most into the exponent's lowest bit at s = 2^22), so subtracting 1.5 * 2^23 gives
-// float(s) exactly. |s| <= 2^22 holds for every int8 x int8 dot product of at most 256 terms.
-constexpr int kMagicAccumulator = 0x4B400000;
-constexpr int kMagicMaxTerms = 256;
-template <bool MAGIC>
-__device__ __forceinline__ float accumulator_to_float(int acc) {
-  return MAGIC ? __fsub_rn(__int_as_float(acc), 12582912.0f) : __int2float_rn(acc);
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(x) : "r"(word), "r"(sel));
+  return __int2float_rn(static_cast<int>(x));
 }
 
 __device__ __forceinline__ uint32_t round_saturate_s8_b32(float v) {
@@ -182,11 +164,10 @@ __device__ __forceinline__ float relu_floor(bool relu) { return relu ? 0.0f : -_
 // + fma(residual(), rs, .), ReLU as max_nan(., relu_min), round half to even and saturate. `residual`
 // yields float(residual byte) and is called after the first FMA, where each caller's conversion belongs
 // in the instruction stream. Returns the int8 result in the low byte of a 32-bit value (sign-extended).
-// MAGIC: `acc` is a kMagicAccumulator-based accumulator (accumulator_to_float).
-template <bool RES = true, bool MAGIC = false, typename Residual>
+template <bool RES = true, typename Residual>
 __device__ __forceinline__ uint32_t requantize_s32(int acc, float a, float b, Residual&& residual, float rs,
                                                    float relu_min) {
-  float v = __fmaf_rn(accumulator_to_float<MAGIC>(acc), a, b);
+  float v = __fmaf_rn(__int2float_rn(acc), a, b);
   if (RES) v = __fmaf_rn(residual(), rs, v);
   v = max_nan(v, relu_min);
   return round_saturate_s8_b32(v);
@@ -194,10 +175,9 @@ __device__ __forceinline__ uint32_t requantize_s32(int acc, float a, float b, Re
 
 // `rs` = 0 without a residual: the term is then +-0 whatever `res4` holds, and v + (+-0) is v (or
 // +0 for v = -0, which converts to the same 0): the results equal requantize_s32<false>.
-template <bool MAGIC = false>
 __device__ __forceinline__ uint32_t requantize_b32(int acc, float a, float b, uint32_t res4, int byte, float rs,
                                                    float relu_min) {
-  return requantize_s32<true, MAGIC>(acc, a, b, [&] { return s8_to_float(res4, byte); }, rs, relu_min);
+  return requantize_s32(acc, a, b, [&] { return s8_to_float(res4, byte); }, rs, relu_min);
 }
 
 // Low bytes of q0..q3 -> one word, q0 in byte 0.

@@ -496,7 +496,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 // b (wgmma columns 8(4b + jj) + 2q + e, i.e. channels 32b + 8q + 2jj + e by the weight map's row order,
 // held at acc[4(4b + jj) + 2h + e]) with their 8 folded factors and 8 residual bytes (channel order) ->
 // 8 int8 in channel order, two words.
-template <int NACC, bool RES, bool MAGIC>
+template <int NACC, bool RES>
 __device__ __forceinline__ uint2 requantize_8_channels(const int (&acc)[NACC], int b, int h, const float4 (&sc)[2],
                                                        const float4 (&bi)[2], uint2 res, float rs, float relu_min) {
   const float a[8] = {sc[0].x, sc[0].y, sc[0].z, sc[0].w, sc[1].x, sc[1].y, sc[1].z, sc[1].w};
@@ -505,8 +505,8 @@ __device__ __forceinline__ uint2 requantize_8_channels(const int (&acc)[NACC], i
 #pragma unroll
   for (int i = 0; i < 8; ++i) {  // i = 2jj + e
     const int v = acc[4 * (4 * b + i / 2) + 2 * h + i % 2];
-    q[i] = RES ? requantize_b32<MAGIC>(v, a[i], o[i], i < 4 ? res.x : res.y, i % 4, rs, relu_min)
-               : requantize_s32<false, MAGIC>(v, a[i], o[i], [] { return 0.0f; }, rs, relu_min);
+    q[i] = RES ? requantize_b32(v, a[i], o[i], i < 4 ? res.x : res.y, i % 4, rs, relu_min)
+               : requantize_s32<false>(v, a[i], o[i], [] { return 0.0f; }, rs, relu_min);
   }
   return make_uint2(pack_s8x4(q[0], q[1], q[2], q[3]), pack_s8x4(q[4], q[5], q[6], q[7]));
 }
@@ -539,7 +539,7 @@ struct ResidualSlice {
 // The pixel-major epilogue of one thread: straight-line code over every (block, pixel) of its
 // accumulators (blocks past Kpad are computed and not stored), so the scheduler interleaves 16 x 8
 // independent chains instead of branching between groups of 8.
-template <int CH, bool RES, bool MAGIC>
+template <int CH, bool RES>
 __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], const ConvParams& p, const TileCoord& tc,
                                                      const float* s_scale, const float* s_bias, const int8_t* slice,
                                                      const int (&px)[2], int ohw, int kpad, int lane, float rs,
@@ -561,7 +561,7 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint2 res = RES ? ResidualSlice<CH>::read(slice, b, h, lane) : make_uint2(0, 0);
-      const uint2 out = requantize_8_channels<CH / 2, RES, MAGIC>(acc, b, h, sc, bi, res, rs, relu_min);
+      const uint2 out = requantize_8_channels<CH / 2, RES>(acc, b, h, sc, bi, res, rs, relu_min);
       if (ok[h] && b < blocks) *reinterpret_cast<uint2*>(p.y + out_off[h] + b * out_block) = out;
     }
   }
@@ -596,11 +596,6 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   float* s_bias = s_scale + CH;
   const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3);
   const EpilogueScalars es(p, has_res);
-  // Short GEMM-K (at most kMagicMaxTerms int8 products per output): accumulators start at kMagicAccumulator
-  // and reach the epilogue as float bits, converted with an FADD instead of the conversion unit.
-  // A resident-weight tactic decides at compile time, by its capacity (so only one pair of epilogues is
-  // compiled, within its 4-warpgroup register budget); the others by the launch's GEMM-K.
-  const bool magic = WG_WRES_KT > 0 ? WG_WRES_KT * 32 <= kMagicMaxTerms : t.kt * 32 <= kMagicMaxTerms;
   const int first_px = 64 * part + 16 * warp;  // this warp's 16 pixels of the tile
   const int px[2] = {first_px + lane / 4, first_px + lane / 4 + 8};
   int8_t* const slice0 = smem + L::OUT_OFFSET + (tid / 32) * ResidualSlice<CH>::BYTES;  // + L::OUT_BYTES: the other buffer
@@ -629,7 +624,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     const TileCoord tc(tile, p, t, ohw, CH);
     int acc[CH / 2];
 #pragma unroll
-    for (int k = 0; k < CH / 2; ++k) acc[k] = magic ? kMagicAccumulator : 0;
+    for (int k = 0; k < CH / 2; ++k) acc[k] = 0;
     int it = i * kblocks;  // the ring slot use of this tile's first k-block (the producer walks the tiles in order)
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int slot = it % STAGES;
@@ -673,14 +668,10 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     cp_async_wait<1>();  // this tile's slice (the group before the one just committed) has landed
     __syncwarp();
     const int8_t* slice = slice0 + (j & 1) * L::OUT_BYTES;
-    if (has_res && magic) {
-      pixel_major_epilogue<CH, true, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
-    } else if (has_res) {
-      pixel_major_epilogue<CH, true, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
-    } else if (magic) {
-      pixel_major_epilogue<CH, false, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
+    if (has_res) {
+      pixel_major_epilogue<CH, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
     } else {
-      pixel_major_epilogue<CH, false, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
+      pixel_major_epilogue<CH, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
     }
     __syncwarp();  // every lane's reads of this slice come before its refill two tiles on
   }
