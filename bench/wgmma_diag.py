@@ -57,11 +57,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--residual", action="store_true", help="time the residual 1x1 layers instead")
+    ap.add_argument("--only", help="comma-separated variant labels to time (e.g. 'full t42,full t43,diag3 t43')")
+    ap.add_argument("--layers", help="comma-separated substrings: time only the layers whose name has one")
     args = ap.parse_args(argv)
+    only = set(args.only.split(",")) if args.only else None
+    layers = RESIDUAL_LAYERS if args.residual else LAYERS
+    if args.layers:
+        layers = [(n, s) for n, s in layers if any(k in n for k in args.layers.split(","))]
     torch.cuda.init()
     cd.context()
     rows = []
-    for name, shape in RESIDUAL_LAYERS if args.residual else LAYERS:
+    for name, shape in layers:
         problem = ConvProblem.random(shape, args.residual)
         m, _, kg = shape.gemm
         ops = TorchOperands(torch, problem)
@@ -77,7 +83,7 @@ def main(argv=None) -> int:
                "mma_sync": {"tactic": t_mma.name, "ms": graph_time_ms(torch, runner(ref_plan), 10)}}
         rec["mma_sync"]["tops"] = flops / (rec["mma_sync"]["ms"] * 1e-3) / 1e12
         for label, t in variants():
-            if t.geometry(shape) is None:
+            if t.geometry(shape) is None or (only and label not in only):
                 continue
             try:
                 plan = ConvLaunch(shape, t, 1)
