@@ -3,7 +3,8 @@
     ncu --clock-control none --section ... python3 -m trtfuse.bench.profile_one [TACTIC_ID ...]
 
 Shapes: ResNet-50 res3 conv3 (1x1 128->512 + residual, the memory-bound target layer), res4 conv2
-(3x3 256, compute-bound) and res4 conv3 (1x1 256->1024 + residual, short K on the wgmma tactic) at batch 256; each with the heuristic's tactic and every tactic id given."""
+(3x3 256, compute-bound) and res4 conv3 (1x1 256->1024 + residual, short K on the wgmma tactic) at batch 256; each with the heuristic's tactic and every tactic id given. A non-numeric argument keeps only the shapes
+whose label contains it (e.g. `res3`)."""
 
 import sys
 
@@ -16,9 +17,13 @@ SHAPES = {"res3 conv3 b256": (ConvShape(256, 128, 28, 28, 512, 1, 1), True),
           "res4 conv3 b256": (ConvShape(256, 256, 14, 14, 1024, 1, 1), True)}
 ALL = {**TACTICS_BY_ID, **{t.id: t for t in WGMMA_TACTICS}}
 
+ids = [int(a) for a in sys.argv[1:] if a.isdigit()]
+keep = [a for a in sys.argv[1:] if not a.isdigit()]
 for label, (shape, res) in SHAPES.items():
+    if keep and not any(k in label for k in keep):
+        continue
     problem = ConvProblem.random(shape, res)
-    for tid in [None] + [int(a) for a in sys.argv[1:]]:
+    for tid in [None] + ids:
         if tid is not None and ALL[tid].family == "mma" and ALL[tid].vec != shape.vec:
             continue
         plan = ConvLaunch.plan(shape) if tid is None else ConvLaunch(shape, ALL[tid], 1)
