@@ -107,7 +107,9 @@
 #endif
 // Profiling builds only (bench/wgmma_diag.py), never a tactic: 1 = no epilogue (main loop alone),
 // 2 = no wgmma (the copy engine's feed rate alone), 3 = no copies (wgmma and the ring's barriers on
-// stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes. Each isolates one stage of the pipeline to say which one bounds it.
+// stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes; pixel-major only: 6 = no
+// residual loads (the epilogue reads stale slices), 7 = no output stores (the results are folded and kept
+// live). Each isolates one stage of the pipeline to say which one bounds it.
 #ifndef WG_DIAG
 #define WG_DIAG 0
 #endif
@@ -194,7 +196,7 @@ static_assert(WG_CONSUMERS == 2 || WG_PIXM, "the channel-major tile has two cons
 
 // Profiling builds that leave the epilogue out (WG_DIAG 1, 2, 4, 5) keep the accumulators live instead,
 // so the compiler cannot drop the wgmmas that produce them.
-constexpr bool kDiagSkipsEpilogue = WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG >= 4;
+constexpr bool kDiagSkipsEpilogue = WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG == 4 || WG_DIAG == 5;
 template <int NACC>
 __device__ __forceinline__ void keep_accumulators_live(const int (&acc)[NACC], const ConvParams& p, int tid) {
   int folded = 0;
@@ -553,6 +555,7 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
   }
   const int blocks = (kpad - tc.c0) / 32;  // < CH / 32 only on the last channel tile
   const size_t out_block = (size_t)ohw * 32;
+  uint32_t folded = 0;  // WG_DIAG 7 only
 #pragma unroll
   for (int b = 0; b < CH / 32; ++b) {
     const float4* f = reinterpret_cast<const float4*>(s_scale + 32 * b + 8 * (lane % 4));
@@ -562,9 +565,13 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
     for (int h = 0; h < 2; ++h) {
       const uint2 res = RES ? ResidualSlice<CH>::read(slice, b, h, lane) : make_uint2(0, 0);
       const uint2 out = requantize_8_channels<CH / 2, RES>(acc, b, h, sc, bi, res, rs, relu_min);
-      if (ok[h] && b < blocks) *reinterpret_cast<uint2*>(p.y + out_off[h] + b * out_block) = out;
+      if (WG_DIAG == 7)
+        folded ^= out.x ^ out.y;
+      else if (ok[h] && b < blocks)
+        *reinterpret_cast<uint2*>(p.y + out_off[h] + b * out_block) = out;
     }
   }
+  if (WG_DIAG == 7 && folded == 0x7fffffffu) p.y[lane] = 1;
 }
 
 // ---------------- pixel-major consumers (WG_PIXM) ----------------
@@ -594,14 +601,15 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   const uint32_t full0 = base + L::BAR_OFFSET, empty0 = full0 + STAGES * 8, wres_full = empty0 + STAGES * 8;
   float* s_scale = reinterpret_cast<float*>(smem + L::FACTOR_OFFSET) + group * 2 * CH;
   float* s_bias = s_scale + CH;
-  const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3);
+  const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3 || WG_DIAG >= 6);
+  const bool load_res = has_res && WG_DIAG != 6;
   const EpilogueScalars es(p, has_res);
   const int first_px = 64 * part + 16 * warp;  // this warp's 16 pixels of the tile
   const int px[2] = {first_px + lane / 4, first_px + lane / 4 + 8};
   int8_t* const slice0 = smem + L::OUT_OFFSET + (tid / 32) * ResidualSlice<CH>::BYTES;  // + L::OUT_BYTES: the other buffer
   const uint32_t a_rows = part * 64 * 32;  // this warpgroup's 64 activation rows inside a k32 step
   auto tile_of = [&](int i) { return (int)blockIdx.x + i * tile_step; };  // the CTA's i-th tile
-  if (has_res && tile_of(group) < t.tiles)
+  if (load_res && tile_of(group) < t.tiles)
     ResidualSlice<CH>::load(slice0, p, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane);
   cp_async_commit();
   // Resident weights: the CTA stays on one channel tile (the host's grid is a multiple of the channel tiles,
@@ -650,7 +658,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     __syncwarp();
     // The group's next tile's residual into the other buffer (read by this warp a tile ago, __syncwarp'd).
     const int next = tile + GROUPS * tile_step;
-    if (has_res && next < t.tiles)
+    if (load_res && next < t.tiles)
       ResidualSlice<CH>::load(slice0 + ((j + 1) & 1) * L::OUT_BYTES, p, TileCoord(next, p, t, ohw, CH), first_px, ohw, kpad, lane);
     cp_async_commit();
 
