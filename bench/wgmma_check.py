@@ -95,6 +95,8 @@ def tiny() -> int:
     import os
 
     os.environ["TRTFUSE_WGMMA_MAX_CTAS"] = "2"
+    # TRTFUSE_TINY_TACTICS=47,48: only those (a sanitizer run on the tactics a change touched)
+    only = {int(i) for i in os.environ.get("TRTFUSE_TINY_TACTICS", "").split(",") if i}
     bad = 0
     cases = [(ConvShape(2, 64, 6, 5, 160, 3, 3, (1, 1), (1, 1, 1, 1)), True),
              (ConvShape(3, 64, 4, 4, 64, 3, 3, (2, 2), (1, 1, 1, 1)), False),
@@ -103,7 +105,9 @@ def tiny() -> int:
     by_id = {t.id: t for t in WGMMA_TACTICS}
     for shape, res in cases:
         for t in (by_id[22], by_id[24], by_id[28], by_id[31], by_id[33], by_id[35], by_id[40], by_id[41], by_id[43], by_id[44],
-                  by_id[45], by_id[46]):
+                  by_id[45], by_id[46], by_id[47], by_id[48], by_id[49]):
+            if only and t.id not in only:
+                continue
             if t.geometry(shape) is None:
                 continue
             ok, stats, _ = _run_case(shape, res, True, t)

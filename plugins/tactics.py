@@ -209,6 +209,7 @@ class WgmmaTactic(Tactic):
     pixel_major: bool = False  # pixels on wgmma's M, channels on its N (WG_PIXM): no staging tile, residual by TMA
     consumers: int = 2  # consumer warpgroups (WG_CONSUMERS); 4 only pixel-major
     resident_kt: int = 0  # pixel-major: k32 steps of weight held resident in shared memory (WG_WRES_KT), 0: in every slot
+    tma_store: bool = False  # pixel-major: the output tile leaves through a shared-memory staging tile and a TMA store (WG_TMA_STORE)
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
 
@@ -220,6 +221,7 @@ class WgmmaTactic(Tactic):
             assert self.bn * self.consumers <= 512, "accumulators: bn / 2 registers per consumer thread"
             assert self.resident_kt % 4 == 0
         else:
+            assert not self.tma_store, "the TMA store is the pixel-major epilogue's"
             assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
 
     @property
@@ -234,7 +236,7 @@ class WgmmaTactic(Tactic):
     def name(self) -> str:
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
-                f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}"
+                f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_ts' if self.tma_store else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -252,6 +254,8 @@ class WgmmaTactic(Tactic):
                 d["WG_CONSUMERS"] = self.consumers
             if self.resident_kt:
                 d["WG_WRES_KT"] = self.resident_kt
+            if self.tma_store:
+                d["WG_TMA_STORE"] = 1
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
@@ -265,7 +269,8 @@ class WgmmaTactic(Tactic):
             weights_in_slot = 0 if self.resident_kt else self.CHANNELS
             ring = self.stages * self.ks * 32 * (weights_in_slot + self.bm) + self.resident_kt * 32 * self.CHANNELS
             groups = self.consumers // (self.bm // 64)
-            return ring + 2 * self.consumers * 64 * self.bn + groups * 8 * self.bn + bars + 1024
+            staging = groups * 2 * self.bm * self.bn if self.tma_store else 0
+            return ring + 2 * self.consumers * 64 * self.bn + staging + groups * 8 * self.bn + bars + 1024
         ring = self.stages * self.ks * 32 * (self.CHANNELS + self.bm)
         return ring + self.staging * self.bm * (self.CHANNELS + 16) + bars + 1024
 
@@ -333,6 +338,11 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(44, 64, 128, 2, 1, 6, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=16),
     WgmmaTactic(45, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8),
     WgmmaTactic(46, 128, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8),
+    # ... and the output tile handed to the copy engine (TMA store from a shared-memory staging tile).
+    WgmmaTactic(47, 128, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, tma_store=True),
+    WgmmaTactic(48, 128, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8,
+                tma_store=True),
+    WgmmaTactic(49, 64, 256, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8, tma_store=True),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})
