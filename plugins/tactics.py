@@ -332,17 +332,16 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(41, 128, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True),
     WgmmaTactic(42, 128, 256, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True),
     # ... with the channel tile's weight resident in shared memory (short GEMM-K: the slots carry activations
-    # only) and tiles of 64 pixels, one per consumer warpgroup: 4 warpgroups of 128 channels (4 warps per
-    # scheduler to interleave the epilogue), or 2 of 256; w46: tiles of 128 pixels, two groups of 2.
-    WgmmaTactic(43, 64, 128, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8),
-    WgmmaTactic(44, 64, 128, 2, 1, 6, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=16),
+    # only): w45 tiles of 64 pixels x 256 channels, one per consumer warpgroup; w46 4 consumer warpgroups (4
+    # warps per scheduler) in two groups of 2 on 128-pixel tiles; w48 as w46 with the output handed to the
+    # copy engine (TMA store from a staging tile). Measured on the H200 at batch 256 (bench/results/
+    # wgmma-diag-NVIDIA_H200-2026-11-21/8-epilogue-streams.json): within 3% of w42 (w46 3% faster on res2
+    # conv3, w45 on par on res4 conv3); 64-pixel tiles for 4 warpgroups and the TMA store on 2 were slower
+    # and are not kept.
     WgmmaTactic(45, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8),
     WgmmaTactic(46, 128, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8),
-    # ... and the output tile handed to the copy engine (TMA store from a shared-memory staging tile).
-    WgmmaTactic(47, 128, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, tma_store=True),
     WgmmaTactic(48, 128, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8,
                 tma_store=True),
-    WgmmaTactic(49, 64, 256, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8, tma_store=True),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})
