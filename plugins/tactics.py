@@ -217,7 +217,7 @@ class WgmmaTactic(Tactic):
         if self.pixel_major:
             assert self.bm in (64, 128) and self.bn in (128, 256) and self.a_box == 128 and self.ks == 4
             assert self.persistent and not self.multicast, "pixel-major tiles are persistent, without clusters"
-            assert self.consumers in (2, 3, 4) and self.consumers % (self.bm // 64) == 0
+            assert self.consumers in (2, 4) and self.consumers % (self.bm // 64) == 0
             assert self.bn * self.consumers <= 512, "accumulators: bn / 2 registers per consumer thread"
             assert self.resident_kt % 4 == 0
         else:

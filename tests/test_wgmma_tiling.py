@@ -77,6 +77,21 @@ def pixel_major_residual_offset(px: int, b: int, q: int, ch: int) -> int:
     return (px // 16) * 16 * ch + (16 * b + px % 16) * 32 + 8 * q
 
 
+def tile_coord(shape: ConvShape, g, tile: int, ch: int):
+    """wgmma_conv.cu's TileCoord: (n0, oh0, valid_px, m0, c0) of CTA tile `tile`, channel tile fastest."""
+    oh, ow = shape.out_hw
+    ohw = oh * ow
+    ch_tile, pix_tile = tile % g.ch_tiles, tile // g.ch_tiles
+    if g.nb == 1:
+        n0 = pix_tile // g.tiles_per_image
+        oh0 = (pix_tile - n0 * g.tiles_per_image) * g.th
+        valid_px = min(g.th, oh - oh0) * ow
+    else:
+        n0, oh0 = pix_tile * g.nb, 0
+        valid_px = min(g.nb, shape.n - n0) * ohw
+    return n0, oh0, valid_px, n0 * ohw + oh0 * ow, ch_tile * ch
+
+
 def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
     """int32 accumulators [N, Kpad, OH, OW] as the kernel's CTAs produce and store them (-1 sentinel
     count check: every stored element is written exactly once). For a pixel-major tactic, `residual`
@@ -98,15 +113,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
     order = [tile for cta in range(grid) for tile in range(cta, g.ctas, grid)]  # each CTA's tile loop
     assert sorted(order) == list(range(g.ctas))
     for tile in order:
-        ch_tile, pix_tile = tile % g.ch_tiles, tile // g.ch_tiles
-        if g.nb == 1:
-            n0 = pix_tile // g.tiles_per_image
-            oh0 = (pix_tile - n0 * g.tiles_per_image) * g.th
-            valid_px = min(g.th, oh - oh0) * ow
-        else:
-            n0, oh0 = pix_tile * g.nb, 0
-            valid_px = min(g.nb, shape.n - n0) * ohw
-        m0, c0 = n0 * ohw + oh0 * ow, ch_tile * ch
+        n0, oh0, valid_px, m0, c0 = tile_coord(shape, g, tile, ch)
         h0, w0 = oh0 * sh - pt, -pl
         acc = np.zeros((ch, bn), np.int64)  # D = channels x pixels (pixel-major: D^T, columns in box-row order)
         cb = r = s = 0
@@ -283,15 +290,7 @@ def test_tma_store_staging_tile_lands_every_output_once():
             out = np.full((shape.n, kp // 32, ohw, 32), -1, np.int64)
             count = np.zeros(out.shape, np.int32)
             for tile in range(g.ctas):
-                ch_tile, pix_tile = tile % g.ch_tiles, tile // g.ch_tiles
-                if g.nb == 1:
-                    n0, oh0 = divmod(pix_tile, g.tiles_per_image)
-                    oh0 *= g.th
-                    valid_px = min(g.th, oh - oh0) * ow
-                else:
-                    n0, oh0 = pix_tile * g.nb, 0
-                    valid_px = min(g.nb, shape.n - n0) * ohw
-                m0, c0 = n0 * ohw + oh0 * ow, ch_tile * t.CHANNELS
+                n0, oh0, valid_px, m0, c0 = tile_coord(shape, g, tile, t.CHANNELS)
                 blocks = min((kp - c0) // 32, cb)
                 stage = np.full(t.bm * t.bn, -7, np.int64)
                 for px in range(valid_px):

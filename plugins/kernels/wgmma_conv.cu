@@ -198,7 +198,8 @@ struct EpilogueScalars {
 // The pool is what the CTA got at launch: 65536 / threads per thread, in units of 8.
 constexpr int kLaunchRegs = 65536 / (128 * (WG_CONSUMERS + 1)) / 8 * 8;
 constexpr int kProducerRegs = WG_CONSUMERS == 2 ? 40 : 32;
-constexpr int kConsumerRegs = WG_CONSUMERS == 2 ? 232 : WG_CONSUMERS == 3 ? 160 : 112;
+constexpr int kConsumerRegs = WG_CONSUMERS == 2 ? 232 : 112;
+static_assert(WG_CONSUMERS == 2 || WG_CONSUMERS == 4, "2 or 4 consumer warpgroups");
 static_assert(kProducerRegs + WG_CONSUMERS * kConsumerRegs <= (WG_CONSUMERS + 1) * kLaunchRegs, "register pool");
 static_assert(WG_CONSUMERS == 2 || WG_PIXM, "the channel-major tile has two consumer warpgroups");
 
@@ -555,9 +556,10 @@ struct ResidualSlice {
 // Where pixel `px` of a tile sits in the TMA store's staging tile [image][block][pixel][32] (box pixels
 // per image `box_px` = TH * OW; nb > 1 tiles hold whole images, box_px = OH * OW): the byte offset of its
 // block-0 vector; block b is b * box_px * 32 further.
+template <int CH>
 __device__ __forceinline__ int staging_offset(const ConvParams& p, const WgmmaTile& t, int px, int box_px) {
   const int img = t.nb > 1 ? p.div_ohw.div(px) : 0;
-  return ((img * (WG_CH / 32)) * box_px + (px - img * box_px)) * 32;
+  return ((img * (CH / 32)) * box_px + (px - img * box_px)) * 32;
 }
 
 template <int CH, bool RES>
@@ -572,7 +574,7 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
   for (int h = 0; h < 2; ++h) {
     ok[h] = px[h] < tc.valid_px;
     out_off[h] = !ok[h] ? 0
-                 : WG_TMA_STORE ? staging_offset(p, t, px[h], box_px) + 8 * (lane % 4)
+                 : WG_TMA_STORE ? staging_offset<CH>(p, t, px[h], box_px) + 8 * (lane % 4)
                                 : chw32_offset(p, tc.m0 + px[h], tc.c0, ohw, kpad) + 8 * (lane % 4);
   }
   const int blocks = (kpad - tc.c0) / 32;  // < CH / 32 only on the last channel tile
