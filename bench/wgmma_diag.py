@@ -9,6 +9,7 @@
   diag3     no copies: wgmma + barriers on stale shared memory (the tensor cores' rate as issued)
   diag4/5   as diag2 with only the weight / only the activation boxes
   diag6/7   pixel-major: no residual loads / no output stores (the epilogue's two memory streams)
+  diag8/9   pixel-major: the epilogue alone (no copies, no wgmma) / its instructions alone (no memory either)
 
 plus ring variants (k32 steps per slot x slots). Outputs of diag builds are meaningless by design;
 the `full` builds are checked against the mma.sync kernel's output (itself proven by the GPU tests).
@@ -40,10 +41,10 @@ RESIDUAL_LAYERS = [
 
 def variants():
     by_id = TACTICS_BY_ID
-    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 45, 46, 48)]
+    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 45, 46, 48, 50)]
     out += [(f"diag{d} t31", dataclasses.replace(by_id[31], diag=d)) for d in (1, 2, 3)]
     out += [("diag1 t28", dataclasses.replace(by_id[28], diag=1))]
-    out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (40, 42, 45, 46) for d in (1, 3, 6, 7)]
+    out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (40, 42, 45, 46, 50) for d in (1, 3, 6, 7, 8, 9)]
     return out
 
 

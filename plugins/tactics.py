@@ -209,6 +209,7 @@ class WgmmaTactic(Tactic):
     pixel_major: bool = False  # pixels on wgmma's M, channels on its N (WG_PIXM): no staging tile, residual by TMA
     consumers: int = 2  # consumer warpgroups (WG_CONSUMERS); 4 only pixel-major
     resident_kt: int = 0  # pixel-major: k32 steps of weight held resident in shared memory (WG_WRES_KT), 0: in every slot
+    pingpong: bool = False  # pixel-major, two tile groups: the groups take the tensor cores in turn (WG_PINGPONG)
     tma_store: bool = False  # pixel-major: the output tile leaves through a shared-memory staging tile and a TMA store (WG_TMA_STORE)
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
@@ -220,7 +221,9 @@ class WgmmaTactic(Tactic):
             assert self.consumers in (2, 4) and self.consumers % (self.bm // 64) == 0
             assert self.bn * self.consumers <= 512, "accumulators: bn / 2 registers per consumer thread"
             assert self.resident_kt % 4 == 0
+            assert not self.pingpong or self.consumers // (self.bm // 64) == 2, "ping-pong alternates two tile groups"
         else:
+            assert not self.pingpong, "ping-pong alternates the pixel-major tile groups"
             assert not self.tma_store, "the TMA store is the pixel-major epilogue's"
             assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
 
@@ -236,7 +239,7 @@ class WgmmaTactic(Tactic):
     def name(self) -> str:
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
-                f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_ts' if self.tma_store else ''}"
+                f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_ts' if self.tma_store else ''}{'_pp' if self.pingpong else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -256,6 +259,8 @@ class WgmmaTactic(Tactic):
                 d["WG_WRES_KT"] = self.resident_kt
             if self.tma_store:
                 d["WG_TMA_STORE"] = 1
+            if self.pingpong:
+                d["WG_PINGPONG"] = 1
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
@@ -342,6 +347,11 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(46, 128, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8),
     WgmmaTactic(48, 128, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8,
                 tma_store=True),
+    # w50: w45 with its two tile groups (one warpgroup each) taking the tensor cores in turn (WG_PINGPONG).
+    # Measured on the H200 at batch 256 (bench/results/wgmma-diag-NVIDIA_H200-2026-11-21/9-pingpong.json):
+    # 2-4% faster than w42/w45 on res2-res4 conv3 +res. Ping-pong on w46's groups of two warpgroups was 2%
+    # slower than w46, and 16-byte stores (lane pairs swapping 8-byte pieces) moved nothing: not kept.
+    WgmmaTactic(50, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8, pingpong=True),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})
@@ -364,8 +374,10 @@ WGMMA_PREFERRED = (31, 28)
 WGMMA_SHORT_K_PREFERRED = (33, 35)
 # GEMM-K under 512 with 256+ output channels (res2-res4's conv3 +res and downsample layers): the pixel-major
 # tile, whose epilogue writes from registers (bench/results/kernels-NVIDIA_H200-2026-11-21.json, v8 autotune:
-# w42 on every conv3 +res, w40 on the downsamples; res3 conv3 +res 0.124 -> 0.104 ms against w33).
-WGMMA_PIXEL_MAJOR_PREFERRED = (42, 40)
+# w42 on every conv3 +res, w40 on the downsamples; res3 conv3 +res 0.124 -> 0.104 ms against w33); first the
+# ping-pong tile w50 where the GEMM-K fits its resident weights (<= 256: 2-4% faster on res2-res4 conv3 +res,
+# bench/results/wgmma-diag-NVIDIA_H200-2026-11-21/9-pingpong.json).
+WGMMA_PIXEL_MAJOR_PREFERRED = (50, 42, 40)
 
 
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:

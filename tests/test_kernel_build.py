@@ -102,6 +102,23 @@ def test_wgmma_variant_compiles_for_sm90a_without_spills(tactic):
     assert tactic.shared_bytes() <= 227 * 1024
 
 
+@pytest.mark.parametrize("diag", [1, 3, 6, 7, 8, 9])
+def test_wgmma_profiling_builds_compile(diag):
+    # bench/wgmma_diag.py's builds of the ping-pong pixel-major tactic: each must still compile, unserialized and
+    # without spills, or its timing would say nothing about the kernel it takes apart.
+    import dataclasses
+
+    tactic = dataclasses.replace(next(t for t in WGMMA_TACTICS if t.pingpong), diag=diag)
+    k = compile_kernel("wgmma_conv.cu", tactic.defines(), "sm_90a", "cubin")
+    assert not k.spills() and "serialized" not in k.log, k.log
+
+
+@pytest.mark.parametrize("defines", [{}, {"PROBE_AHEAD": 0, "PROBE_STORE": 16}, {"PROBE_BLOCKS": 4}])
+def test_stream_probe_compiles(defines):
+    k = compile_kernel("stream_probe.cu", defines, "sm_90", "cubin")
+    assert set(k.resources) == {"probe_flat", "probe_tiles"} and not k.spills()
+
+
 def test_wgmma_ptx_uses_the_hopper_instructions():
     ptx = compile_kernel("wgmma_conv.cu", WGMMA_TACTICS[0].defines(), "sm_90a", "ptx").image.decode(errors="replace")
     assert ".target sm_90a" in ptx

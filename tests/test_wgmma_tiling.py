@@ -309,3 +309,48 @@ def test_tma_store_staging_tile_lands_every_output_once():
                                 count[n, blk, row * ow:(row + 1) * ow] += 1
             assert (count == 1).all(), (t.name, shape)
             np.testing.assert_array_equal(out, code)
+
+
+def pingpong_issue_order(cta_tiles: int) -> list[int]:
+    """WG_PINGPONG's turn protocol (consume_pixel_major) run as a schedule: tile group g takes the CTA's tiles
+    i = g, g + 2, ...; before tile i > 0 it bar.syncs on barrier kTurn + g (2 groups' worth of threads: its
+    own sync plus one arrival), after issuing tile i it bar.arrives on kTurn + 1 - g if tile i + 1 exists.
+    Returns the order in which tiles get issued; raises if the groups deadlock or an arrival is left
+    pending when both groups have finished (a barrier the next launch would inherit half-complete)."""
+    arrivals = [0, 0]  # pending arrivals on each group's turn barrier
+    todo = [list(range(g, cta_tiles, 2)) for g in (0, 1)]
+    order = []
+    while todo[0] or todo[1]:
+        progressed = False
+        for g in (0, 1):
+            if not todo[g]:
+                continue
+            i = todo[g][0]
+            if i > 0:
+                if arrivals[g] == 0:
+                    continue  # blocked at bar.sync until the other group arrives
+                arrivals[g] -= 1
+            order.append(i)
+            if i + 1 < cta_tiles:
+                arrivals[1 - g] += 1
+            todo[g].pop(0)
+            progressed = True
+        if not progressed:
+            raise AssertionError(f"ping-pong deadlock with {cta_tiles} tiles: {order}")
+    assert arrivals == [0, 0], f"{cta_tiles} tiles leave arrivals pending: {arrivals}"
+    return order
+
+
+@pytest.mark.parametrize("cta_tiles", range(0, 9))
+def test_pingpong_turns_issue_the_tiles_in_order(cta_tiles):
+    # The producer fills the ring in the CTA's tile order, so the groups must issue in that order too.
+    assert pingpong_issue_order(cta_tiles) == list(range(cta_tiles))
+
+
+def test_pingpong_tactics_have_two_tile_groups():
+    for t in WGMMA_TACTICS:
+        if t.pingpong:
+            assert t.pixel_major and t.consumers // (t.bm // 64) == 2 and t.defines()["WG_PINGPONG"] == 1, t.name
+    with pytest.raises(AssertionError):  # 128-pixel tiles on 2 consumer warpgroups: one tile group, no one to alternate with
+        type(WGMMA_TACTICS[0])(99, 128, 256, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True,
+                               pingpong=True)

@@ -128,6 +128,10 @@ __device__ __forceinline__ void regs_alloc() { asm volatile("setmaxnreg.inc.sync
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrive without waiting: counts toward `threads` of a barrier other warps bar.sync on (a token handed on).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // ---- wgmma ordering ----
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

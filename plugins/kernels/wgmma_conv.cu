@@ -113,14 +113,27 @@
 #ifndef WG_TMA_STORE
 #define WG_TMA_STORE 0
 #endif
+// 1 (pixel-major, two tile groups only): the groups take the tensor cores in turn ("ping-pong", as CUTLASS's
+// KernelTmaWarpSpecializedPingpong): a group issues its tile's wgmmas only after the other group has issued
+// its previous tile's (in the CTA's tile order, the producer's), then hands the turn on, so one group's
+// epilogue runs under the other's main loop instead of the two drifting in step. Measured 2-4% on the
+// residual 1x1 layers: their bound is the epilogue's ALU work itself (docs/PERF.md), not the overlap.
+#ifndef WG_PINGPONG
+#define WG_PINGPONG 0
+#endif
 // Profiling builds only (bench/wgmma_diag.py), never a tactic: 1 = no epilogue (main loop alone),
 // 2 = no wgmma (the copy engine's feed rate alone), 3 = no copies (wgmma and the ring's barriers on
 // stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes; pixel-major only: 6 = no
 // residual loads (the epilogue reads stale slices), 7 = no output stores (the results are folded and kept
-// live). Each isolates one stage of the pipeline to say which one bounds it.
+// live), 8 = the epilogue alone (no copies, no wgmma: opaque accumulators), 9 = as 8 without residual loads
+// or stores (the epilogue's instructions alone). Each isolates one stage of the pipeline to say which one bounds it.
 #ifndef WG_DIAG
 #define WG_DIAG 0
 #endif
+constexpr bool kDiagNoCopies = WG_DIAG == 3 || WG_DIAG == 8 || WG_DIAG == 9;
+constexpr bool kDiagNoResidualLoads = WG_DIAG == 6 || WG_DIAG == 9;
+constexpr bool kDiagNoStores = WG_DIAG == 7 || WG_DIAG == 9;
+constexpr bool kDiagEpilogueAlone = WG_DIAG == 8 || WG_DIAG == 9;
 
 namespace trtfuse {
 
@@ -283,6 +296,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
                                                 const sm90::TensorMap* tmap_y, const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
   static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
+  static_assert(PIXM || WG_DIAG < 6, "profiling builds 6-9 take the pixel-major epilogue apart");
   constexpr int CONSUMERS = 128 * WG_CONSUMERS;
   extern __shared__ __align__(1024) int8_t smem_raw[];
   // Align the operand ring to 1024 bytes of shared-memory address (the host asks for 1024 more).
@@ -331,7 +345,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     if (tid == CONSUMERS) {
       sm90::prefetch_tensor_map(tmap_w);
       sm90::prefetch_tensor_map(tmap_x);
-      if (L::WRES && (int)blockIdx.x < t.tiles && WG_DIAG != 3 && WG_DIAG != 5) {
+      if (L::WRES && (int)blockIdx.x < t.tiles && !kDiagNoCopies && WG_DIAG != 5) {
         // The CTA's channel tile (the same for all its tiles) as permuted 128-byte chunks: see the slot's box below.
         const int chunks = (t.kt + 3) / 4, c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0;
         sm90::mbar_arrive_expect_tx(wres_full, chunks * L::WRES_CHUNK);
@@ -349,7 +363,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           sm90::mbar_wait(empty0 + 8 * slot, ((it / STAGES) & 1) ^ 1);
           const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
           const uint32_t full = full0 + 8 * slot;
-          if (WG_DIAG == 3) {
+          if (kDiagNoCopies) {
             sm90::mbar_arrive(full);
             continue;
           }
@@ -580,7 +594,7 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
   const int blocks = (kpad - tc.c0) / 32;  // < CH / 32 only on the last channel tile
   const size_t out_block = WG_TMA_STORE ? (size_t)box_px * 32 : (size_t)ohw * 32;
   int8_t* const out_base = WG_TMA_STORE ? staging : p.y;
-  uint32_t folded = 0;  // WG_DIAG 7 only
+  uint32_t folded = 0;  // kDiagNoStores only
 #pragma unroll
   for (int b = 0; b < CH / 32; ++b) {
     const float4* f = reinterpret_cast<const float4*>(s_scale + 32 * b + 8 * (lane % 4));
@@ -590,13 +604,13 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
     for (int h = 0; h < 2; ++h) {
       const uint2 res = RES ? ResidualSlice<CH>::read(slice, b, h, lane) : make_uint2(0, 0);
       const uint2 out = requantize_8_channels<CH / 2, RES>(acc, b, h, sc, bi, res, rs, relu_min);
-      if (WG_DIAG == 7)
+      if (kDiagNoStores)
         folded ^= out.x ^ out.y;
       else if (ok[h] && b < blocks)
         *reinterpret_cast<uint2*>(out_base + out_off[h] + b * out_block) = out;
     }
   }
-  if (WG_DIAG == 7 && folded == 0x7fffffffu) p.y[lane] = 1;
+  if (kDiagNoStores && folded == 0x7fffffffu) p.y[lane] = 1;
 }
 
 // ---------------- pixel-major consumers (WG_PIXM) ----------------
@@ -628,7 +642,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   float* s_scale = reinterpret_cast<float*>(smem + L::FACTOR_OFFSET) + group * 2 * CH;
   float* s_bias = s_scale + CH;
   const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3 || WG_DIAG >= 6);
-  const bool load_res = has_res && WG_DIAG != 6;
+  const bool load_res = has_res && !kDiagNoResidualLoads;
   const EpilogueScalars es(p, has_res);
   const int first_px = 64 * part + 16 * warp;  // this warp's 16 pixels of the tile
   const int px[2] = {first_px + lane / 4, first_px + lane / 4 + 8};
@@ -636,6 +650,10 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   const uint32_t a_rows = part * 64 * 32;  // this warpgroup's 64 activation rows inside a k32 step
   auto tile_of = [&](int i) { return (int)blockIdx.x + i * tile_step; };  // the CTA's i-th tile
   const bool store_thread = WG_TMA_STORE && tid % (128 * TILE_WGS) == 0;  // issues the group's TMA stores
+  // WG_PINGPONG: group g waits for its turn on barrier kTurn + g, which the other group's arrival completes.
+  constexpr bool PINGPONG = WG_PINGPONG != 0;
+  static_assert(!PINGPONG || GROUPS == 2, "ping-pong alternates two tile groups");
+  constexpr int kTurn = 1 + 2 * GROUPS, kTurnThreads = 2 * 128 * TILE_WGS;
   if (load_res && tile_of(group) < t.tiles)
     ResidualSlice<CH>::load(slice0, p, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane);
   cp_async_commit();
@@ -659,8 +677,9 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     const TileCoord tc(tile, p, t, ohw, CH);
     int acc[CH / 2];
 #pragma unroll
-    for (int k = 0; k < CH / 2; ++k) acc[k] = 0;
+    for (int k = 0; k < CH / 2; ++k) acc[k] = kDiagEpilogueAlone ? fresh_tid() * k : 0;  // not foldable to constants
     int it = i * kblocks;  // the ring slot use of this tile's first k-block (the producer walks the tiles in order)
+    if (PINGPONG && i > 0) sm90::named_barrier(kTurn + group, kTurnThreads);  // the CTA's tile i - 1 is issued
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int slot = it % STAGES;
       sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
@@ -680,6 +699,8 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
       if (kb > 0 && lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
       __syncwarp();
     }
+    // Every wgmma of this tile is issued: the other group's next tile may queue behind them.
+    if (PINGPONG && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - group, kTurnThreads);
     sm90::wgmma_wait<0>();
     if (lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
     __syncwarp();
