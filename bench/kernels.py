@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 import statistics
 import sys
 
@@ -148,7 +149,17 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
                 for s in (1, 2, 4, 8) if t.family == "mma" else (1,):
                     if s <= max(1, ktiles // 2) and not (form is heuristic_plan.shape and t == heuristic_tactic and s == heuristic_splits):
                         plans.append(ConvLaunch(form, t, s))
-    timed = [(graph_time_ms(torch, make_run(p), args.reps), p) for p in plans]
+    trace = os.environ.get("TRTFUSE_BENCH_TRACE")  # which plan a failing launch came from (then synchronized)
+
+    def time_plan(p):
+        if trace:
+            print(f"trace: {name} batch {shape.n} {p.tactic.name} splits {p.splits}", file=sys.stderr, flush=True)
+        ms = graph_time_ms(torch, make_run(p), args.reps)
+        if trace:
+            torch.cuda.synchronize()
+        return ms
+
+    timed = [(time_plan(p), p) for p in plans]
     ours_ms, best = min(timed, key=lambda tp: tp[0])
     form_label = lambda plan: "space-to-depth CHW16" if plan.shape is not shape else f"CHW{shape.vec}"
     best_by_form = {}
