@@ -19,7 +19,12 @@ import ctypes
 import json
 import sys
 
-RES3_CONV3 = dict(n=256, k=512, oh=28, ow=28, th=4)  # w40/w42's 128-pixel tiles: 4 rows of 28
+from ..plugins.tactics import TACTICS_BY_ID, ConvShape
+
+RES3_CONV3 = ConvShape(256, 128, 28, 28, 512, 1, 1)
+# The pixel-major tiles whose walk the probe replays, by channel blocks per tile: w42 (128 pixels x 256
+# channels), w41 (128 x 128).
+TILE_TACTIC = {8: 42, 4: 41}
 
 
 class ProbeGeometry(ctypes.Structure):
@@ -27,11 +32,12 @@ class ProbeGeometry(ctypes.Structure):
     _fields_ += [("spin", ctypes.c_int64)]
 
 
-def geometry(layer: dict, blocks: int, spin: int) -> ProbeGeometry:
-    tpi = -(-layer["oh"] // layer["th"])
-    ch_tiles = layer["k"] // 32 // blocks
-    return ProbeGeometry(layer["n"], layer["k"] // 32, layer["oh"], layer["ow"], layer["th"], tpi, ch_tiles,
-                         layer["n"] * tpi * ch_tiles, spin)
+def geometry(shape: ConvShape, blocks: int, spin: int) -> ProbeGeometry:
+    """The kernel's own tile geometry (WgmmaTactic.geometry) for the tactic with `blocks` channel blocks per tile."""
+    g = TACTICS_BY_ID[TILE_TACTIC[blocks]].geometry(shape)
+    assert g.nb == 1, "the probe walks tiles of whole output rows of one image"
+    oh, ow = shape.out_hw
+    return ProbeGeometry(shape.n, shape.k // 32, oh, ow, g.th, g.tiles_per_image, g.ch_tiles, g.ctas, spin)
 
 
 def main(argv=None) -> int:
@@ -49,7 +55,7 @@ def main(argv=None) -> int:
     cd.context()
     sms = cd.device_attribute("MULTIPROCESSOR_COUNT")
     layer = RES3_CONV3
-    nbytes = layer["n"] * layer["k"] * layer["oh"] * layer["ow"]
+    nbytes = layer.n * layer.k * layer.out_hw[0] * layer.out_hw[1]
     r = torch.randint(-128, 128, (nbytes,), dtype=torch.int8, device="cuda")
     y = torch.empty_like(r)
     expected = (r.view(torch.uint8).to(torch.int16) + 1).remainder(256).to(torch.uint8)
