@@ -165,24 +165,46 @@ __device__ __forceinline__ float relu_floor(bool relu) { return relu ? 0.0f : -_
 // yields float(residual byte) and is called after the first FMA, where each caller's conversion belongs
 // in the instruction stream. Returns the int8 result in the low byte of a 32-bit value (sign-extended).
 template <bool RES = true, typename Residual>
-__device__ __forceinline__ uint32_t requantize_s32(int acc, float a, float b, Residual&& residual, float rs,
-                                                   float relu_min) {
+__device__ __forceinline__ float requantize_f32(int acc, float a, float b, Residual&& residual, float rs,
+                                                float relu_min) {
   float v = __fmaf_rn(__int2float_rn(acc), a, b);
   if (RES) v = __fmaf_rn(residual(), rs, v);
-  v = max_nan(v, relu_min);
-  return round_saturate_s8_b32(v);
+  return max_nan(v, relu_min);
 }
-
-// `rs` = 0 without a residual: the term is then +-0 whatever `res4` holds, and v + (+-0) is v (or
-// +0 for v = -0, which converts to the same 0): the results equal requantize_s32<false>.
-__device__ __forceinline__ uint32_t requantize_b32(int acc, float a, float b, uint32_t res4, int byte, float rs,
+template <bool RES = true, typename Residual>
+__device__ __forceinline__ uint32_t requantize_s32(int acc, float a, float b, Residual&& residual, float rs,
                                                    float relu_min) {
-  return requantize_s32(acc, a, b, [&] { return s8_to_float(res4, byte); }, rs, relu_min);
+  return round_saturate_s8_b32(requantize_f32<RES>(acc, a, b, residual, rs, relu_min));
+}
+// Four requantized values -> one word of int8 (v0 in byte 0): round half to even to int32, then two
+// saturating pack conversions (cvt.pack.sat.s8.s32.b32: two int32 -> two bytes, the third operand's low
+// half above them). Bit-equal to round_saturate_s8_b32 + pack_s8x4 (NaN -> 0, out-of-range saturates).
+__device__ __forceinline__ uint32_t round_pack_s8x4(float v0, float v1, float v2, float v3) {
+  int i0, i1, i2, i3;
+  asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i0) : "f"(v0));
+  asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i1) : "f"(v1));
+  asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i2) : "f"(v2));
+  asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i3) : "f"(v3));
+  uint32_t hi, d;
+  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(hi) : "r"(i3), "r"(i2));
+  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(i1), "r"(i0), "r"(hi));
+  return d;
 }
 
-// Low bytes of q0..q3 -> one word, q0 in byte 0.
-__device__ __forceinline__ uint32_t pack_s8x4(uint32_t q0, uint32_t q1, uint32_t q2, uint32_t q3) {
-  return __byte_perm(__byte_perm(q0, q1, 0x0040), __byte_perm(q2, q3, 0x0040), 0x5410);
+// Four consecutive channels of one pixel -> one word of int8 (channel order): acc[i] with its folded
+// factors a[i], b[i] and byte i of the residual word `res4`. Rounding and packing by round_pack_s8x4: ptxas
+// pairs the conversions (F2IP.S8, two values per instruction, packing as it converts) where a rounding to a
+// sign-extended byte per element (F2I.S8) plus three PRMTs per word cost 7 instructions; that moved the
+// ALU-pipe-bound wgmma epilogue 7-11% (docs/PERF.md, v10d). Without a residual (RES = false, or rs = 0
+// with any `res4`: the term is then +-0, and v + (+-0) is v or +0 for v = -0, which converts to the same 0)
+// the results equal requantize_s32<false> per element.
+template <bool RES = true>
+__device__ __forceinline__ uint32_t requantize_word(const int (&acc)[4], const float (&a)[4], const float (&b)[4],
+                                                    uint32_t res4, float rs, float relu_min) {
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = requantize_f32<RES>(acc[i], a[i], b[i], [&] { return s8_to_float(res4, i); }, rs, relu_min);
+  return round_pack_s8x4(v[0], v[1], v[2], v[3]);
 }
 
 }  // namespace trtfuse

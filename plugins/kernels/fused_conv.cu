@@ -108,11 +108,9 @@ __device__ __forceinline__ void requantize_pair(int (&acc)[MT][NT][4], int j, in
       uint32_t* cell = reinterpret_cast<uint32_t*>(rowbase + (mi * 16 + h * 8) * Out::STRIDE + j * 16);
       const uint32_t r = res[mi][h];  // the residual bytes, or zeros (rs = 0) without a residual
       // channel 4q + e of the group: n8 tile 2j + e / 2, accumulator 2h + e % 2
-      const uint32_t q0 = requantize_b32(acc[mi][2 * j][2 * h], a[0], b[0], r, 0, rs, relu_min);
-      const uint32_t q1 = requantize_b32(acc[mi][2 * j][2 * h + 1], a[1], b[1], r, 1, rs, relu_min);
-      const uint32_t q2 = requantize_b32(acc[mi][2 * j + 1][2 * h], a[2], b[2], r, 2, rs, relu_min);
-      const uint32_t q3 = requantize_b32(acc[mi][2 * j + 1][2 * h + 1], a[3], b[3], r, 3, rs, relu_min);
-      *cell = pack_s8x4(q0, q1, q2, q3);
+      const int word[4] = {acc[mi][2 * j][2 * h], acc[mi][2 * j][2 * h + 1], acc[mi][2 * j + 1][2 * h],
+                           acc[mi][2 * j + 1][2 * h + 1]};
+      *cell = requantize_word(word, a, b, r, rs, relu_min);
     }
 }
 

@@ -529,14 +529,16 @@ __device__ __forceinline__ uint2 requantize_8_channels(const int (&acc)[NACC], i
                                                        const float4 (&bi)[2], uint2 res, float rs, float relu_min) {
   const float a[8] = {sc[0].x, sc[0].y, sc[0].z, sc[0].w, sc[1].x, sc[1].y, sc[1].z, sc[1].w};
   const float o[8] = {bi[0].x, bi[0].y, bi[0].z, bi[0].w, bi[1].x, bi[1].y, bi[1].z, bi[1].w};
-  uint32_t q[8];
+  int v[2][4];
+  float fa[2][4], fo[2][4];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {  // i = 2jj + e
-    const int v = acc[4 * (4 * b + i / 2) + 2 * h + i % 2];
-    q[i] = RES ? requantize_b32(v, a[i], o[i], i < 4 ? res.x : res.y, i % 4, rs, relu_min)
-               : requantize_s32<false>(v, a[i], o[i], [] { return 0.0f; }, rs, relu_min);
+    v[i / 4][i % 4] = acc[4 * (4 * b + i / 2) + 2 * h + i % 2];
+    fa[i / 4][i % 4] = a[i];
+    fo[i / 4][i % 4] = o[i];
   }
-  return make_uint2(pack_s8x4(q[0], q[1], q[2], q[3]), pack_s8x4(q[4], q[5], q[6], q[7]));
+  return make_uint2(requantize_word<RES>(v[0], fa[0], fo[0], res.x, rs, relu_min),
+                    requantize_word<RES>(v[1], fa[1], fo[1], res.y, rs, relu_min));
 }
 
 // Where a consumer warp's 16 pixels x CH channels of residual sit in a residual tile: its own slice
