@@ -182,7 +182,7 @@ class WgmmaGeometry:
     tiles_per_image: int
     ch_tiles: int  # 128-channel tiles
     kt: int  # k32 steps (CB * R * S)
-    box_bytes: int  # bytes of one activation TMA box: nb * th * OW * 32
+    box_bytes: int  # bytes of one activation TMA box: nb * th * OW * 32 (halo: the window, (th + R - 1) * WH * 32)
     pix_tiles: int
 
     @property
@@ -211,6 +211,8 @@ class WgmmaTactic(Tactic):
     resident_kt: int = 0  # pixel-major: k32 steps of weight held resident in shared memory (WG_WRES_KT), 0: in every slot
     pingpong: bool = False  # pixel-major, two tile groups: the groups take the tensor cores in turn (WG_PINGPONG)
     tma_store: bool = False  # pixel-major: the output tile leaves through a shared-memory staging tile and a TMA store (WG_TMA_STORE)
+    halo_rows: int = 0  # > 0: one input window per 32-channel block, each tap a shifted view of it (WG_HALO; slot rows)
+    halo_stages: int = 3  # window ring slots (WG_HALO_STAGES)
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
 
@@ -224,6 +226,7 @@ class WgmmaTactic(Tactic):
             assert not self.pingpong or self.consumers // (self.bm // 64) == 2, "ping-pong alternates two tile groups"
         else:
             assert not self.pingpong, "ping-pong alternates the pixel-major tile groups"
+            assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
             assert not self.tma_store, "the TMA store is the pixel-major epilogue's"
             assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
 
@@ -240,6 +243,7 @@ class WgmmaTactic(Tactic):
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_ts' if self.tma_store else ''}{'_pp' if self.pingpong else ''}"
+                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -261,9 +265,16 @@ class WgmmaTactic(Tactic):
                 d["WG_TMA_STORE"] = 1
             if self.pingpong:
                 d["WG_PINGPONG"] = 1
+        if self.halo_rows:
+            d.update(WG_HALO=1, WG_HALO_ROWS=self.halo_rows, WG_HALO_STAGES=self.halo_stages)
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
+
+    @property
+    def halo_slot_bytes(self) -> int:
+        """One window slot: halo_rows rows of 32 bytes, 1024-byte aligned (WgmmaSmem::HALO_SLOT)."""
+        return round_up(self.halo_rows * 32, 1024) if self.halo_rows else 0
 
     def shared_bytes(self, in_channels: int = 0, kernel_shape=None) -> int:
         """Operand ring + staging tiles [pixels][channels + 16] (pixel-major: resident weights, two residual
@@ -276,7 +287,11 @@ class WgmmaTactic(Tactic):
             groups = self.consumers // (self.bm // 64)
             staging = groups * 2 * self.bm * self.bn if self.tma_store else 0
             return ring + 2 * self.consumers * 64 * self.bn + staging + groups * 8 * self.bn + bars + 1024
-        ring = self.stages * self.ks * 32 * (self.CHANNELS + self.bm)
+        if self.halo_rows:  # weight slots carry weights only; the windows have their ring and barriers
+            ring = self.stages * self.ks * 32 * self.CHANNELS + self.halo_stages * self.halo_slot_bytes
+            bars += 16 * self.halo_stages
+        else:
+            ring = self.stages * self.ks * 32 * (self.CHANNELS + self.bm)
         return ring + self.staging * self.bm * (self.CHANNELS + 16) + bars + 1024
 
     def geometry(self, shape: ConvShape) -> WgmmaGeometry | None:
@@ -284,6 +299,8 @@ class WgmmaTactic(Tactic):
         the shape is outside what the kernel handles (CHW4 input, boxes over 256, strides over 8)."""
         if shape.vec != 32:
             return None
+        if self.halo_rows:
+            return self._halo_geometry(shape)
         oh, ow = shape.out_hw
         sh, sw = shape.stride
         if sh > 8 or sw > 8 or ow * sw > 256 or ow > self.bm:
@@ -305,6 +322,27 @@ class WgmmaTactic(Tactic):
         if self.multicast and ch_tiles % 2:
             return None  # a cluster pairs a pixel tile's channel tiles
         return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, nb * th * ow * 32, pix_tiles)
+
+    def _halo_geometry(self, shape: ConvShape) -> WgmmaGeometry | None:
+        """WG_HALO: tiles of TH output rows of one image whose positions n = oh * WH + ow (WH = OW + S - 1, the
+        window width) fit the wgmma N: (TH - 1) * WH + OW <= bm; the window is TH + R - 1 input rows x WH,
+        and every tap's view (up to (R - 1) * WH + S - 1 rows further) fits the slot. Stride 1 only (a
+        strided conv's taps are not shifts of one window), and R * S >= 4 (the window ring's hand-back
+        lags one 4-step batch behind; 1x1 convs gain nothing from windows)."""
+        oh, ow = shape.out_hw
+        wh = ow + shape.s - 1
+        if shape.stride != (1, 1) or shape.r * shape.s < 4 or ow > self.bm or wh > 256:
+            return None
+        if self.bm + (shape.r - 1) * wh + shape.s - 1 > self.halo_rows:
+            return None
+        th_max = min((self.bm - ow) // wh + 1, 257 - shape.r)  # window rows TH + R - 1 <= 256 (box limit)
+        tpi = math.ceil(oh / th_max)
+        th = math.ceil(oh / tpi)
+        if th * ow * 2 < self.bm:
+            return None  # under half the tile's positions would be pixels (7x7 maps): the row-box tiles do better
+        ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
+        kt = math.ceil(shape.c / 32) * shape.r * shape.s
+        return WgmmaGeometry(th, 1, tpi, ch_tiles, kt, (th + shape.r - 1) * wh * 32, shape.n * tpi)
 
 
 WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
@@ -352,6 +390,12 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # 2-4% faster than w42/w45 on res2-res4 conv3 +res. Ping-pong on w46's groups of two warpgroups was 2%
     # slower than w46, and 16-byte stores (lane pairs swapping 8-byte pieces) moved nothing: not kept.
     WgmmaTactic(50, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8, pingpong=True),
+    # Stride-1 convs with R x S taps: one input window per 32-channel block, each tap's operand a shifted view
+    # of it (WG_HALO), so the copy engine moves (TH + R - 1) x WH rows per channel block instead of R x S x
+    # TH x OW: res3 conv2 (28 x 28, 7-row tiles, WH 30: 208 positions) and res4 conv2 (14 x 14, WH 16: 224).
+    WgmmaTactic(60, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
+    WgmmaTactic(61, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
+    WgmmaTactic(62, 208, 128, 2, 1, 6, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})
@@ -368,6 +412,10 @@ def wgmma_cost(shape: ConvShape, tactic: WgmmaTactic, sms: int = H100_SMS) -> fl
 # Measured order (H200, batch 256, bench/results/wgmma-diag-*/4-multicast.json): the multicast
 # persistent tile where the channel tiles pair up, else the persistent tile with 128-byte weight boxes.
 WGMMA_PREFERRED = (31, 28)
+# ... and before those, for stride-1 convs with R x S taps, the window tiles (WG_HALO) where one fits: measured
+# on the H200 at batch 256 (bench/results/wgmma-diag-NVIDIA_H200-2026-11-21/11-halo-windows.json) res3 conv2
+# 0.0799 (w28) -> 0.0677 ms (w60), res4 conv2 0.0622 (w31) -> 0.0567 (w61).
+WGMMA_HALO_PREFERRED = (60, 61)
 # GEMM-K under 1024 (the 1x1 conv3 / downsample / conv1 layers): two staging tiles, the residual streaming
 # in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
 # conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).
@@ -385,7 +433,7 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
 
     Rule (measured on the H200 at batch 256, docs/wgmma.md): at least 128 output channels (a tile is 128
     channels: 64 would leave half the tensor-core work empty) and a grid of at least one full wave;
-    WGMMA_PREFERRED's (GEMM-K >= 1024), WGMMA_PIXEL_MAJOR_PREFERRED's (GEMM-K < 512, 256+ channels) or
+    WGMMA_HALO_PREFERRED's then WGMMA_PREFERRED's (GEMM-K >= 1024), WGMMA_PIXEL_MAJOR_PREFERRED's (GEMM-K < 512, 256+ channels) or
     WGMMA_SHORT_K_PREFERRED's first tactic whose geometry fits, else the fewest waves x pixel capacity x
     k32 steps (wgmma_cost).
     """
@@ -393,7 +441,7 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     if n < 128:
         return None
     if kg >= 1024:
-        preferred = WGMMA_PREFERRED
+        preferred = WGMMA_HALO_PREFERRED + WGMMA_PREFERRED
     elif kg < 512 and n >= 256:
         preferred = WGMMA_PIXEL_MAJOR_PREFERRED
     else:

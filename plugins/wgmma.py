@@ -93,6 +93,10 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
               (32, shape.w * 32, shape.h * shape.w * 32, cb * shape.h * shape.w * 32),
               (32, ow * sw, geo.th * sh, 1, geo.nb), (1, sw, sh, 1, 1)),
     }
+    if tactic.halo_rows:
+        # One window per channel block: TH + R - 1 input rows x WH = OW + S - 1 columns from (-pad_left,
+        # oh0 - pad_top), the padding zero-filled; each tap reads a shifted view of it (WG_HALO).
+        args["x"] = (args["x"][0], args["x"][1], (32, ow + shape.s - 1, geo.th + shape.r - 1, 1, 1), (1,) * 5)
     if tactic.pixel_major:
         # Weight rows permuted inside each 32-channel block: dims (KGpad, e 2, q 4, jj 4, Kpad/32) with row
         # strides (1, 8, 2, 32) so box row e + 2q + 8jj + 32b is channel 32b + 8q + 2jj + e: wgmma column

@@ -10,7 +10,7 @@ from trtfuse.bench.conv_problem import ConvProblem, DeviceConv, compare, passes_
 from trtfuse.bench.wgmma_check import EDGE_CASES
 from trtfuse.plugins.conv import ConvLaunch
 from trtfuse.plugins.cuda_driver import gpu_available
-from trtfuse.plugins.tactics import WGMMA_TACTICS, ConvShape
+from trtfuse.plugins.tactics import TACTICS_BY_ID, WGMMA_TACTICS, ConvShape
 
 ok, why = gpu_available()
 if ok:
@@ -68,6 +68,19 @@ def test_persistent_ctas_walk_several_tiles(monkeypatch):
     tactic = next(t for t in WGMMA_TACTICS if t.persistent)
     shape = ConvShape(2, 64, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1))
     assert ConvLaunch(shape, tactic, 1).grid == (3, 1, 1) and tactic.geometry(shape).ctas > 3
+    _check(shape, True, tactic)
+
+
+@pytest.mark.parametrize("tactic_id", [60, 61, 62])
+def test_halo_windows_walk_several_tiles(monkeypatch, tactic_id):
+    # 3 CTAs for 20 tiles: the window ring's uses and phases run on across tiles (its slot count does not
+    # divide a tile's 5 windows), the last tile of each image is short (29 rows in tiles of 6), and the
+    # padding is zero-filled.
+    monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")
+    tactic = TACTICS_BY_ID[tactic_id]
+    shape = ConvShape(2, 160, 29, 28, 256, 3, 3, (1, 1), (1, 1, 1, 1))
+    geo = tactic.geometry(shape)
+    assert geo is not None and geo.ctas > 3 and geo.kt // 9 % tactic.halo_stages != 0 and 29 % geo.th != 0
     _check(shape, True, tactic)
 
 

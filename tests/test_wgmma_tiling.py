@@ -106,7 +106,8 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
     pt, pl = shape.pads[0], shape.pads[1]
     bn, ch = tactic.bm, tactic.CHANNELS
     box_px = g.box_bytes // 32
-    assert box_px <= bn
+    assert box_px <= (tactic.halo_rows or bn)
+    wh = ow + shape.s - 1  # halo tactics: the window's width; tile position n = oh * wh + ow
     acc_out = np.zeros((shape.n, kpad, oh, ow), np.int64)
     writes = np.zeros((shape.n, kpad, oh, ow), np.int32)
     grid = min(g.ctas, 132) if tactic.persistent else g.ctas
@@ -125,9 +126,16 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                 a = tma_box(wp, (k // 4 * 128, c0), (128, ch), (1, 1))[:, k % 4 * 32:k % 4 * 32 + 32]
             else:
                 a = tma_box(wp, (k * 32, c0), (32, ch), (1, 1))  # [128][32]
-            b = np.zeros((bn, 32), np.int64)
-            b[:box_px] = tma_box(x5, (0, w0 + s, h0 + r, cb, n0), (32, ow * sw, g.th * sh, 1, g.nb),
-                                 (1, sw, sh, 1, 1)).reshape(-1, 32)
+            if tactic.halo_rows:  # channel block cb's window (zeros past the box), tap (r, s) its view from row r * wh + s
+                if r == 0 and s == 0:
+                    window = np.zeros((tactic.halo_rows, 32), np.int64)
+                    window[:box_px] = tma_box(x5, (0, w0, h0, cb, n0), (32, wh, g.th + shape.r - 1, 1, 1), (1,) * 5).reshape(-1, 32)
+                b = window[r * wh + s:r * wh + s + bn]
+                assert b.shape == (bn, 32), "a view stays inside its window slot"
+            else:
+                b = np.zeros((bn, 32), np.int64)
+                b[:box_px] = tma_box(x5, (0, w0 + s, h0 + r, cb, n0), (32, ow * sw, g.th * sh, 1, g.nb),
+                                     (1, sw, sh, 1, 1)).reshape(-1, 32)
             acc += a @ b.T
             s += 1
             if s == shape.s:
@@ -144,8 +152,13 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                 rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn)
         else:
             store = {c: c for c in range(ch)}
-        for px in range(valid_px):
-            m = m0 + px
+        # for_each_tile_vector: staging row px is pixel px, or (halo) window position px = oh * wh + ow
+        if tactic.halo_rows:
+            stored = [(px, px // wh * ow + px % wh) for px in range(bn) if px % wh < ow and px // wh * ow + px % wh < valid_px]
+        else:
+            stored = [(px, px) for px in range(valid_px)]
+        for px, tile_pix in stored:
+            m = m0 + tile_pix
             n, pix = divmod(m, ohw)
             for col, c in store.items():
                 if c0 + c < kpad:
@@ -203,8 +216,12 @@ def test_geometry_respects_the_hardware_limits():
             if g is None:
                 continue
             oh, ow = shape.out_hw
-            assert g.box_bytes <= t.bm * 32 and g.box_bytes % 32 == 0, name
+            assert g.box_bytes <= (t.halo_rows or t.bm) * 32 and g.box_bytes % 32 == 0, name  # the box fits its slot
             assert ow * shape.stride[1] <= 256 and g.th * shape.stride[0] <= 256 and g.nb <= 256, name
+            if t.halo_rows:  # every tap's view of the window stays inside the slot, the window's box within TMA limits
+                wh = ow + shape.s - 1
+                assert t.bm + (shape.r - 1) * wh + shape.s - 1 <= t.halo_rows and wh <= 256 and g.th + shape.r - 1 <= 256, name
+                assert (g.th - 1) * wh + ow <= t.bm, name  # the tile's last pixel is a wgmma position
             assert t.shared_bytes() <= 227 * 1024, t.name  # sm_90 opt-in limit per block
 
 
@@ -223,9 +240,12 @@ def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more(monkeypatch)
         t, splits = choose(shapes[name], arch="sm_90")
         assert t.family == "wgmma" and splits == 1, name
         assert choose_wgmma(shapes[name]) is t
-    # 256+ output channels pair up in a multicast cluster; 128 cannot
-    assert choose_wgmma(shapes["res4 conv2 3x3 256"]).multicast
-    assert not choose_wgmma(shapes["res3 conv2 3x3 128"]).multicast
+    # stride-1 3x3 convs whose window tile is at least half pixels: the window tiles; the 7x7 maps and the
+    # strided convs keep the row boxes, multicast where 256+ output channels pair up in a cluster
+    assert choose_wgmma(shapes["res3 conv2 3x3 128"]).halo_rows and choose_wgmma(shapes["res4 conv2 3x3 256"]).halo_rows
+    assert choose_wgmma(shapes["res5 conv2 3x3 512"]).multicast and not choose_wgmma(shapes["res5 conv2 3x3 512"]).halo_rows
+    assert choose_wgmma(shapes["res4 first conv2 3x3/2 256"]).multicast
+    assert not choose_wgmma(shapes["res3 first conv2 3x3/2 128"]).multicast
     # GEMM-K under 512 with 256+ channels: the pixel-major tile; res5 conv3 (GEMM-K 512): the two-staging-tile
     # tactics; fewer than 128 output channels stay on mma.sync
     for name in ("res2 conv3 1x1 64->256 +res", "res3 conv3 1x1 128->512 +res", "res4 conv3 1x1 256->1024 +res",

@@ -121,6 +121,26 @@
 #ifndef WG_PINGPONG
 #define WG_PINGPONG 0
 #endif
+// 1 (channel-major, 128-byte weight boxes, stride-1 convs with R*S > 1): "halo" activation tiles. Without it,
+// every k32 step loads its own activation box, so one 32-channel block of a 3x3 conv costs the copy engine 9
+// boxes of P rows each: the engine's rows, not the tensor cores, bound the 3x3 layers (docs/wgmma.md, ~0.4
+// rows per clock per SM). With it, a channel block's input window (TH + R - 1 rows x OW + S - 1 columns,
+// zero-filled padding) lands once, as dense 32-byte rows, in a ring of its own, and the operand of tap (r, s)
+// is a shifted view of it: tile position n = oh * WH + ow (WH = OW + S - 1, the window's width) reads window
+// row n + r * WH + s, which is one descriptor whose start moves by (r * WH + s) * 32 bytes. The 32-byte
+// swizzle is applied by TMA and wgmma alike to the absolute shared-memory address (as for any K offset inside
+// a swizzle atom), so a view may start at any row. Positions with ow >= OW are computed and never stored;
+// the window ring's slots hold WG_HALO_ROWS rows (>= the tile's positions + (R - 1) * WH + S - 1), the rows
+// past the window zeroed once. Weight slots carry weights only.
+#ifndef WG_HALO
+#define WG_HALO 0
+#endif
+#ifndef WG_HALO_ROWS
+#define WG_HALO_ROWS 288
+#endif
+#ifndef WG_HALO_STAGES
+#define WG_HALO_STAGES 3
+#endif
 // Profiling builds only (bench/wgmma_diag.py), never a tactic: 1 = no epilogue (main loop alone),
 // 2 = no wgmma (the copy engine's feed rate alone), 3 = no copies (wgmma and the ring's barriers on
 // stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes; pixel-major only: 6 = no
@@ -178,10 +198,11 @@ __device__ __forceinline__ size_t chw32_offset(const ConvParams& p, int m, int c
 // consumer thread ct takes half ct % 2 of pixel rows ct / 2 + 128 j and the tile's 4 channel blocks of
 // each, so a row's address costs one multiply-high (chw32_offset) and the blocks step by OH*OW*32 bytes.
 // f(staging offset, in the tensor?, global byte offset); consecutive threads cover consecutive 16-byte
-// halves of consecutive pixels, i.e. a warp moves 512 contiguous bytes per channel block.
+// halves of consecutive pixels, i.e. a warp moves 512 contiguous bytes per channel block. With WG_HALO
+// (wh > 0) staging row n is tile position n = oh * wh + ow, a pixel only where ow < OW.
 template <int BN, int OUT_STRIDE, typename F>
 __device__ __forceinline__ void for_each_tile_vector(const ConvParams& p, const TileCoord& tc, int ohw, int kpad, int ct,
-                                                     F&& f) {
+                                                     int wh, F&& f) {
   const int half = ct % 2;
   const int blocks = (kpad - tc.c0) / 32;  // channel blocks of this tile inside Kpad (< 4 only on the last tile)
   const size_t block_bytes = (size_t)ohw * 32;
@@ -189,8 +210,14 @@ __device__ __forceinline__ void for_each_tile_vector(const ConvParams& p, const 
   for (int j = 0; j < (BN + 127) / 128; ++j) {
     const int px = ct / 2 + 128 * j;
     if (BN % 128 != 0 && px >= BN) break;
-    const bool row_ok = px < tc.valid_px;
-    const size_t row = row_ok ? chw32_offset(p, tc.m0 + px, tc.c0, ohw, kpad) + half * 16 : 0;
+    int pix = px;  // the tile's pixel px, or the pixel of window position px
+    bool row_ok = px < tc.valid_px;
+    if (WG_HALO) {
+      const int oh = px / wh, ow = px - oh * wh;
+      pix = oh * p.OW + ow;
+      row_ok = ow < p.OW && pix < tc.valid_px;
+    }
+    const size_t row = row_ok ? chw32_offset(p, tc.m0 + pix, tc.c0, ohw, kpad) + half * 16 : 0;
 #pragma unroll
     for (int b = 0; b < 4; ++b) f(px * OUT_STRIDE + b * 32 + half * 16, row_ok && b < blocks, row + b * block_bytes);
   }
@@ -266,14 +293,18 @@ __device__ __forceinline__ void requantize_to_staging(const int (&acc)[BN / 2], 
 template <int BN, int STAGES, int KS, int CH = 128, bool PIXM = false>
 struct WgmmaSmem {
   static constexpr bool WRES = PIXM && WG_WRES_KT > 0;
+  static constexpr bool HALO = WG_HALO != 0;
   static constexpr int A_STEP = CH * 32;            // weights of one k32 step
   static constexpr int B_STEP = BN * 32;            // activations of one k32 step
   static constexpr int WRES_CHUNK = CH * 128;       // resident weights of 4 k32 steps
   static constexpr int RING_OFFSET = WRES ? WG_WRES_KT / 4 * WRES_CHUNK : 0;
   static constexpr int A_IN_SLOT = WRES ? 0 : KS * A_STEP;  // a slot's weight bytes, ahead of its activations
-  static constexpr int STAGE = A_IN_SLOT + KS * B_STEP;
+  static constexpr int STAGE = A_IN_SLOT + (HALO ? 0 : KS * B_STEP);
+  static constexpr int HALO_OFFSET = RING_OFFSET + STAGES * STAGE;  // WG_HALO: the window ring
+  static constexpr int HALO_SLOT = HALO ? (WG_HALO_ROWS * 32 + 1023) / 1024 * 1024 : 0;
+  static constexpr int HALO_STAGES = HALO ? WG_HALO_STAGES : 1;  // (1 keeps the ring arithmetic defined)
   static constexpr int OUT_STRIDE = CH + 16;        // staging row: 16-byte pad keeps 16-byte alignment, spreads banks
-  static constexpr int OUT_OFFSET = RING_OFFSET + STAGES * STAGE;
+  static constexpr int OUT_OFFSET = HALO_OFFSET + HALO_STAGES * HALO_SLOT;  // HALO_SLOT is 0 without windows
   static constexpr int OUT_BYTES = PIXM ? WG_CONSUMERS * 64 * CH : BN * OUT_STRIDE;  // one staging (or residual) buffer
   static constexpr int BUFFERS = PIXM ? 2 : WG_STAGING;
   static constexpr int GROUPS = PIXM ? WG_CONSUMERS / (BN / 64) : 1;  // tile groups (pixel-major): consumer warpgroups per CTA / per tile
@@ -281,10 +312,13 @@ struct WgmmaSmem {
   static constexpr int STORE_BYTES = BN * CH;
   static constexpr int FACTOR_OFFSET = STORE_OFFSET + (PIXM && WG_TMA_STORE ? GROUPS * 2 * STORE_BYTES : 0);
   static constexpr int BAR_OFFSET = FACTOR_OFFSET + (PIXM ? GROUPS * 2 * CH * 4 : 0);
-  static constexpr int BYTES = BAR_OFFSET + (2 * STAGES + 1) * 8;
+  // mbarriers: full[STAGES], empty[STAGES], resident weights, then the window ring's full / empty
+  static constexpr int HALO_BARS = BAR_OFFSET + (2 * STAGES + 1) * 8;
+  static constexpr int BYTES = HALO_BARS + (HALO ? 2 * HALO_STAGES * 8 : 0);
   static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
+  static_assert(!HALO || (!PIXM && WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes, no multicast");
 };
 
 template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
@@ -305,10 +339,13 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   const uint32_t base = sm90::smem_addr(smem);
   int8_t* s_out = smem + L::OUT_OFFSET;
   const uint32_t full0 = base + L::BAR_OFFSET, empty0 = full0 + STAGES * 8, wres_full = empty0 + STAGES * 8;
+  const uint32_t hfull0 = base + L::HALO_BARS, hempty0 = hfull0 + L::HALO_STAGES * 8;  // WG_HALO's window ring
 
   const int tid = threadIdx.x, wg = tid / 128;
   const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
   const int kblocks = (t.kt + KS - 1) / KS;
+  // WG_HALO: a tile's windows (one per 32-channel block, R * S k32 steps each) and their width
+  const int windows = L::HALO ? t.kt / (p.R * p.S) : 0, wh = L::HALO ? p.OW + p.S - 1 : 0;
   // One tile per CTA, or (PERSISTENT) tiles blockIdx.x, + gridDim.x, ...: the ring and its phases run on
   // across tiles, so the producer fills the next tile's slots while the consumers store this one.
   const int tile_step = PERSISTENT ? gridDim.x : t.tiles;
@@ -321,13 +358,26 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       sm90::mbar_init(empty0 + 8 * s, PIXM ? 4 * BN / 64 : (WG_MCAST ? 2 : 1) * CONSUMERS / 32);
     }
     sm90::mbar_init(wres_full, 1);
+#pragma unroll
+    for (int s = 0; s < (L::HALO ? L::HALO_STAGES : 0); ++s) {
+      sm90::mbar_init(hfull0 + 8 * s, 1);
+      sm90::mbar_init(hempty0 + 8 * s, CONSUMERS / 32);
+    }
     sm90::fence_barrier_init();
   }
   const uint32_t rank = WG_MCAST ? sm90::cluster_ctarank() : 0;
   // Activation rows past the box (BN > the tile's P pixels) are never written by the copy engine:
   // zero them once, before the async proxy reads them.
+  if (L::HALO) {  // window rows past the box (only positions that are never stored read them)
+    const int per_slot = (L::HALO_SLOT - t.box_bytes) / 16;
+    for (int i = tid; i < L::HALO_STAGES * per_slot; i += blockDim.x) {
+      const int slot = i / per_slot, off = i - slot * per_slot;
+      *reinterpret_cast<int4*>(smem + L::HALO_OFFSET + slot * L::HALO_SLOT + t.box_bytes + off * 16) = make_int4(0, 0, 0, 0);
+    }
+    sm90::fence_proxy_async_shared();
+  }
   const int tail = L::B_STEP - t.box_bytes;
-  if (tail > 0) {
+  if (!L::HALO && tail > 0) {
     const int per_step = tail / 16;
     for (int i = tid; i < STAGES * KS * per_step; i += blockDim.x) {
       const int step = i / per_step, off = i - step * per_step;
@@ -354,9 +404,21 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         sm90::mbar_arrive(wres_full);
       }
       int it = 0;  // ring slot use counter, continuous across tiles
-      for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step) {
+      for (int tile = blockIdx.x, local = 0; tile < t.tiles; tile += tile_step, ++local) {
         const TileCoord tc(tile, p, t, ohw, CH);
         const int h0 = tc.oh0 * p.stride_h - p.pad_top, w0 = -p.pad_left;
+        // WG_HALO: channel block cb's window, the tile's (local * windows + cb)-th use of the window ring
+        auto issue_window = [&](int cb) {
+          const int use = local * windows + cb, hs = use % L::HALO_STAGES;
+          const uint32_t hfull = hfull0 + 8 * hs;
+          sm90::mbar_wait(hempty0 + 8 * hs, ((use / L::HALO_STAGES) & 1) ^ 1);
+          if (kDiagNoCopies || WG_DIAG == 4) {
+            sm90::mbar_arrive(hfull);
+          } else {
+            sm90::mbar_arrive_expect_tx(hfull, t.box_bytes);
+            sm90::tma_load_5d(base + L::HALO_OFFSET + hs * L::HALO_SLOT, tmap_x, hfull, 0, w0, h0, cb, tc.n0);
+          }
+        };
         int cb = 0, r = 0, s = 0;  // tap of k32 step k = (cb * R + r) * S + s (the packed weight's GEMM-K order)
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
           const int slot = it % STAGES;
@@ -365,11 +427,15 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           const uint32_t full = full0 + 8 * slot;
           if (kDiagNoCopies) {
             sm90::mbar_arrive(full);
+            if (L::HALO) {  // the windows' barriers still take their turns
+              for (int k = kb * KS; k < kb * KS + steps; ++k)
+                if (k % (p.R * p.S) == 0) issue_window(k / (p.R * p.S));
+            }
             continue;
           }
           // A 128-byte weight box always lands whole (k32 steps past the GEMM-K read as zeros).
           const int a_bytes = WG_DIAG == 5 || L::WRES ? 0 : (WG_A128 ? KS * L::A_STEP : steps * L::A_STEP);
-          sm90::mbar_arrive_expect_tx(full, a_bytes + steps * (WG_DIAG == 4 ? 0 : t.box_bytes));
+          sm90::mbar_arrive_expect_tx(full, a_bytes + (L::HALO || WG_DIAG == 4 ? 0 : steps * t.box_bytes));
           const uint32_t sa = base + L::RING_OFFSET + slot * L::STAGE, sb = sa + L::A_IN_SLOT;
           if (L::WRES) {
           } else if (PIXM && WG_DIAG != 5) {
@@ -382,7 +448,9 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           for (int j = 0; j < steps; ++j) {
             const int k = kb * KS + j;
             if (!WG_A128 && WG_DIAG != 5) sm90::tma_load_2d(sa + j * L::A_STEP, tmap_w, full, k * 32, tc.c0);
-            if (WG_DIAG == 4) {
+            if (L::HALO) {
+              if (r == 0 && s == 0) issue_window(cb);  // after the weight slot it is first used with
+            } else if (WG_DIAG == 4) {
             } else if (!WG_MCAST) {
               sm90::tma_load_5d(sb + j * L::B_STEP, tmap_x, full, 0, w0 + s, h0 + r, cb, tc.n0);
             } else if ((j & 1) == (int)rank) {
@@ -424,12 +492,12 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   const uint32_t a_rows = wg * 64 * (WG_A128 ? 128 : 32);  // this warpgroup's 64 weight rows inside the A tile
   using Tile = TileCoord;
   auto issue_residual = [&](const Tile& tc, int8_t* staging) {
-    for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, [&](int s, bool ok, size_t g) {
+    for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, [&](int s, bool ok, size_t g) {
       cp_async_16(smem_u32(staging + s), ok ? p.residual + g : p.residual, ok);
     });
   };
   auto store = [&](const Tile& tc, const int8_t* staging) {
-    for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, [&](int s, bool ok, size_t g) {
+    for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, [&](int s, bool ok, size_t g) {
       if (ok) *reinterpret_cast<int4*>(p.y + g) = *reinterpret_cast<const int4*>(staging + s);
     });
   };
@@ -459,18 +527,47 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     int acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
+    // WG_HALO: windows of this tile waited for / handed back, and the next k32 step's view of its window
+    // (channel block, tap r, s, first window row r * WH + s)
+    const int win0 = local * windows;
+    int win_waited = 0, win_released = 0, hcb = 0, hr = 0, hs = 0, hrow = 0;
+    auto window_addr = [&](int cb) { return base + L::HALO_OFFSET + ((win0 + cb) % L::HALO_STAGES) * L::HALO_SLOT; };
+    auto release_windows_before = [&](int k) {  // every window whose k32 steps all lie before step k
+      for (; win_released < windows && (win_released + 1) * p.R * p.S <= k; ++win_released)
+        if (lane == 0) sm90::mbar_arrive(hempty0 + 8 * ((win0 + win_released) % L::HALO_STAGES));
+    };
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int slot = it % STAGES;
       sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
-      __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
       const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
+      if (L::HALO) {  // the windows this batch reads, before its wgmmas (no wait between them)
+        for (; win_waited * p.R * p.S < kb * KS + steps; ++win_waited) {
+          const int use = win0 + win_waited;
+          sm90::mbar_wait(hfull0 + 8 * (use % L::HALO_STAGES), (use / L::HALO_STAGES) & 1);
+        }
+      }
+      __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
       const uint32_t sa = base + slot * L::STAGE + a_rows, sb = base + slot * L::STAGE + L::A_IN_SLOT;
       sm90::wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < KS; ++j)
-        if (j < steps && WG_DIAG != 2 && WG_DIAG < 4)
+      for (int j = 0; j < KS; ++j) {
+        if (j >= steps) continue;
+        const uint32_t b_tile = L::HALO ? window_addr(hcb) + hrow * 32 : sb + j * L::B_STEP;
+        if (WG_DIAG != 2 && WG_DIAG < 4)
           sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
-                                 sm90::desc_kmajor_sw32(sb + j * L::B_STEP));
+                                 sm90::desc_kmajor_sw32(b_tile));
+        if (L::HALO) {  // the next tap: (r, s + 1), (r + 1, 0), or the next channel block's (0, 0)
+          ++hrow;
+          if (++hs == p.S) {
+            hs = 0;
+            hrow += wh - p.S;
+            if (++hr == p.R) {
+              hr = hrow = 0;
+              ++hcb;
+            }
+          }
+        }
+      }
       sm90::wgmma_commit();
       if (kb == 0) {
         // Under the first batch: the previous tile's stores, then (one staging tile) this tile's residual
@@ -485,10 +582,12 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       }
       sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
       if (kb > 0 && lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));
+      if (L::HALO) release_windows_before(kb * KS);
       __syncwarp();
     }
     sm90::wgmma_wait<0>();
     if (lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
+    if (L::HALO) release_windows_before(t.kt);
     __syncwarp();
 
     if (kDiagSkipsEpilogue) {
