@@ -46,6 +46,15 @@ def permuted_weight_view(wp: np.ndarray) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(wp, (rows // 32, 4, 4, 2, kg), (32 * r, 2 * r, 8 * r, r, wp.strides[1]))
 
 
+def tile_pixel(pos: int, ow: int, valid_px: int, wh: int = 0):
+    """wgmma_conv.cu's tile_pixel: (pixel of tile position pos, a pixel of the tensor?); with a window of width wh
+    (halo tactics) position oh * wh + x is pixel oh * ow + x where x < ow."""
+    if not wh:
+        return pos, pos < valid_px
+    pix = pos // wh * ow + pos % wh
+    return pix, pos % wh < ow and pix < valid_px
+
+
 def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int, bm: int = 128):
     """wgmma_conv.cu's ResidualSlice::load by every consumer warp of a tile's group: warp w (64 part +
     16 warp = 16 w) copies, lane l, 16-byte half l % 2 of tile pixel 16 w + l / 2, block b, into slice w
@@ -153,10 +162,8 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
         else:
             store = {c: c for c in range(ch)}
         # for_each_tile_vector: staging row px is pixel px, or (halo) window position px = oh * wh + ow
-        if tactic.halo_rows:
-            stored = [(px, px // wh * ow + px % wh) for px in range(bn) if px % wh < ow and px // wh * ow + px % wh < valid_px]
-        else:
-            stored = [(px, px) for px in range(valid_px)]
+        positions = [(px, *tile_pixel(px, ow, valid_px, wh if tactic.halo_rows else 0)) for px in range(bn)]
+        stored = [(px, pix) for px, pix, ok in positions if ok]
         for px, tile_pix in stored:
             m = m0 + tile_pix
             n, pix = divmod(m, ohw)

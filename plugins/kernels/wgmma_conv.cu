@@ -194,6 +194,19 @@ __device__ __forceinline__ size_t chw32_offset(const ConvParams& p, int m, int c
   return ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32;
 }
 
+// The pixel of tile position `pos` (its index in the tile's linear pixel range) and whether it is one of
+// the tensor's: the same index, or with WG_HALO (window width wh) position oh * wh + ow = pixel oh * OW + ow,
+// a pixel only where ow < OW.
+__device__ __forceinline__ int tile_pixel(int pos, const ConvParams& p, const TileCoord& tc, int wh, bool& ok) {
+  if (!WG_HALO) {
+    ok = pos < tc.valid_px;
+    return pos;
+  }
+  const int oh = pos / wh, ow = pos - oh * wh, pix = oh * p.OW + ow;
+  ok = ow < p.OW && pix < tc.valid_px;
+  return pix;
+}
+
 // Visit the 16-byte vectors of a tile's staging tile [pixel][128 + 16] with their global CHW32 offsets:
 // consumer thread ct takes half ct % 2 of pixel rows ct / 2 + 128 j and the tile's 4 channel blocks of
 // each, so a row's address costs one multiply-high (chw32_offset) and the blocks step by OH*OW*32 bytes.
@@ -210,13 +223,8 @@ __device__ __forceinline__ void for_each_tile_vector(const ConvParams& p, const 
   for (int j = 0; j < (BN + 127) / 128; ++j) {
     const int px = ct / 2 + 128 * j;
     if (BN % 128 != 0 && px >= BN) break;
-    int pix = px;  // the tile's pixel px, or the pixel of window position px
-    bool row_ok = px < tc.valid_px;
-    if (WG_HALO) {
-      const int oh = px / wh, ow = px - oh * wh;
-      pix = oh * p.OW + ow;
-      row_ok = ow < p.OW && pix < tc.valid_px;
-    }
+    bool row_ok;
+    const int pix = tile_pixel(px, p, tc, wh, row_ok);
     const size_t row = row_ok ? chw32_offset(p, tc.m0 + pix, tc.c0, ohw, kpad) + half * 16 : 0;
 #pragma unroll
     for (int b = 0; b < 4; ++b) f(px * OUT_STRIDE + b * 32 + half * 16, row_ok && b < blocks, row + b * block_bytes);
@@ -324,6 +332,43 @@ struct WgmmaSmem {
 template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
 __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
                                                     const sm90::TensorMap* tmap_y);
+
+// WG_HALO, consumer side, one tile: its windows are uses first .. first + windows - 1 of the window ring (the
+// producer issues them in the CTA's tile order). A batch waits for every window it reads before its first
+// wgmma (no spin between wgmmas), and a window goes back once every wgmma that reads it is done. `view` is
+// the operand of the next k32 step: channel block cb's window from row r * wh + s.
+template <class L>
+struct WindowCursor {
+  int first, waited = 0, released = 0, cb = 0, r = 0, s = 0, row = 0;
+  __device__ __forceinline__ explicit WindowCursor(int first_use) : first(first_use) {}
+  __device__ __forceinline__ void wait_for_steps_before(int k_end, const ConvParams& p, uint32_t hfull0) {
+    for (; waited * p.R * p.S < k_end; ++waited) {
+      const int use = first + waited;
+      sm90::mbar_wait(hfull0 + 8 * (use % L::HALO_STAGES), (use / L::HALO_STAGES) & 1);
+    }
+  }
+  // Every window whose k32 steps all lie before step k: one arrive per consumer warp.
+  __device__ __forceinline__ void release_before(int k, int windows, const ConvParams& p, uint32_t hempty0, int lane) {
+    for (; released < windows && (released + 1) * p.R * p.S <= k; ++released)
+      if (lane == 0) sm90::mbar_arrive(hempty0 + 8 * ((first + released) % L::HALO_STAGES));
+  }
+  __device__ __forceinline__ uint32_t view(uint32_t base) const {
+    return base + L::HALO_OFFSET + ((first + cb) % L::HALO_STAGES) * L::HALO_SLOT + row * 32;
+  }
+  // The next tap: (r, s + 1), (r + 1, 0), or the next channel block's (0, 0).
+  __device__ __forceinline__ void advance(const ConvParams& p, int wh) {
+    ++row;
+    if (++s == p.S) {
+      s = 0;
+      row += wh - p.S;
+      if (++r == p.R) {
+        r = row = 0;
+        ++cb;
+      }
+    }
+  }
+};
+
 
 template <int BN, int STAGES, int KS, bool PERSISTENT, int CH = 128, bool PIXM = false>
 __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x,
@@ -527,46 +572,23 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     int acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-    // WG_HALO: windows of this tile waited for / handed back, and the next k32 step's view of its window
-    // (channel block, tap r, s, first window row r * WH + s)
-    const int win0 = local * windows;
-    int win_waited = 0, win_released = 0, hcb = 0, hr = 0, hs = 0, hrow = 0;
-    auto window_addr = [&](int cb) { return base + L::HALO_OFFSET + ((win0 + cb) % L::HALO_STAGES) * L::HALO_SLOT; };
-    auto release_windows_before = [&](int k) {  // every window whose k32 steps all lie before step k
-      for (; win_released < windows && (win_released + 1) * p.R * p.S <= k; ++win_released)
-        if (lane == 0) sm90::mbar_arrive(hempty0 + 8 * ((win0 + win_released) % L::HALO_STAGES));
-    };
+    WindowCursor<L> win(local * windows);  // WG_HALO
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int slot = it % STAGES;
       sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
       const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
-      if (L::HALO) {  // the windows this batch reads, before its wgmmas (no wait between them)
-        for (; win_waited * p.R * p.S < kb * KS + steps; ++win_waited) {
-          const int use = win0 + win_waited;
-          sm90::mbar_wait(hfull0 + 8 * (use % L::HALO_STAGES), (use / L::HALO_STAGES) & 1);
-        }
-      }
+      if (L::HALO) win.wait_for_steps_before(kb * KS + steps, p, hfull0);
       __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
       const uint32_t sa = base + slot * L::STAGE + a_rows, sb = base + slot * L::STAGE + L::A_IN_SLOT;
       sm90::wgmma_fence();
 #pragma unroll
       for (int j = 0; j < KS; ++j) {
         if (j >= steps) continue;
-        const uint32_t b_tile = L::HALO ? window_addr(hcb) + hrow * 32 : sb + j * L::B_STEP;
+        const uint32_t b_tile = L::HALO ? win.view(base) : sb + j * L::B_STEP;
         if (WG_DIAG != 2 && WG_DIAG < 4)
           sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
                                  sm90::desc_kmajor_sw32(b_tile));
-        if (L::HALO) {  // the next tap: (r, s + 1), (r + 1, 0), or the next channel block's (0, 0)
-          ++hrow;
-          if (++hs == p.S) {
-            hs = 0;
-            hrow += wh - p.S;
-            if (++hr == p.R) {
-              hr = hrow = 0;
-              ++hcb;
-            }
-          }
-        }
+        if (L::HALO) win.advance(p, wh);
       }
       sm90::wgmma_commit();
       if (kb == 0) {
@@ -582,12 +604,12 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       }
       sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
       if (kb > 0 && lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));
-      if (L::HALO) release_windows_before(kb * KS);
+      if (L::HALO) win.release_before(kb * KS, windows, p, hempty0, lane);
       __syncwarp();
     }
     sm90::wgmma_wait<0>();
     if (lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
-    if (L::HALO) release_windows_before(t.kt);
+    if (L::HALO) win.release_before(t.kt, windows, p, hempty0, lane);
     __syncwarp();
 
     if (kDiagSkipsEpilogue) {
