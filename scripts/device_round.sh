@@ -13,5 +13,5 @@ for tool in memcheck racecheck; do
   timeout 60 compute-sanitizer --tool $tool python3 -m trtfuse.bench.sanitize > $OUT/$tool.txt 2>&1
   echo "$tool rc=$? $(grep -c MISMATCH $OUT/$tool.txt) mismatches $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/$tool.txt)"
 done
-TRTFUSE_BENCH_TRACE=1 timeout 300 python3 -m trtfuse.cli bench kernels --batch $BATCHES --layers $LAYERS --autotune \
+TRTFUSE_BENCH_TRACE=1 timeout 480 python3 -m trtfuse.cli bench kernels --batch $BATCHES --layers $LAYERS --autotune \
   -o $OUT/kernels.json --roofline $OUT/roofline.png > $OUT/bench.txt 2>&1; grep -v "^trace:" $OUT/bench.txt | tail -30; grep -B1 -i "launch failure" $OUT/bench.txt | grep trace: | tail -1
