@@ -199,7 +199,9 @@ class WgmmaTactic(Tactic):
     per tile), channels on N (bn = 128 or 256), the epilogue writing straight from registers (WG_PIXM in
     wgmma_conv.cu); `consumers` warpgroups (2 or 4) take the CTA's tiles in groups of bm / 64, and with
     `resident_kt` the channel tile's whole weight (GEMM-K up to resident_kt k32 steps) stays in shared
-    memory (WG_WRES_KT)."""
+    memory (WG_WRES_KT). Channel-major with `halo_rows` (WG_HALO, stride-1 convs): one input window per
+    32-channel block in a ring of `halo_stages` slots of `halo_rows` 32-byte rows, each tap's operand a
+    shifted view of it; a tile is TH output rows whose positions oh * (OW + S - 1) + ow fill the wgmma N."""
 
     ks: int = 2
     persistent: bool = False  # min(tiles, SMs) CTAs walk the tiles; the producer runs ahead across tiles
@@ -224,6 +226,7 @@ class WgmmaTactic(Tactic):
             assert self.bn * self.consumers <= 512, "accumulators: bn / 2 registers per consumer thread"
             assert self.resident_kt % 4 == 0
             assert not self.pingpong or self.consumers // (self.bm // 64) == 2, "ping-pong alternates two tile groups"
+            assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
         else:
             assert not self.pingpong, "ping-pong alternates the pixel-major tile groups"
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)

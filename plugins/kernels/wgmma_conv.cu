@@ -369,7 +369,6 @@ struct WindowCursor {
   }
 };
 
-
 template <int BN, int STAGES, int KS, bool PERSISTENT, int CH = 128, bool PIXM = false>
 __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x,
                                                 const sm90::TensorMap* tmap_y, const ConvParams& p, const WgmmaTile& t) {
