@@ -298,12 +298,26 @@ class WgmmaTactic(Tactic):
         return ring + self.staging * self.bm * (self.CHANNELS + 16) + bars + 1024
 
     def geometry(self, shape: ConvShape) -> WgmmaGeometry | None:
-        """Pixel tiles of TH full output rows (or NB whole images) whose TMA box fits the tile; None when
-        the shape is outside what the kernel handles (CHW4 input, boxes over 256, strides over 8)."""
+        """Pixel tiles of TH full output rows (or NB whole images) whose TMA box fits the tile (or, for a
+        window tactic, whose window does: _window_tiles); None when the shape is outside what the kernel
+        handles (CHW4 input, boxes over 256, strides over 8)."""
         if shape.vec != 32:
             return None
-        if self.halo_rows:
-            return self._halo_geometry(shape)
+        tiles = self._window_tiles(shape) if self.halo_rows else self._row_tiles(shape)
+        if tiles is None:
+            return None
+        th, nb, tpi, box_bytes, pix_tiles = tiles
+        kt = math.ceil(shape.c / 32) * shape.r * shape.s
+        if self.resident_kt and kt > self.resident_kt:
+            return None  # the channel tile's weight does not fit the resident buffer
+        ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
+        if self.multicast and ch_tiles % 2:
+            return None  # a cluster pairs a pixel tile's channel tiles
+        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles)
+
+    def _row_tiles(self, shape: ConvShape):
+        """(TH, NB, tiles per image, box bytes, pixel tiles): TH full output rows of one image, balanced, or
+        NB whole images (TH = OH), each one activation box per k32 step."""
         oh, ow = shape.out_hw
         sh, sw = shape.stride
         if sh > 8 or sw > 8 or ow * sw > 256 or ow > self.bm:
@@ -312,23 +326,15 @@ class WgmmaTactic(Tactic):
             nb, th = min(self.bm // (oh * ow), shape.n, 256), oh
             if th * sh > 256:
                 return None
-            tpi, pix_tiles = 1, math.ceil(shape.n / nb)
-        else:
-            th_max = min(self.bm // ow, 256 // sh)
-            tpi = math.ceil(oh / th_max)
-            th, nb = math.ceil(oh / tpi), 1
-            pix_tiles = shape.n * tpi
-        kt = math.ceil(shape.c / 32) * shape.r * shape.s
-        if self.resident_kt and kt > self.resident_kt:
-            return None  # the channel tile's weight does not fit the resident buffer
-        ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
-        if self.multicast and ch_tiles % 2:
-            return None  # a cluster pairs a pixel tile's channel tiles
-        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, nb * th * ow * 32, pix_tiles)
+            return th, nb, 1, nb * th * ow * 32, math.ceil(shape.n / nb)
+        th_max = min(self.bm // ow, 256 // sh)
+        tpi = math.ceil(oh / th_max)
+        th = math.ceil(oh / tpi)
+        return th, 1, tpi, th * ow * 32, shape.n * tpi
 
-    def _halo_geometry(self, shape: ConvShape) -> WgmmaGeometry | None:
-        """WG_HALO: tiles of TH output rows of one image whose positions n = oh * WH + ow (WH = OW + S - 1, the
-        window width) fit the wgmma N: (TH - 1) * WH + OW <= bm; the window is TH + R - 1 input rows x WH,
+    def _window_tiles(self, shape: ConvShape):
+        """WG_HALO: TH output rows of one image whose positions n = oh * WH + ow (WH = OW + S - 1, the window
+        width) fit the wgmma N: (TH - 1) * WH + OW <= bm; the box is the window, TH + R - 1 input rows x WH,
         and every tap's view (up to (R - 1) * WH + S - 1 rows further) fits the slot. Stride 1 only (a
         strided conv's taps are not shifts of one window), and R * S >= 4 (the window ring's hand-back
         lags one 4-step batch behind; 1x1 convs gain nothing from windows)."""
@@ -343,9 +349,7 @@ class WgmmaTactic(Tactic):
         th = math.ceil(oh / tpi)
         if th * ow * 2 < self.bm:
             return None  # under half the tile's positions would be pixels (7x7 maps): the row-box tiles do better
-        ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
-        kt = math.ceil(shape.c / 32) * shape.r * shape.s
-        return WgmmaGeometry(th, 1, tpi, ch_tiles, kt, (th + shape.r - 1) * wh * 32, shape.n * tpi)
+        return th, 1, tpi, (th + shape.r - 1) * wh * 32, shape.n * tpi
 
 
 WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (

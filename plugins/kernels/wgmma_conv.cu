@@ -437,9 +437,13 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     // ---------------- producer warpgroup: one thread drives the copy engine ----------------
     sm90::regs_dealloc<kProducerRegs>();
     if (tid == CONSUMERS) {
+      // What the copy engine moves: profiling builds 3, 8, 9 nothing, 4 only weights, 5 only activations;
+      // resident weights once, below, instead of in every slot.
+      constexpr bool kCopyWeights = !kDiagNoCopies && WG_DIAG != 5, kLoadActivations = !kDiagNoCopies && WG_DIAG != 4;
+      constexpr bool kLoadWeights = kCopyWeights && !L::WRES;  // per ring slot
       sm90::prefetch_tensor_map(tmap_w);
       sm90::prefetch_tensor_map(tmap_x);
-      if (L::WRES && (int)blockIdx.x < t.tiles && !kDiagNoCopies && WG_DIAG != 5) {
+      if (L::WRES && (int)blockIdx.x < t.tiles && kCopyWeights) {
         // The CTA's channel tile (the same for all its tiles) as permuted 128-byte chunks: see the slot's box below.
         const int chunks = (t.kt + 3) / 4, c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0;
         sm90::mbar_arrive_expect_tx(wres_full, chunks * L::WRES_CHUNK);
@@ -456,7 +460,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           const int use = local * windows + cb, hs = use % L::HALO_STAGES;
           const uint32_t hfull = hfull0 + 8 * hs;
           sm90::mbar_wait(hempty0 + 8 * hs, ((use / L::HALO_STAGES) & 1) ^ 1);
-          if (kDiagNoCopies || WG_DIAG == 4) {
+          if (!kLoadActivations) {
             sm90::mbar_arrive(hfull);
           } else {
             sm90::mbar_arrive_expect_tx(hfull, t.box_bytes);
@@ -469,32 +473,24 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           sm90::mbar_wait(empty0 + 8 * slot, ((it / STAGES) & 1) ^ 1);
           const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
           const uint32_t full = full0 + 8 * slot;
-          if (kDiagNoCopies) {
-            sm90::mbar_arrive(full);
-            if (L::HALO) {  // the windows' barriers still take their turns
-              for (int k = kb * KS; k < kb * KS + steps; ++k)
-                if (k % (p.R * p.S) == 0) issue_window(k / (p.R * p.S));
-            }
-            continue;
-          }
-          // A 128-byte weight box always lands whole (k32 steps past the GEMM-K read as zeros).
-          const int a_bytes = WG_DIAG == 5 || L::WRES ? 0 : (WG_A128 ? KS * L::A_STEP : steps * L::A_STEP);
-          sm90::mbar_arrive_expect_tx(full, a_bytes + (L::HALO || WG_DIAG == 4 ? 0 : steps * t.box_bytes));
+          // A 128-byte weight box always lands whole (k32 steps past the GEMM-K read as zeros). Profiling
+          // builds without copies still arrive on every barrier, so the ring keeps its turns.
+          const int a_bytes = !kLoadWeights ? 0 : (WG_A128 ? KS * L::A_STEP : steps * L::A_STEP);
+          sm90::mbar_arrive_expect_tx(full, a_bytes + (L::HALO || !kLoadActivations ? 0 : steps * t.box_bytes));
           const uint32_t sa = base + L::RING_OFFSET + slot * L::STAGE, sb = sa + L::A_IN_SLOT;
-          if (L::WRES) {
-          } else if (PIXM && WG_DIAG != 5) {
+          if (kLoadWeights && PIXM) {
             // 5-D view (KGpad, 2, 4, 4, Kpad/32) of the packed weight: row e + 2q + 8jj + 32b of the box is
             // channel c0 + 32b + 8q + 2jj + e (plugins/wgmma.py), which is wgmma column 8(4b + jj) + 2q + e.
             sm90::tma_load_5d(sa, tmap_w, full, kb * KS * 32, 0, 0, 0, tc.c0 / 32);
-          } else if (WG_A128 && WG_DIAG != 5) {
+          } else if (kLoadWeights && WG_A128) {
             sm90::tma_load_2d(sa, tmap_w, full, kb * KS * 32, tc.c0);
           }
           for (int j = 0; j < steps; ++j) {
             const int k = kb * KS + j;
-            if (!WG_A128 && WG_DIAG != 5) sm90::tma_load_2d(sa + j * L::A_STEP, tmap_w, full, k * 32, tc.c0);
+            if (kLoadWeights && !WG_A128) sm90::tma_load_2d(sa + j * L::A_STEP, tmap_w, full, k * 32, tc.c0);
             if (L::HALO) {
               if (r == 0 && s == 0) issue_window(cb);  // after the weight slot it is first used with
-            } else if (WG_DIAG == 4) {
+            } else if (!kLoadActivations) {
             } else if (!WG_MCAST) {
               sm90::tma_load_5d(sb + j * L::B_STEP, tmap_x, full, 0, w0 + s, h0 + r, cb, tc.n0);
             } else if ((j & 1) == (int)rank) {
