@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
+import shlex
+import sys
 
 from ..plugins.conv import ConvLaunch
 from ..plugins.tactics import TACTICS_BY_ID, ConvShape, choose
@@ -47,6 +50,13 @@ def variants():
     out += [("diag1 t28", dataclasses.replace(by_id[28], diag=1))]
     out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (40, 42, 45, 46, 50) for d in (1, 3, 6, 7, 8, 9)]
     return out
+
+
+def _print_variant(label: str, v: dict) -> None:
+    if "ms" in v:
+        print(f"  {label:16s} {v['ms']:8.4f} ms {v['tops']:7.1f} TOPS {'' if v.get('ok') is None else ('ok' if v['ok'] else 'BAD')}")
+    else:
+        print(f"  {label:16s} {v}")
 
 
 def main(argv=None) -> int:
@@ -85,6 +95,8 @@ def main(argv=None) -> int:
         rec = {"layer": name, "M": m, "N": shape.k, "K": kg,
                "mma_sync": {"tactic": t_mma.name, "ms": graph_time_ms(torch, runner(ref_plan), 10)}}
         rec["mma_sync"]["tops"] = flops / (rec["mma_sync"]["ms"] * 1e-3) / 1e12
+        print(f"== {name}  M={m} N={shape.k} K={kg}")
+        _print_variant("mma_sync", rec["mma_sync"])
         for label, t in variants():
             if t.geometry(shape) is None or (only and label not in only):
                 continue
@@ -98,21 +110,17 @@ def main(argv=None) -> int:
                     diff = (y.int() - ref.int()).abs()
                     ok = bool((diff == 0).float().mean() >= 0.999 and int(diff.max()) <= 1)
                 ms = graph_time_ms(torch, runner(plan), 10)
-                rec[label] = {"ms": ms, "tops": flops / (ms * 1e-3) / 1e12, "ok": ok}
+                rec[label] = {"ms": ms, "tops": flops / (ms * 1e-3) / 1e12, "ok": ok, "tactic": t.name}
             except Exception as exc:  # a variant outside shared memory etc.: say so, keep going
                 rec[label] = {"error": repr(exc)[:200]}
+            _print_variant(label, rec[label])  # as each is timed: a run cut short still shows what it measured
         rows.append(rec)
-        print(f"== {name}  M={m} N={shape.k} K={kg}")
-        for k, v in rec.items():
-            if isinstance(v, dict):
-                if "ms" in v:
-                    print(f"  {k:16s} {v['ms']:8.4f} ms {v['tops']:7.1f} TOPS {'' if v.get('ok') is None else ('ok' if v['ok'] else 'BAD')}")
-                else:
-                    print(f"  {k:16s} {v}")
         torch.cuda.empty_cache()
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "records": rows}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+                       "command": "python3 -m trtfuse.bench.wgmma_diag " + shlex.join(sys.argv[1:] if argv is None else argv),
+                       "records": rows}, f, indent=1)
     return 0
 
 
