@@ -578,9 +578,93 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       if (ok) *reinterpret_cast<int4*>(p.y + g) = *reinterpret_cast<const int4*>(staging + s);
     });
   };
+  // The epilogue's per-channel factors of a tile's two accumulator rows, loaded when the tile starts so their
+  // latency hides under its main loop, folded (docs/ops.md: scale/out_scale, bias/out_scale) when needed.
+  auto load_factors = [&](const Tile& tc, float (&sc_raw)[2], float (&bi_raw)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int c = min(tc.c0 + c_lo + 8 * h, kpad - 1);  // channels past Kpad: computed, never stored
+      sc_raw[h] = p.scale[c];
+      bi_raw[h] = p.bias[c];
+    }
+  };
+  auto fold_factors = [&](const float (&sc_raw)[2], const float (&bi_raw)[2], float (&sc)[2], float (&bi)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sc[h] = es.fold(sc_raw[h]);
+      bi[h] = es.fold(bi_raw[h]);
+    }
+  };
+  const bool res_now = has_res && (WG_DIAG == 0 || WG_DIAG == 3);  // the builds that run the epilogue
+
+  // Without WG_STASH: a tile's output leaves the staging tile during the NEXT tile's first wgmma batch (the
+  // tensor cores work while the consumers store), so the epilogue's stores never idle the tensor cores.
+  bool pending = false;
+  Tile pending_tc(blockIdx.x, p, t, ohw, CH);
+  const int8_t* pending_staging = s_out;
+
+  // WG_STASH: tile i's epilogue runs under tile i + 1's main loop, its output is stored under tile i + 2's
+  // first batch. Each thread's stash vector q (its acc[4q .. 4q + 3], 8-pixel block q) sits at stash[q * CONSUMERS].
+  constexpr int NQ = BN / 8;
+  int4* const stash = reinterpret_cast<int4*>(smem + L::STASH_OFFSET) + tid;
+  int8_t* const stash_cells = s_out + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
+  bool stashed = false, out_ready = false, res_landed = false;  // a tile in the stash / an output in the staging tile
+  Tile stash_tc = pending_tc, out_tc = pending_tc;
+  float st_sc[2] = {0.f, 0.f}, st_bi[2] = {0.f, 0.f};  // the stashed tile's folded factors
+  int done_q = 0;  // stash vectors requantized so far
+  // With a residual the first share waits for the copies, one batch later than without.
+  const int first_kb = res_now ? 1 : 0, shares = kblocks - first_kb;
+  auto requantize_stash_upto = [&](int q_end) {
+    if (res_now && !res_landed) {
+      cp_async_wait<0>();
+      sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed
+      res_landed = true;
+    }
+    if (has_res)
+      requantize_stash<L::OUT_STRIDE, true>(stash, CONSUMERS, done_q, q_end, stash_cells, st_sc, st_bi, es.rs, es.relu_min);
+    else
+      requantize_stash<L::OUT_STRIDE, false>(stash, CONSUMERS, done_q, q_end, stash_cells, st_sc, st_bi, es.rs, es.relu_min);
+    done_q = q_end;
+  };
+  // Empty the staging tile of the output it holds, then (a tile stashed) bring in that tile's residual.
+  auto flush_and_prefetch = [&] {
+    if (out_ready) store(out_tc, s_out);
+    out_ready = false;
+    if (stashed) {
+      sm90::named_barrier(1, CONSUMERS);  // every consumer's stores have read the staging tile
+      if (res_now) issue_residual(stash_tc, s_out);
+    }
+    cp_async_commit();
+  };
+  // The stashed tile's last vectors, then the whole staging tile written before anyone stores from it.
+  auto finish_stashed = [&] {
+    requantize_stash_upto(NQ);
+    sm90::named_barrier(1, CONSUMERS);
+    stashed = false;
+    out_ready = true;
+    out_tc = stash_tc;
+  };
+
+  // What the consumers do while k-block kb's wgmmas run (tile tc, staging tile `staging`).
+  auto under_batch = [&](int kb, const Tile& tc, int8_t* staging) {
+    if (WG_STASH) {
+      if (kb == 0) flush_and_prefetch();
+      if (stashed && kb >= first_kb) requantize_stash_upto(NQ * (kb - first_kb + 1) / shares);
+    } else if (kb == 0) {
+      // The previous tile's stores, then (one staging tile) this tile's residual into the staging tile they
+      // have just emptied.
+      if (pending) store(pending_tc, pending_staging);
+      pending = false;
+      if (WG_STAGING == 1 && res_now) {
+        sm90::named_barrier(1, CONSUMERS);  // every consumer's stores have read the staging tile
+        issue_residual(tc, staging);
+      }
+      cp_async_commit();
+    }
+  };
   // One tile's main loop: k-block kb waits for its ring slot (and windows), issues its batch of wgmmas, runs
-  // between(kb) while they execute, then hands back the slot (and windows) the previous batch read.
-  auto main_loop = [&](int (&acc)[BN / 2], int& it, int local, auto&& between) {
+  // under_batch while they execute, then hands back the slot (and windows) the previous batch read.
+  auto main_loop = [&](int (&acc)[BN / 2], int& it, int local, const Tile& tc, int8_t* staging) {
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
     WindowCursor<L> win(local * windows);  // WG_HALO
@@ -602,7 +686,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         if (L::HALO) win.advance(p, wh);
       }
       sm90::wgmma_commit();
-      between(kb);
+      under_batch(kb, tc, staging);
       sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
       if (kb > 0 && lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));
       if (L::HALO) win.release_before(kb * KS, windows, p, hempty0, lane);
@@ -613,80 +697,31 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     if (L::HALO) win.release_before(t.kt, windows, p, hempty0, lane);
     __syncwarp();
   };
-  // The epilogue's per-channel factors of a tile's two accumulator rows, loaded when the tile starts so their
-  // latency hides under its main loop, folded (docs/ops.md: scale/out_scale, bias/out_scale) when needed.
-  auto load_factors = [&](const Tile& tc, float (&sc_raw)[2], float (&bi_raw)[2]) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int c = min(tc.c0 + c_lo + 8 * h, kpad - 1);  // channels past Kpad: computed, never stored
-      sc_raw[h] = p.scale[c];
-      bi_raw[h] = p.bias[c];
-    }
-  };
-  auto fold_factors = [&](const float (&sc_raw)[2], const float (&bi_raw)[2], float (&sc)[2], float (&bi)[2]) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      sc[h] = es.fold(sc_raw[h]);
-      bi[h] = es.fold(bi_raw[h]);
-    }
-  };
+
   int it = 0;  // ring slot use counter, continuous across tiles (same sequence as the producer's)
-  const bool res_now = has_res && (WG_DIAG == 0 || WG_DIAG == 3);  // the builds that run the epilogue
-  if constexpr (WG_STASH != 0) {
-    // ---- WG_STASH: tile i's epilogue under tile i + 1's main loop, its output stored under tile i + 2's first batch ----
-    constexpr int NQ = BN / 8;  // stash vectors of a thread: one per 8-pixel block (acc[4q .. 4q + 3])
-    int4* const stash = reinterpret_cast<int4*>(smem + L::STASH_OFFSET) + tid;  // vector q at stash[q * CONSUMERS]
-    int8_t* const cells = s_out + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
-    bool stashed = false, out_ready = false, res_landed = false;  // a tile in the stash / an output in the staging tile
-    Tile stash_tc(blockIdx.x, p, t, ohw, CH), out_tc = stash_tc;
-    float st_sc[2] = {0.f, 0.f}, st_bi[2] = {0.f, 0.f};
-    int done_q = 0;  // stash vectors requantized so far
-    auto requantize_upto = [&](int q_end) {
-      if (res_now && !res_landed) {
-        cp_async_wait<0>();
-        sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed
-        res_landed = true;
-      }
-      if (has_res)
-        requantize_stash<L::OUT_STRIDE, true>(stash, CONSUMERS, done_q, q_end, cells, st_sc, st_bi, es.rs, es.relu_min);
-      else
-        requantize_stash<L::OUT_STRIDE, false>(stash, CONSUMERS, done_q, q_end, cells, st_sc, st_bi, es.rs, es.relu_min);
-      done_q = q_end;
-    };
-    // Empty the staging tile of the output it holds, then (a tile stashed) bring in that tile's residual.
-    auto flush_and_prefetch = [&] {
-      if (out_ready) store(out_tc, s_out);
-      out_ready = false;
-      if (stashed) {
-        sm90::named_barrier(1, CONSUMERS);  // every consumer's stores have read the staging tile
-        if (res_now) issue_residual(stash_tc, s_out);
-      }
+  int local = 0;  // tiles this CTA has done
+  for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step, ++local) {
+    const Tile tc(tile, p, t, ohw, CH);
+    int8_t* staging = s_out + (WG_STAGING == 2 ? (local & 1) * L::OUT_BYTES : 0);
+    if (!WG_STASH) {
+      // Two staging tiles: this tile's residual can stream in now (the other tile holds the pending output).
+      if (WG_STAGING == 2 && res_now) issue_residual(tc, staging);
       cp_async_commit();
-    };
-    // The stashed tile's last vectors, then the whole staging tile written before anyone stores from it.
-    auto finish_stashed = [&] {
-      requantize_upto(NQ);
-      sm90::named_barrier(1, CONSUMERS);
-      stashed = false;
-      out_ready = true;
-      out_tc = stash_tc;
-    };
-    // With a residual the first share waits for the copies, one batch later than without.
-    const int first_kb = res_now ? 1 : 0, shares = kblocks - first_kb;
-    for (int tile = blockIdx.x, local = 0; tile < t.tiles; tile += tile_step, ++local) {
-      const Tile tc(tile, p, t, ohw, CH);
-      float sc_raw[2], bi_raw[2];
-      load_factors(tc, sc_raw, bi_raw);
-      int acc[BN / 2];
-      main_loop(acc, it, local, [&](int kb) {
-        if (kb == 0) flush_and_prefetch();
-        if (stashed && kb >= first_kb) requantize_upto(NQ * (kb - first_kb + 1) / shares);
-      });
-      if (kDiagSkipsEpilogue) {
-        keep_accumulators_live(acc, p, tid);
-        continue;
-      }
-      if (stashed) finish_stashed();  // only with kblocks <= first_kb is anything left
+    }
+    float sc_raw[2], bi_raw[2];
+    load_factors(tc, sc_raw, bi_raw);
+
+    int acc[BN / 2];
+    main_loop(acc, it, local, tc, staging);
+
+    if (kDiagSkipsEpilogue) {
+      keep_accumulators_live(acc, p, tid);
+      continue;
+    }
+    if (WG_STASH) {
+      // The previous tile's epilogue is done (its shares ran under this main loop; with a k-block or two, the
+      // rest now): park this tile's accumulators and go on to the next tile at once.
+      if (stashed) finish_stashed();
 #pragma unroll
       for (int q = 0; q < NQ; ++q) stash[q * CONSUMERS] = make_int4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
       stashed = true;
@@ -694,46 +729,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       done_q = 0;
       stash_tc = tc;
       fold_factors(sc_raw, bi_raw, st_sc, st_bi);
-    }
-    // The last two tiles: the output in the staging tile, then the stashed one.
-    if (stashed) {
-      flush_and_prefetch();
-      finish_stashed();
-    }
-    if (out_ready) store(out_tc, s_out);
-    return;
-  }
-  // A tile's output leaves the staging tile during the NEXT tile's first wgmma batch (the tensor cores
-  // work while the consumers store), so the epilogue's stores never idle the tensor cores.
-  bool pending = false;
-  Tile pending_tc(blockIdx.x, p, t, ohw, CH);
-  const int8_t* pending_staging = s_out;
-  int local = 0;  // tiles this CTA has done
-  for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step, ++local) {
-    const Tile tc(tile, p, t, ohw, CH);
-    int8_t* staging = s_out + (WG_STAGING == 2 ? (local & 1) * L::OUT_BYTES : 0);
-    // Two staging tiles: this tile's residual can stream in now (the other tile holds the pending output).
-    if (WG_STAGING == 2 && res_now) issue_residual(tc, staging);
-    cp_async_commit();
-    float sc_raw[2], bi_raw[2];
-    load_factors(tc, sc_raw, bi_raw);
-
-    int acc[BN / 2];
-    main_loop(acc, it, local, [&](int kb) {
-      if (kb != 0) return;
-      // Under the first batch: the previous tile's stores, then (one staging tile) this tile's residual
-      // into the staging tile they have just emptied.
-      if (pending) store(pending_tc, pending_staging);
-      pending = false;
-      if (WG_STAGING == 1 && res_now) {
-        sm90::named_barrier(1, CONSUMERS);  // every consumer's stores have read the staging tile
-        issue_residual(tc, staging);
-      }
-      cp_async_commit();
-    });
-
-    if (kDiagSkipsEpilogue) {
-      keep_accumulators_live(acc, p, tid);
       continue;
     }
     // ---------------- epilogue: requantize into the staging tile; the stores go out under the next tile ----------------
@@ -752,6 +747,11 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     pending_tc = tc;
     pending_staging = staging;
   }
+  if (WG_STASH && stashed) {  // the last two tiles: the output in the staging tile, then the stashed one
+    flush_and_prefetch();
+    finish_stashed();
+  }
+  if (WG_STASH && out_ready) store(out_tc, s_out);
   if (pending) store(pending_tc, pending_staging);
   // No CTA of a pair leaves while its partner may still arrive on its barriers.
   if (WG_MCAST) sm90::cluster_sync();
