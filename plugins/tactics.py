@@ -215,7 +215,6 @@ class WgmmaTactic(Tactic):
     tma_store: bool = False  # pixel-major: the output tile leaves through a shared-memory staging tile and a TMA store (WG_TMA_STORE)
     halo_rows: int = 0  # > 0: one input window per 32-channel block, each tap a shifted view of it (WG_HALO; slot rows)
     halo_stages: int = 3  # window ring slots (WG_HALO_STAGES)
-    stash: bool = False  # channel-major: accumulators parked in shared memory, requantized under the next tile (WG_STASH)
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
 
@@ -228,13 +227,11 @@ class WgmmaTactic(Tactic):
             assert self.resident_kt % 4 == 0
             assert not self.pingpong or self.consumers // (self.bm // 64) == 2, "ping-pong alternates two tile groups"
             assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
-            assert not self.stash, "the accumulator stash is the channel-major epilogue's"
         else:
             assert not self.pingpong, "ping-pong alternates the pixel-major tile groups"
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
             assert not self.tma_store, "the TMA store is the pixel-major epilogue's"
             assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
-            assert not self.stash or (self.persistent and self.staging == 1 and not self.multicast), "the stash: persistent, one staging tile, no clusters"
 
     @property
     def CHANNELS(self) -> int:  # output channels per CTA tile
@@ -249,7 +246,7 @@ class WgmmaTactic(Tactic):
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_ts' if self.tma_store else ''}{'_pp' if self.pingpong else ''}"
-                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_stash' if self.stash else ''}"
+                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -273,8 +270,6 @@ class WgmmaTactic(Tactic):
                 d["WG_PINGPONG"] = 1
         if self.halo_rows:
             d.update(WG_HALO=1, WG_HALO_ROWS=self.halo_rows, WG_HALO_STAGES=self.halo_stages)
-        if self.stash:
-            d["WG_STASH"] = 1
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
@@ -300,8 +295,7 @@ class WgmmaTactic(Tactic):
             bars += 16 * self.halo_stages
         else:
             ring = self.stages * self.ks * 32 * (self.CHANNELS + self.bm)
-        stash = self.bm // 8 * 256 * 16 if self.stash else 0  # WG_STASH: [bm / 8 vectors][256 consumer threads] x 16 bytes
-        return ring + self.staging * self.bm * (self.CHANNELS + 16) + stash + bars + 1024
+        return ring + self.staging * self.bm * (self.CHANNELS + 16) + bars + 1024
 
     def geometry(self, shape: ConvShape) -> WgmmaGeometry | None:
         """Pixel tiles of TH full output rows (or NB whole images) whose TMA box fits the tile (or, for a
@@ -409,8 +403,6 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(60, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(61, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(62, 208, 128, 2, 1, 6, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4),
-    WgmmaTactic(65, 208, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, stash=True),
-    WgmmaTactic(66, 224, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, stash=True),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})

@@ -71,7 +71,7 @@ def test_persistent_ctas_walk_several_tiles(monkeypatch):
     _check(shape, True, tactic)
 
 
-@pytest.mark.parametrize("tactic_id", [60, 61, 62, 65, 66])
+@pytest.mark.parametrize("tactic_id", [60, 61, 62])
 def test_halo_windows_walk_several_tiles(monkeypatch, tactic_id):
     # 3 CTAs for 20 tiles: the window ring's uses and phases run on across tiles (its slot count does not
     # divide a tile's 5 windows), the last tile of each image is short (29 rows in tiles of 6), and the
@@ -82,22 +82,6 @@ def test_halo_windows_walk_several_tiles(monkeypatch, tactic_id):
     geo = tactic.geometry(shape)
     assert geo is not None and geo.ctas > 3 and geo.kt // 9 % tactic.halo_stages != 0 and 29 % geo.th != 0
     _check(shape, True, tactic)
-
-
-@pytest.mark.parametrize("channels", [32, 64, 96], ids=["one-k-block", "two-k-blocks", "three-k-blocks"])
-@pytest.mark.parametrize("tactic_id", [65, 66])
-def test_stashed_epilogues_run_under_the_next_tile(monkeypatch, tactic_id, channels):
-    # WG_STASH: a tile's accumulators wait in shared memory and are requantized in shares between the next
-    # tile's wgmma batches, the residual landing one batch in. A 2x2 conv over 32-96 channels has 1-3
-    # k-blocks, so with a residual there is at most two batches to spread the shares over (none with one:
-    # all of it after the loop); 3 CTAs walk several tiles each, so stash, staging and stores rotate.
-    monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")
-    tactic = TACTICS_BY_ID[tactic_id]
-    shape = ConvShape(3, channels, 16, 16, 256, 2, 2, (1, 1), (1, 1, 1, 1))
-    geo = tactic.geometry(shape)
-    assert tactic.stash and geo is not None and geo.ctas > 6 and -(-geo.kt // 4) == channels // 32
-    _check(shape, True, tactic)
-    _check(shape, False, tactic, relu=False)
 
 
 def test_multicast_pairs_walk_several_tiles(monkeypatch):

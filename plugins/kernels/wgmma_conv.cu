@@ -141,15 +141,6 @@
 #ifndef WG_HALO_STAGES
 #define WG_HALO_STAGES 3
 #endif
-// 1 (channel-major, persistent, one staging tile): the epilogue runs under the NEXT tile's main loop. Once a
-// tile's wgmmas are done, each consumer thread parks its accumulators in a private stash in shared memory
-// (BN / 8 16-byte vectors, laid out [vector][thread] so a warp's stores are 512 contiguous bytes) and starts
-// the next tile at once; between that tile's wgmma batches, while the tensor cores work, it requantizes a
-// share of the stash into the staging tile. Without it the two consumer warpgroups requantize together after
-// every tile with the tensor cores idle (the 3x3 layers' main loop alone is ~70% of the kernel's time).
-#ifndef WG_STASH
-#define WG_STASH 0
-#endif
 // Profiling builds only (bench/wgmma_diag.py), never a tactic: 1 = no epilogue (main loop alone),
 // 2 = no wgmma (the copy engine's feed rate alone), 3 = no copies (wgmma and the ring's barriers on
 // stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes; pixel-major only: 6 = no
@@ -301,30 +292,6 @@ __device__ __forceinline__ void requantize_to_staging(const int (&acc)[BN / 2], 
   }
 }
 
-// WG_STASH: a thread's stash vectors [q0, q1) (vector q = its acc[4q .. 4q + 3], 8-pixel block q, at
-// stash[q * vector_stride]) -> int8 in the staging tile, element by element as requantize_to_staging does from
-// registers (`cells` as there). The bounds are run-time (a share per k-block), which shared memory allows.
-template <int STRIDE, bool RES>
-__device__ __forceinline__ void requantize_stash(const int4* stash, int vector_stride, int q0, int q1, int8_t* cells,
-                                                 const float (&sc)[2], const float (&bi)[2], float rs, float relu_min) {
-#pragma unroll 2
-  for (int q = q0; q < q1; ++q) {
-    const int4 a = stash[q * vector_stride];
-    const int v[4] = {a.x, a.y, a.z, a.w};
-    int8_t* const c = cells + 8 * q * STRIDE;
-    // element k = 2h + e: pixel 8q + 2(lane % 4) + e, channel c_lo + 8h
-    int res[4];
-    if (RES) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) res[k] = c[(k % 2) * STRIDE + 8 * (k / 2)];
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      c[(k % 2) * STRIDE + 8 * (k / 2)] = static_cast<int8_t>(
-          requantize_s32<RES>(v[k], sc[k / 2], bi[k / 2], [&] { return s32_to_float(res[k]); }, rs, relu_min));
-  }
-}
-
 // BN = output pixels per tile, CH = output channels per tile. First, with WG_WRES_KT, the resident weights:
 // WG_WRES_KT / 4 chunks of CH rows x 128 bytes (128-byte swizzle). Then the ring: a slot is KS k32 steps of
 // weights (CH rows; none with resident weights) then KS of activations (BN rows). After the ring: the
@@ -352,9 +319,7 @@ struct WgmmaSmem {
   static constexpr int STORE_OFFSET = OUT_OFFSET + BUFFERS * OUT_BYTES;  // WG_TMA_STORE: GROUPS x 2 tiles [BN][CH]
   static constexpr int STORE_BYTES = BN * CH;
   static constexpr int FACTOR_OFFSET = STORE_OFFSET + (PIXM && WG_TMA_STORE ? GROUPS * 2 * STORE_BYTES : 0);
-  static constexpr int STASH_OFFSET = FACTOR_OFFSET;  // WG_STASH: [BN / 8 vectors][256 consumer threads] x 16 bytes
-  static constexpr int STASH_BYTES = !PIXM && WG_STASH ? BN / 8 * 256 * 16 : 0;
-  static constexpr int BAR_OFFSET = FACTOR_OFFSET + (PIXM ? GROUPS * 2 * CH * 4 : STASH_BYTES);
+  static constexpr int BAR_OFFSET = FACTOR_OFFSET + (PIXM ? GROUPS * 2 * CH * 4 : 0);
   // mbarriers: full[STAGES], empty[STAGES], resident weights, then the window ring's full / empty
   static constexpr int HALO_BARS = BAR_OFFSET + (2 * STAGES + 1) * 8;
   static constexpr int BYTES = HALO_BARS + (HALO ? 2 * HALO_STAGES * 8 : 0);
@@ -362,8 +327,6 @@ struct WgmmaSmem {
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
   static_assert(!HALO || (!PIXM && WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes, no multicast");
-  static_assert(!WG_STASH || (!PIXM && WG_PERSISTENT && WG_STAGING == 1 && BN % 8 == 0), "the stash: channel-major, persistent, one staging tile");
-  static_assert(!WG_STASH || !WG_MCAST, "the stash: no clusters");
 };
 
 template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
@@ -578,93 +541,30 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       if (ok) *reinterpret_cast<int4*>(p.y + g) = *reinterpret_cast<const int4*>(staging + s);
     });
   };
-  // The epilogue's per-channel factors of a tile's two accumulator rows, loaded when the tile starts so their
-  // latency hides under its main loop, folded (docs/ops.md: scale/out_scale, bias/out_scale) when needed.
-  auto load_factors = [&](const Tile& tc, float (&sc_raw)[2], float (&bi_raw)[2]) {
+  // A tile's output leaves the staging tile during the NEXT tile's first wgmma batch (the tensor cores
+  // work while the consumers store), so the epilogue's stores never idle the tensor cores.
+  bool pending = false;
+  Tile pending_tc(blockIdx.x, p, t, ohw, CH);
+  const int8_t* pending_staging = s_out;
+  int it = 0;  // ring slot use counter, continuous across tiles (same sequence as the producer's)
+  int local = 0;  // tiles this CTA has done
+  for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step, ++local) {
+    const Tile tc(tile, p, t, ohw, CH);
+    int8_t* staging = s_out + (WG_STAGING == 2 ? (local & 1) * L::OUT_BYTES : 0);
+    const bool res_now = has_res && (WG_DIAG == 0 || WG_DIAG == 3);  // the builds that run the epilogue
+    // Two staging tiles: this tile's residual can stream in now (the other tile holds the pending output).
+    if (WG_STAGING == 2 && res_now) issue_residual(tc, staging);
+    cp_async_commit();
+    // The epilogue's per-channel factors, loaded now so their latency hides under the main loop.
+    float sc_raw[2], bi_raw[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int c = min(tc.c0 + c_lo + 8 * h, kpad - 1);  // channels past Kpad: computed, never stored
       sc_raw[h] = p.scale[c];
       bi_raw[h] = p.bias[c];
     }
-  };
-  auto fold_factors = [&](const float (&sc_raw)[2], const float (&bi_raw)[2], float (&sc)[2], float (&bi)[2]) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      sc[h] = es.fold(sc_raw[h]);
-      bi[h] = es.fold(bi_raw[h]);
-    }
-  };
-  const bool res_now = has_res && (WG_DIAG == 0 || WG_DIAG == 3);  // the builds that run the epilogue
 
-  // Without WG_STASH: a tile's output leaves the staging tile during the NEXT tile's first wgmma batch (the
-  // tensor cores work while the consumers store), so the epilogue's stores never idle the tensor cores.
-  bool pending = false;
-  Tile pending_tc(blockIdx.x, p, t, ohw, CH);
-  const int8_t* pending_staging = s_out;
-
-  // WG_STASH: tile i's epilogue runs under tile i + 1's main loop, its output is stored under tile i + 2's
-  // first batch. Each thread's stash vector q (its acc[4q .. 4q + 3], 8-pixel block q) sits at stash[q * CONSUMERS].
-  constexpr int NQ = BN / 8;
-  int4* const stash = reinterpret_cast<int4*>(smem + L::STASH_OFFSET) + tid;
-  int8_t* const stash_cells = s_out + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
-  bool stashed = false, out_ready = false, res_landed = false;  // a tile in the stash / an output in the staging tile
-  Tile stash_tc = pending_tc, out_tc = pending_tc;
-  float st_sc[2] = {0.f, 0.f}, st_bi[2] = {0.f, 0.f};  // the stashed tile's folded factors
-  int done_q = 0;  // stash vectors requantized so far
-  // With a residual the first share waits for the copies, one batch later than without.
-  const int first_kb = res_now ? 1 : 0, shares = kblocks - first_kb;
-  auto requantize_stash_upto = [&](int q_end) {
-    if (res_now && !res_landed) {
-      cp_async_wait<0>();
-      sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed
-      res_landed = true;
-    }
-    if (has_res)
-      requantize_stash<L::OUT_STRIDE, true>(stash, CONSUMERS, done_q, q_end, stash_cells, st_sc, st_bi, es.rs, es.relu_min);
-    else
-      requantize_stash<L::OUT_STRIDE, false>(stash, CONSUMERS, done_q, q_end, stash_cells, st_sc, st_bi, es.rs, es.relu_min);
-    done_q = q_end;
-  };
-  // Empty the staging tile of the output it holds, then (a tile stashed) bring in that tile's residual.
-  auto flush_and_prefetch = [&] {
-    if (out_ready) store(out_tc, s_out);
-    out_ready = false;
-    if (stashed) {
-      sm90::named_barrier(1, CONSUMERS);  // every consumer's stores have read the staging tile
-      if (res_now) issue_residual(stash_tc, s_out);
-    }
-    cp_async_commit();
-  };
-  // The stashed tile's last vectors, then the whole staging tile written before anyone stores from it.
-  auto finish_stashed = [&] {
-    requantize_stash_upto(NQ);
-    sm90::named_barrier(1, CONSUMERS);
-    stashed = false;
-    out_ready = true;
-    out_tc = stash_tc;
-  };
-
-  // What the consumers do while k-block kb's wgmmas run (tile tc, staging tile `staging`).
-  auto under_batch = [&](int kb, const Tile& tc, int8_t* staging) {
-    if (WG_STASH) {
-      if (kb == 0) flush_and_prefetch();
-      if (stashed && kb >= first_kb) requantize_stash_upto(NQ * (kb - first_kb + 1) / shares);
-    } else if (kb == 0) {
-      // The previous tile's stores, then (one staging tile) this tile's residual into the staging tile they
-      // have just emptied.
-      if (pending) store(pending_tc, pending_staging);
-      pending = false;
-      if (WG_STAGING == 1 && res_now) {
-        sm90::named_barrier(1, CONSUMERS);  // every consumer's stores have read the staging tile
-        issue_residual(tc, staging);
-      }
-      cp_async_commit();
-    }
-  };
-  // One tile's main loop: k-block kb waits for its ring slot (and windows), issues its batch of wgmmas, runs
-  // under_batch while they execute, then hands back the slot (and windows) the previous batch read.
-  auto main_loop = [&](int (&acc)[BN / 2], int& it, int local, const Tile& tc, int8_t* staging) {
+    int acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
     WindowCursor<L> win(local * windows);  // WG_HALO
@@ -686,7 +586,17 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         if (L::HALO) win.advance(p, wh);
       }
       sm90::wgmma_commit();
-      under_batch(kb, tc, staging);
+      if (kb == 0) {
+        // Under the first batch: the previous tile's stores, then (one staging tile) this tile's residual
+        // into the staging tile they have just emptied.
+        if (pending) store(pending_tc, pending_staging);
+        pending = false;
+        if (WG_STAGING == 1 && res_now) {
+          sm90::named_barrier(1, CONSUMERS);  // every consumer's stores have read the staging tile
+          issue_residual(tc, staging);
+        }
+        cp_async_commit();
+      }
       sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
       if (kb > 0 && lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));
       if (L::HALO) win.release_before(kb * KS, windows, p, hempty0, lane);
@@ -696,46 +606,20 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     if (lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
     if (L::HALO) win.release_before(t.kt, windows, p, hempty0, lane);
     __syncwarp();
-  };
-
-  int it = 0;  // ring slot use counter, continuous across tiles (same sequence as the producer's)
-  int local = 0;  // tiles this CTA has done
-  for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step, ++local) {
-    const Tile tc(tile, p, t, ohw, CH);
-    int8_t* staging = s_out + (WG_STAGING == 2 ? (local & 1) * L::OUT_BYTES : 0);
-    if (!WG_STASH) {
-      // Two staging tiles: this tile's residual can stream in now (the other tile holds the pending output).
-      if (WG_STAGING == 2 && res_now) issue_residual(tc, staging);
-      cp_async_commit();
-    }
-    float sc_raw[2], bi_raw[2];
-    load_factors(tc, sc_raw, bi_raw);
-
-    int acc[BN / 2];
-    main_loop(acc, it, local, tc, staging);
 
     if (kDiagSkipsEpilogue) {
       keep_accumulators_live(acc, p, tid);
       continue;
     }
-    if (WG_STASH) {
-      // The previous tile's epilogue is done (its shares ran under this main loop; with a k-block or two, the
-      // rest now): park this tile's accumulators and go on to the next tile at once.
-      if (stashed) finish_stashed();
-#pragma unroll
-      for (int q = 0; q < NQ; ++q) stash[q * CONSUMERS] = make_int4(acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
-      stashed = true;
-      res_landed = false;
-      done_q = 0;
-      stash_tc = tc;
-      fold_factors(sc_raw, bi_raw, st_sc, st_bi);
-      continue;
-    }
     // ---------------- epilogue: requantize into the staging tile; the stores go out under the next tile ----------------
     cp_async_wait<0>();
     sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed (and the stores read their tile)
-    float sc[2], bi[2];
-    fold_factors(sc_raw, bi_raw, sc, bi);
+    float sc[2], bi[2];  // docs/ops.md's folded factors scale/out_scale, bias/out_scale
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sc[h] = es.fold(sc_raw[h]);
+      bi[h] = es.fold(bi_raw[h]);
+    }
     int8_t* cells = staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
     if (has_res) {
       requantize_to_staging<BN, L::OUT_STRIDE, true>(acc, cells, sc, bi, es.rs, es.relu_min);
@@ -747,11 +631,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     pending_tc = tc;
     pending_staging = staging;
   }
-  if (WG_STASH && stashed) {  // the last two tiles: the output in the staging tile, then the stashed one
-    flush_and_prefetch();
-    finish_stashed();
-  }
-  if (WG_STASH && out_ready) store(out_tc, s_out);
   if (pending) store(pending_tc, pending_staging);
   // No CTA of a pair leaves while its partner may still arrive on its barriers.
   if (WG_MCAST) sm90::cluster_sync();
