@@ -24,6 +24,7 @@ import json
 import shlex
 import sys
 
+from ..io import atomic_write_json
 from ..plugins.conv import ConvLaunch
 from ..plugins.tactics import TACTICS_BY_ID, ConvShape, choose
 
@@ -115,15 +116,16 @@ def main(argv=None) -> int:
                 ms = graph_time_ms(torch, runner(plan), 10)
                 rec[label] = {"ms": ms, "tops": flops / (ms * 1e-3) / 1e12, "ok": ok, "tactic": t.name}
             except Exception as exc:  # a variant outside shared memory etc.: say so, keep going
-                rec[label] = {"error": repr(exc)[:200]}
+                # the message's end: a compiler's log ends with its error, the start is only the defines
+                rec[label] = {"error": f"{type(exc).__name__}: ...{str(exc)[-300:]}"}
             _print_variant(label, rec[label])  # as each is timed: a run cut short still shows what it measured
         rows.append(rec)
         torch.cuda.empty_cache()
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
-                       "command": "python3 -m trtfuse.bench.wgmma_diag " + shlex.join(sys.argv[1:] if argv is None else argv),
-                       "records": rows}, f, indent=1)
+        atomic_write_json(args.out, {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+                                     "command": "python3 -m trtfuse.bench.wgmma_diag "
+                                     + shlex.join(sys.argv[1:] if argv is None else argv),
+                                     "records": rows})
     return 0
 
 
