@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
+import datetime
 import sys
 
+from ..io import atomic_write_json
 from ..plugins.tactics import TACTICS_BY_ID, ConvShape
 
 RES3_CONV3 = ConvShape(256, 128, 28, 28, 512, 1, 1)
@@ -93,11 +94,11 @@ def main(argv=None) -> int:
                         record(label, lambda fn=fn, geo=geo, ctas=ctas: cd.launch(
                             fn, (ctas, 1, 1), (256, 1, 1), smem, torch.cuda.current_stream().cuda_stream,
                             [ctypes.addressof(rp), ctypes.addressof(yp), ctypes.addressof(geo)]))
-    result = {"device": torch.cuda.get_device_name(), "layer": "res3 conv3 output, batch 256", "bytes_each_way": nbytes,
+    result = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+              "layer": "res3 conv3 output, batch 256", "bytes_each_way": nbytes,
               "command": "python3 -m trtfuse.bench.stream_probe" + (" " + " ".join(argv) if argv else ""), "rows": rows}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        atomic_write_json(args.out, result)
     return 0
 
 

@@ -225,7 +225,7 @@ class WgmmaTactic(Tactic):
             assert self.consumers in (2, 4) and self.consumers % (self.bm // 64) == 0
             assert self.bn * self.consumers <= 512, "accumulators: bn / 2 registers per consumer thread"
             assert self.resident_kt % 4 == 0
-            assert not self.pingpong or self.consumers // (self.bm // 64) == 2, "ping-pong alternates two tile groups"
+            assert not self.pingpong or self.tile_groups == 2, "ping-pong alternates two tile groups"
             assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
         else:
             assert not self.pingpong, "ping-pong alternates the pixel-major tile groups"
@@ -236,6 +236,11 @@ class WgmmaTactic(Tactic):
     @property
     def CHANNELS(self) -> int:  # output channels per CTA tile
         return self.bn
+
+    @property
+    def tile_groups(self) -> int:
+        """Pixel-major: tile groups a CTA's consumer warpgroups form, bm / 64 warpgroups each (WgmmaSmem::GROUPS)."""
+        return self.consumers // (self.bm // 64)
 
     @property
     def threads(self) -> int:
@@ -287,9 +292,8 @@ class WgmmaTactic(Tactic):
         if self.pixel_major:
             weights_in_slot = 0 if self.resident_kt else self.CHANNELS
             ring = self.stages * self.ks * 32 * (weights_in_slot + self.bm) + self.resident_kt * 32 * self.CHANNELS
-            groups = self.consumers // (self.bm // 64)
-            staging = groups * 2 * self.bm * self.bn if self.tma_store else 0
-            return ring + 2 * self.consumers * 64 * self.bn + staging + groups * 8 * self.bn + bars + 1024
+            staging = self.tile_groups * 2 * self.bm * self.bn if self.tma_store else 0
+            return ring + 2 * self.consumers * 64 * self.bn + staging + self.tile_groups * 8 * self.bn + bars + 1024
         if self.halo_rows:  # weight slots carry weights only; the windows have their ring and barriers
             ring = self.stages * self.ks * 32 * self.CHANNELS + self.halo_stages * self.halo_slot_bytes
             bars += 16 * self.halo_stages
