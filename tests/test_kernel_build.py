@@ -135,5 +135,6 @@ def test_wgmma_kernel_refuses_plain_sm90():
 def test_wgmma_struct_mirrors_the_kernel():
     from trtfuse.plugins.wgmma import WgmmaTileStruct
 
-    assert [f for f, _ in WgmmaTileStruct._fields_] == ["th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles"]
-    assert __import__("ctypes").sizeof(WgmmaTileStruct) == 28
+    assert [f for f, _ in WgmmaTileStruct._fields_] == ["th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles",
+                                                       "groups_per_image", "div_groups_d", "div_groups_mul", "div_groups_shr"]
+    assert __import__("ctypes").sizeof(WgmmaTileStruct) == 44

@@ -112,6 +112,22 @@ def test_pixel_major_ctas_walk_several_tiles(monkeypatch, tactic_id, ctas):
     _check(shape, False, tactic, relu=False)
 
 
+@pytest.mark.parametrize("ctas", ["3", "1", ""], ids=["three-ctas", "one-cta", "every-sm"])
+@pytest.mark.parametrize("tactic_id", [52, 53, 54, 55])
+def test_flat_tiles_cross_images_and_the_batch_end(monkeypatch, tactic_id, ctas):
+    # WG_FLAT: 35-pixel maps, so groups of 8 or 16 pixels end past each image (zero-filled rows, never stored),
+    # 7 images, so the last tile reaches past the batch (its groups reload the batch's last group); 512
+    # channels = 2 channel tiles, each CTA walking several tiles.
+    if ctas:
+        monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", ctas)
+    tactic = TACTICS_BY_ID[tactic_id]
+    shape = ConvShape(7, 96, 7, 5, 512, 1, 1)
+    geo = tactic.geometry(shape)
+    assert geo.groups_per_image * tactic.flat > 35 and geo.pix_tiles * tactic.bm > 7 * geo.groups_per_image * tactic.flat, geo
+    _check(shape, True, tactic)
+    _check(shape, False, tactic, relu=False)
+
+
 @pytest.mark.parametrize("channels", [64, 256], ids=["one-k-block", "two-k-blocks"])
 @pytest.mark.parametrize("multicast", [False, True], ids=["single", "multicast"])
 def test_two_staging_tiles_alternate_across_tiles(monkeypatch, multicast, channels):

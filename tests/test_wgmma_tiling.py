@@ -55,11 +55,11 @@ def tile_pixel(pos: int, ow: int, valid_px: int, wh: int = 0):
     return pix, pos % wh < ow and pix < valid_px
 
 
-def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int, bm: int = 128):
+def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, row_pixel, c0: int, bm: int = 128):
     """wgmma_conv.cu's ResidualSlice::load by every consumer warp of a tile's group: warp w (64 part +
-    16 warp = 16 w) copies, lane l, 16-byte half l % 2 of tile pixel 16 w + l / 2, block b, into slice w
-    [block][16 pixels][32] (zeros where the pixel or block is outside the tensor); the group's slices are
-    consecutive. Copies stay inside their slice and never overlap."""
+    16 warp = 16 w) copies, lane l, 16-byte half l % 2 of tile row 16 w + l / 2 (pixel m, ok = row_pixel(row)),
+    block b, into slice w [block][16 pixels][32] (zeros where the pixel or block is outside the tensor); the
+    group's slices are consecutive. Copies stay inside their slice and never overlap."""
     tile = np.full(bm * ch, -1000, np.int64)  # bytes nobody copied stay visible
     written = np.zeros(bm * ch, np.int32)
     blocks = (kpad - c0) // 32
@@ -69,8 +69,9 @@ def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0:
             for b in range(ch // 32):
                 dst = w * 16 * ch + (16 * b + lane // 2) * 32 + 16 * (lane % 2)
                 assert w * 16 * ch <= dst and dst + 16 <= (w + 1) * 16 * ch
-                if px < valid_px and b < blocks:
-                    n, pix = divmod(m0 + px, ohw)
+                m, ok = row_pixel(px)
+                if ok and b < blocks:
+                    n, pix = divmod(m, ohw)
                     src = ((n * (kpad // 32) + c0 // 32 + b) * ohw + pix) * 32 + 16 * (lane % 2)
                     assert src + 16 <= flat_residual.size
                     tile[dst:dst + 16] = flat_residual[src:src + 16]
@@ -84,6 +85,19 @@ def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0:
 def pixel_major_residual_offset(px: int, b: int, q: int, ch: int) -> int:
     """ResidualSlice::read: lane (g, q) of warp px // 16 reads slice pixel px % 16, block b, bytes 8q .. 8q + 7."""
     return (px // 16) * 16 * ch + (16 * b + px % 16) * 32 + 8 * q
+
+
+def flat_row_pixel(shape: ConvShape, g, tactic, tile: int):
+    """WG_FLAT's TileCoord::row_pixel: tile row px is pixel px % flat of group q0 + px // flat, group q pixels
+    (q % groups_per_image) * flat .. of image q // groups_per_image. Returns px -> (linear pixel m, in the tensor?)."""
+    oh, ow = shape.out_hw
+    q0 = tile // g.ch_tiles * (tactic.bm // tactic.flat)
+
+    def row_pixel(px: int):
+        n, rest = divmod(q0 + px // tactic.flat, g.groups_per_image)
+        pix = rest * tactic.flat + px % tactic.flat
+        return n * oh * ow + pix, n < shape.n and pix < oh * ow
+    return row_pixel
 
 
 def tile_coord(shape: ConvShape, g, tile: int, ch: int):
@@ -125,6 +139,10 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
     for tile in order:
         n0, oh0, valid_px, m0, c0 = tile_coord(shape, g, tile, ch)
         h0, w0 = oh0 * sh - pt, -pl
+        if tactic.flat:
+            row_pixel = flat_row_pixel(shape, g, tactic, tile)
+        else:
+            row_pixel = lambda px, m0=m0, valid_px=valid_px: (m0 + px, px < valid_px)
         acc = np.zeros((ch, bn), np.int64)  # D = channels x pixels (pixel-major: D^T, columns in box-row order)
         cb = r = s = 0
         for k in range(g.kt):
@@ -141,6 +159,15 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                     window[:box_px] = tma_box(x5, (0, w0, h0, cb, n0), (32, wh, g.th + shape.r - 1, 1, 1), (1,) * 5).reshape(-1, 32)
                 b = window[r * wh + s:r * wh + s + bn]
                 assert b.shape == (bn, 32), "a view stays inside its window slot"
+            elif tactic.flat:  # one box per group of the (32, OH * OW, 1, CB, N) view; groups past the batch load its last
+                xf = x5.reshape(shape.n, -1, 1, shape.h * shape.w, 32)
+                b = np.zeros((bn, 32), np.int64)
+                groups = bn // tactic.flat
+                for gi in range(groups):
+                    q = min(tile // g.ch_tiles * groups + gi, shape.n * g.groups_per_image - 1)
+                    n, rest = divmod(q, g.groups_per_image)
+                    b[gi * tactic.flat:(gi + 1) * tactic.flat] = tma_box(
+                        xf, (0, rest * tactic.flat, 0, cb, n), (32, tactic.flat, 1, 1, 1), (1,) * 5).reshape(-1, 32)
             else:
                 b = np.zeros((bn, 32), np.int64)
                 b[:box_px] = tma_box(x5, (0, w0 + s, h0 + r, cb, n0), (32, ow * sw, g.th * sh, 1, g.nb),
@@ -158,14 +185,16 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
             store = {32 * b + 8 * jj + 2 * q + e: 32 * b + 8 * q + 2 * jj + e
                      for b in range(ch // 32) for jj in range(4) for q in range(4) for e in range(2)}
             if residual is not None:
-                rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn)
+                rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, row_pixel, c0, bn)
         else:
             store = {c: c for c in range(ch)}
         # for_each_tile_vector: staging row px is pixel px, or (halo) window position px = oh * wh + ow
-        positions = [(px, *tile_pixel(px, ow, valid_px, wh if tactic.halo_rows else 0)) for px in range(bn)]
-        stored = [(px, pix) for px, pix, ok in positions if ok]
-        for px, tile_pix in stored:
-            m = m0 + tile_pix
+        if tactic.pixel_major:  # pixel_major_epilogue: row px is pixel m where row_pixel says so
+            positions = [(px, *row_pixel(px)) for px in range(bn)]
+        else:
+            positions = [(px, m0 + pix, ok) for px in range(bn) for pix, ok in [tile_pixel(px, ow, valid_px, wh if tactic.halo_rows else 0)]]
+        stored = [(px, m) for px, m, ok in positions if ok]
+        for px, m in stored:
             n, pix = divmod(m, ohw)
             for col, c in store.items():
                 if c0 + c < kpad:
@@ -188,6 +217,8 @@ CASES = [
     ConvShape(2, 32, 9, 9, 128, 5, 5, (1, 1), (2, 2, 2, 2)),
     ConvShape(1, 64, 28, 28, 32, 3, 3, (1, 1), (1, 1, 1, 1)),
     ConvShape(1, 32, 1, 1, 32, 1, 1),
+    ConvShape(3, 64, 7, 5, 288, 1, 1),  # flat tiles: 35-pixel maps, groups ending past an image, a last tile past the batch
+    ConvShape(5, 96, 14, 14, 256, 1, 1),
 ]
 
 
@@ -273,7 +304,8 @@ def test_tensor_map_arguments_are_within_tma_limits():
             if g is not None:
                 args = tensor_map_args(shape, t, g)  # raises outside the limits
                 dims, strides, box, es = args["x"]
-                assert math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name  # = expect_tx bytes
+                boxes = t.bm // t.flat if t.flat else 1  # flat tiles: one box per pixel group, all in one k32 step's expect_tx
+                assert boxes * math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name  # = expect_tx bytes
 
 
 def test_resident_weight_grids_keep_each_cta_on_one_channel_tile(monkeypatch):

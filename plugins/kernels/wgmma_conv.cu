@@ -135,6 +135,16 @@
 #ifndef WG_HALO
 #define WG_HALO 0
 #endif
+// > 0 (pixel-major, 1x1 stride-1 convs without padding): "flat" pixel tiles. A row tile holds whole output rows,
+// so a map whose rows do not fill the tile's 64 or 128 wgmma rows computes rows that are never stored (28-pixel
+// rows: 112 of 128; 14 x 14 maps: 196 pixels in 4 tiles of 64), and the epilogue, which bounds these layers
+// (docs/PERF.md), pays for every computed row. Here a tile is WG_BN / WG_FLAT groups of WG_FLAT consecutive
+// pixels of one image, the groups consecutive across the batch (group q: image q / G, pixels (q % G) * WG_FLAT
+// .., G = ceil(OH * OW / WG_FLAT) groups per image), each one TMA box of the activation viewed as (32, OH * OW,
+// 1, CB, N). Only a map's last group per image carries rows that are not pixels (zero-filled, never stored).
+#ifndef WG_FLAT
+#define WG_FLAT 0
+#endif
 #ifndef WG_HALO_ROWS
 #define WG_HALO_ROWS 288
 #endif
@@ -164,16 +174,24 @@ struct WgmmaTile {
   int tiles_per_image;  // pixel tiles per image when nb == 1 (unused otherwise)
   int ch_tiles;         // 128-channel tiles: ceil(Kpad / 128)
   int kt;               // k32 steps of the GEMM-K: CB * R * S
-  int box_bytes;        // bytes one activation box writes: nb * th * OW * 32
+  int box_bytes;        // bytes one activation box writes: nb * th * OW * 32 (WG_FLAT: a k32 step's boxes, WG_BN * 32)
   int tiles;            // CTA tiles: pixel tiles x channel tiles (a persistent CTA walks tile += gridDim.x)
+  int groups_per_image; // WG_FLAT: pixel groups per image, ceil(OH * OW / WG_FLAT) (unused otherwise)
+  FastDivmod div_groups;  // by groups_per_image
 };
+constexpr int kFlatGroupsPerTile = WG_FLAT ? WG_BN / WG_FLAT : 0;
+static_assert(!WG_FLAT || (WG_BN % WG_FLAT == 0 && WG_FLAT % 8 == 0), "flat tiles: whole groups of whole 8-row swizzle atoms");
 
 // Where tile `tile` sits: channel tile fastest (CTAs sharing an activation tile run together, hit L2).
 struct TileCoord {
   int n0, oh0, valid_px, m0, c0;
+  int q0;  // WG_FLAT: the tile's first pixel group
   __device__ __forceinline__ TileCoord(int tile, const ConvParams& p, const WgmmaTile& t, int ohw, int channels) {
     const int ch_tile = tile % t.ch_tiles, pix_tile = tile / t.ch_tiles;
-    if (t.nb == 1) {
+    q0 = pix_tile * kFlatGroupsPerTile;
+    if (WG_FLAT) {  // n0, oh0, valid_px, m0 describe row tiles only: row_pixel below
+      n0 = oh0 = valid_px = m0 = 0;
+    } else if (t.nb == 1) {
       n0 = pix_tile / t.tiles_per_image;
       oh0 = (pix_tile - n0 * t.tiles_per_image) * t.th;
       valid_px = (p.OH - oh0 < t.th ? p.OH - oh0 : t.th) * p.OW;
@@ -184,6 +202,17 @@ struct TileCoord {
     }
     m0 = n0 * ohw + oh0 * p.OW;  // the tile's pixels are m0 .. m0 + valid_px - 1 of the linear output
     c0 = ch_tile * channels;
+  }
+  // Pixel-major: the linear output pixel `m` of tile row px, and whether it is one of the tensor's. Row tiles:
+  // m0 + px while px < valid_px. WG_FLAT: row px is pixel px % WG_FLAT of group q0 + px / WG_FLAT.
+  __device__ __forceinline__ bool row_pixel(int px, const ConvParams& p, const WgmmaTile& t, int ohw, int& m) const {
+    if (!WG_FLAT) {
+      m = m0 + px;
+      return px < valid_px;
+    }
+    const int q = q0 + px / WG_FLAT, n = t.div_groups.div(q), pix = (q - n * t.groups_per_image) * WG_FLAT + px % WG_FLAT;
+    m = n * ohw + pix;
+    return n < p.N && pix < ohw;
   }
 };
 
@@ -327,6 +356,7 @@ struct WgmmaSmem {
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
   static_assert(!HALO || (!PIXM && WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes, no multicast");
+  static_assert(!WG_FLAT || (PIXM && !WG_TMA_STORE), "flat tiles: pixel-major, the epilogue's own stores");
 };
 
 template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
@@ -491,6 +521,17 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
             if (L::HALO) {
               if (r == 0 && s == 0) issue_window(cb);  // after the weight slot it is first used with
             } else if (!kLoadActivations) {
+            } else if (WG_FLAT) {
+              // One box per pixel group (1x1: k32 step k is channel block cb). Groups past the batch (the last
+              // tile) load the batch's last group again: their rows are never stored, and no box lies wholly
+              // outside the tensor.
+              const int last_group = p.N * t.groups_per_image - 1;
+#pragma unroll
+              for (int g = 0; g < kFlatGroupsPerTile; ++g) {
+                const int q = min(tc.q0 + g, last_group), n = t.div_groups.div(q);
+                sm90::tma_load_5d(sb + j * L::B_STEP + g * WG_FLAT * 32, tmap_x, full, 0, (q - n * t.groups_per_image) * WG_FLAT,
+                                  0, cb, n);
+              }
             } else if (!WG_MCAST) {
               sm90::tma_load_5d(sb + j * L::B_STEP, tmap_x, full, 0, w0 + s, h0 + r, cb, tc.n0);
             } else if ((j & 1) == (int)rank) {
@@ -663,11 +704,11 @@ template <int CH>
 struct ResidualSlice {
   static constexpr int BYTES = 16 * CH;
   // Lane l copies 16-byte half l % 2 of slice pixel l / 2, for every block.
-  __device__ __forceinline__ static void load(int8_t* slice, const ConvParams& p, const TileCoord& tc, int first_px,
-                                              int ohw, int kpad, int lane) {
-    const int px = first_px + lane / 2;
-    const bool ok = px < tc.valid_px;
-    const size_t row = (ok ? chw32_offset(p, tc.m0 + px, tc.c0, ohw, kpad) : 0) + 16 * (lane % 2);
+  __device__ __forceinline__ static void load(int8_t* slice, const ConvParams& p, const WgmmaTile& t, const TileCoord& tc,
+                                              int first_px, int ohw, int kpad, int lane) {
+    int m;
+    const bool ok = tc.row_pixel(first_px + lane / 2, p, t, ohw, m);
+    const size_t row = (ok ? chw32_offset(p, m, tc.c0, ohw, kpad) : 0) + 16 * (lane % 2);
     const int blocks = (kpad - tc.c0) / 32;
 #pragma unroll
     for (int b = 0; b < CH / 32; ++b) {
@@ -704,10 +745,11 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
   const int box_px = t.th * p.OW;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    ok[h] = px[h] < tc.valid_px;
+    int m;
+    ok[h] = tc.row_pixel(px[h], p, t, ohw, m);
     out_off[h] = !ok[h] ? 0
                  : WG_TMA_STORE ? staging_offset<CH>(p, t, px[h], box_px) + 8 * (lane % 4)
-                                : chw32_offset(p, tc.m0 + px[h], tc.c0, ohw, kpad) + 8 * (lane % 4);
+                                : chw32_offset(p, m, tc.c0, ohw, kpad) + 8 * (lane % 4);
   }
   const int blocks = (kpad - tc.c0) / 32;  // < CH / 32 only on the last channel tile
   const size_t out_block = WG_TMA_STORE ? (size_t)box_px * 32 : (size_t)ohw * 32;
@@ -773,7 +815,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   static_assert(!PINGPONG || GROUPS == 2, "ping-pong alternates two tile groups");
   constexpr int kTurn = 1 + 2 * GROUPS, kTurnThreads = 2 * 128 * TILE_WGS;
   if (load_res && tile_of(group) < t.tiles)
-    ResidualSlice<CH>::load(slice0, p, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane);
+    ResidualSlice<CH>::load(slice0, p, t, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane);
   cp_async_commit();
   // Resident weights: the CTA stays on one channel tile (the host's grid is a multiple of the channel tiles,
   // or covers every tile once), so its folded factors are loaded once, here.
@@ -825,7 +867,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     // The group's next tile's residual into the other buffer (read by this warp a tile ago, __syncwarp'd).
     const int next = tile + GROUPS * tile_step;
     if (load_res && next < t.tiles)
-      ResidualSlice<CH>::load(slice0 + ((j + 1) & 1) * L::OUT_BYTES, p, TileCoord(next, p, t, ohw, CH), first_px, ohw, kpad, lane);
+      ResidualSlice<CH>::load(slice0 + ((j + 1) & 1) * L::OUT_BYTES, p, t, TileCoord(next, p, t, ohw, CH), first_px, ohw, kpad, lane);
     cp_async_commit();
 
     // Folded factors of the tile's channels: refreshed only when the channel tile changes (never after
