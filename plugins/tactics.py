@@ -184,7 +184,8 @@ class WgmmaGeometry:
     kt: int  # k32 steps (CB * R * S)
     box_bytes: int  # bytes of one activation TMA box: nb * th * OW * 32 (halo: the window, (th + R - 1) * WH * 32; flat: a k32 step's boxes, bm * 32)
     pix_tiles: int
-    groups_per_image: int = 0  # flat tiles: pixel groups of `flat` pixels per image, ceil(OH * OW / flat)
+    groups_per_image: int = 0  # flat tiles: 8-pixel groups per image, OH * OW / 8
+    box_groups: int = 0  # flat tiles: groups per activation box
 
     @property
     def ctas(self) -> int:
@@ -216,7 +217,7 @@ class WgmmaTactic(Tactic):
     tma_store: bool = False  # pixel-major: the output tile leaves through a shared-memory staging tile and a TMA store (WG_TMA_STORE)
     halo_rows: int = 0  # > 0: one input window per 32-channel block, each tap a shifted view of it (WG_HALO; slot rows)
     halo_stages: int = 3  # window ring slots (WG_HALO_STAGES)
-    flat: int = 0  # pixel-major, 1x1 stride-1 unpadded convs: tiles of bm / flat groups of `flat` pixels of one image (WG_FLAT)
+    flat: bool = False  # pixel-major, 1x1 stride-1 unpadded convs, OH * OW % 8 == 0: tiles of bm consecutive pixels (WG_FLAT)
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
 
@@ -229,7 +230,7 @@ class WgmmaTactic(Tactic):
             assert self.resident_kt % 4 == 0
             assert not self.pingpong or self.tile_groups == 2, "ping-pong alternates two tile groups"
             assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
-            assert not self.flat or (self.bm % self.flat == 0 and self.flat % 8 == 0 and not self.tma_store)
+            assert not self.flat or not self.tma_store, "flat tiles: the epilogue's own stores"
         else:
             assert not self.pingpong, "ping-pong alternates the pixel-major tile groups"
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
@@ -255,7 +256,7 @@ class WgmmaTactic(Tactic):
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_ts' if self.tma_store else ''}{'_pp' if self.pingpong else ''}"
-                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{f'_flat{self.flat}' if self.flat else ''}"
+                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_flat' if self.flat else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -278,7 +279,7 @@ class WgmmaTactic(Tactic):
             if self.pingpong:
                 d["WG_PINGPONG"] = 1
             if self.flat:
-                d["WG_FLAT"] = self.flat
+                d["WG_FLAT"] = 1
         if self.halo_rows:
             d.update(WG_HALO=1, WG_HALO_ROWS=self.halo_rows, WG_HALO_STAGES=self.halo_stages)
         if self.diag:
@@ -313,13 +314,14 @@ class WgmmaTactic(Tactic):
         handles (CHW4 input, boxes over 256, strides over 8)."""
         if shape.vec != 32:
             return None
-        groups_per_image = 0
+        groups_per_image = box_groups = 0
         if self.flat:
-            if (shape.r, shape.s, shape.stride, shape.pads) != (1, 1, (1, 1), (0, 0, 0, 0)):
-                return None  # a group is consecutive pixels of the input as of the output: 1x1, stride 1, unpadded
-            oh, ow = shape.out_hw
-            groups_per_image = math.ceil(oh * ow / self.flat)
-            tiles = 1, 1, 1, self.bm * 32, math.ceil(shape.n * groups_per_image * self.flat / self.bm)
+            # the output's linear pixel index is the input's (1x1, stride 1, unpadded) and comes in 8-pixel groups
+            if (shape.r, shape.s, shape.stride, shape.pads) != (1, 1, (1, 1), (0, 0, 0, 0)) or shape.h * shape.w % 8:
+                return None
+            groups_per_image = shape.h * shape.w // 8
+            box_groups = min(groups_per_image & -groups_per_image, self.bm // 8)  # a power of two dividing both
+            tiles = 1, 1, 1, self.bm * 32, math.ceil(shape.n * shape.h * shape.w / self.bm)
         else:
             tiles = self._window_tiles(shape) if self.halo_rows else self._row_tiles(shape)
         if tiles is None:
@@ -331,7 +333,7 @@ class WgmmaTactic(Tactic):
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
         if self.multicast and ch_tiles % 2:
             return None  # a cluster pairs a pixel tile's channel tiles
-        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_image)
+        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_image, box_groups)
 
     def _row_tiles(self, shape: ConvShape):
         """(TH, NB, tiles per image, box bytes, pixel tiles): TH full output rows of one image, balanced, or
@@ -421,15 +423,13 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(60, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(61, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(62, 208, 128, 2, 1, 6, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4),
-    # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers: w50 / w45 whose tiles are groups of 16 or 8 consecutive
-    # pixels of one image instead of whole output rows, so the 28- and 56-pixel rows of res2 / res3 leave no
-    # computed row unstored (row tiles: 12.5 % of the rows) and res4's 14 x 14 maps 2-6 % (row tiles: 23 %).
+    # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 with
+    # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
+    # computed row unstored (row tiles: 12.5 % of the rows).
     WgmmaTactic(52, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8, pingpong=True,
-                flat=16),
-    WgmmaTactic(53, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8, pingpong=True,
-                flat=8),
-    WgmmaTactic(54, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8, flat=16),
-    WgmmaTactic(55, 128, 256, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, flat=16),
+                flat=True),
+    WgmmaTactic(54, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8, flat=True),
+    WgmmaTactic(55, 128, 256, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, flat=True),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})

@@ -35,7 +35,7 @@ class WgmmaTileStruct(ctypes.Structure):
     """Mirror of trtfuse::WgmmaTile (plugins/kernels/wgmma_conv.cu); same field order."""
 
     _fields_ = [(n, ctypes.c_int32) for n in ("th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles",
-                                              "groups_per_image")] + [
+                                              "groups_per_image", "box_groups")] + [
         (f"div_groups_{f}", ctypes.c_uint32) for f in ("d", "mul", "shr")]
 
 
@@ -101,10 +101,11 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         # oh0 - pad_top), the padding zero-filled; each tap reads a shifted view of it (WG_HALO).
         args["x"] = (args["x"][0], args["x"][1], (32, ow + shape.s - 1, geo.th + shape.r - 1, 1, 1), (1,) * 5)
     if tactic.flat:
-        # (32, OH * OW, 1, CB, N): a 1x1 stride-1 unpadded conv's input pixels as the output's, one box per group of
-        # `flat` consecutive pixels of one image (rows past the image zero-filled).
+        # (32, 8, CB, G, N): a 1x1 stride-1 unpadded conv's input pixels (the output's) in G = OH * OW / 8 groups of
+        # 8 per image; a box is box_groups groups x a slot's 4 channel blocks, landing [group][block][8][32] (WG_FLAT).
         hw = shape.h * shape.w
-        args["x"] = ((32, hw, 1, cb, shape.n), (32, hw * 32, hw * 32, cb * hw * 32), (32, tactic.flat, 1, 1, 1), (1,) * 5)
+        args["x"] = ((32, 8, cb, geo.groups_per_image, shape.n), (32, hw * 32, 256, cb * hw * 32),
+                     (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)
     if tactic.pixel_major:
         # Weight rows permuted inside each 32-channel block: dims (KGpad, e 2, q 4, jj 4, Kpad/32) with row
         # strides (1, 8, 2, 32) so box row e + 2q + 8jj + 32b is channel 32b + 8q + 2jj + e: wgmma column
@@ -182,7 +183,7 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     d, mul, shr = fast_divmod(max(geo.groups_per_image, 1))
     tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,
                            kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas, groups_per_image=geo.groups_per_image,
-                           div_groups_d=d, div_groups_mul=mul, div_groups_shr=shr)
+                           box_groups=geo.box_groups, div_groups_d=d, div_groups_mul=mul, div_groups_shr=shr)
     smem = tactic.shared_bytes()
     fn = module_for(tactic).function(ENTRY, smem)
     cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,

@@ -136,5 +136,5 @@ def test_wgmma_struct_mirrors_the_kernel():
     from trtfuse.plugins.wgmma import WgmmaTileStruct
 
     assert [f for f, _ in WgmmaTileStruct._fields_] == ["th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles",
-                                                       "groups_per_image", "div_groups_d", "div_groups_mul", "div_groups_shr"]
-    assert __import__("ctypes").sizeof(WgmmaTileStruct) == 44
+                                                       "groups_per_image", "box_groups", "div_groups_d", "div_groups_mul", "div_groups_shr"]
+    assert __import__("ctypes").sizeof(WgmmaTileStruct) == 48

@@ -55,11 +55,11 @@ def tile_pixel(pos: int, ow: int, valid_px: int, wh: int = 0):
     return pix, pos % wh < ow and pix < valid_px
 
 
-def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, row_pixel, c0: int, bm: int = 128):
+def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int, bm: int = 128):
     """wgmma_conv.cu's ResidualSlice::load by every consumer warp of a tile's group: warp w (64 part +
-    16 warp = 16 w) copies, lane l, 16-byte half l % 2 of tile row 16 w + l / 2 (pixel m, ok = row_pixel(row)),
-    block b, into slice w [block][16 pixels][32] (zeros where the pixel or block is outside the tensor); the
-    group's slices are consecutive. Copies stay inside their slice and never overlap."""
+    16 warp = 16 w) copies, lane l, 16-byte half l % 2 of tile pixel 16 w + l / 2, block b, into slice w
+    [block][16 pixels][32] (zeros where the pixel or block is outside the tensor); the group's slices are
+    consecutive. Copies stay inside their slice and never overlap."""
     tile = np.full(bm * ch, -1000, np.int64)  # bytes nobody copied stay visible
     written = np.zeros(bm * ch, np.int32)
     blocks = (kpad - c0) // 32
@@ -69,9 +69,8 @@ def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, row_pixel, c
             for b in range(ch // 32):
                 dst = w * 16 * ch + (16 * b + lane // 2) * 32 + 16 * (lane % 2)
                 assert w * 16 * ch <= dst and dst + 16 <= (w + 1) * 16 * ch
-                m, ok = row_pixel(px)
-                if ok and b < blocks:
-                    n, pix = divmod(m, ohw)
+                if px < valid_px and b < blocks:
+                    n, pix = divmod(m0 + px, ohw)
                     src = ((n * (kpad // 32) + c0 // 32 + b) * ohw + pix) * 32 + 16 * (lane % 2)
                     assert src + 16 <= flat_residual.size
                     tile[dst:dst + 16] = flat_residual[src:src + 16]
@@ -87,24 +86,14 @@ def pixel_major_residual_offset(px: int, b: int, q: int, ch: int) -> int:
     return (px // 16) * 16 * ch + (16 * b + px % 16) * 32 + 8 * q
 
 
-def flat_row_pixel(shape: ConvShape, g, tactic, tile: int):
-    """WG_FLAT's TileCoord::row_pixel: tile row px is pixel px % flat of group q0 + px // flat, group q pixels
-    (q % groups_per_image) * flat .. of image q // groups_per_image. Returns px -> (linear pixel m, in the tensor?)."""
-    oh, ow = shape.out_hw
-    q0 = tile // g.ch_tiles * (tactic.bm // tactic.flat)
-
-    def row_pixel(px: int):
-        n, rest = divmod(q0 + px // tactic.flat, g.groups_per_image)
-        pix = rest * tactic.flat + px % tactic.flat
-        return n * oh * ow + pix, n < shape.n and pix < oh * ow
-    return row_pixel
-
-
 def tile_coord(shape: ConvShape, g, tile: int, ch: int):
     """wgmma_conv.cu's TileCoord: (n0, oh0, valid_px, m0, c0) of CTA tile `tile`, channel tile fastest."""
     oh, ow = shape.out_hw
     ohw = oh * ow
     ch_tile, pix_tile = tile % g.ch_tiles, tile // g.ch_tiles
+    if g.groups_per_image:  # flat tiles: bm consecutive pixels of the linear output index
+        bm = g.box_bytes // 32
+        return 0, 0, min(bm, shape.n * ohw - pix_tile * bm), pix_tile * bm, ch_tile * ch
     if g.nb == 1:
         n0 = pix_tile // g.tiles_per_image
         oh0 = (pix_tile - n0 * g.tiles_per_image) * g.th
@@ -139,10 +128,6 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
     for tile in order:
         n0, oh0, valid_px, m0, c0 = tile_coord(shape, g, tile, ch)
         h0, w0 = oh0 * sh - pt, -pl
-        if tactic.flat:
-            row_pixel = flat_row_pixel(shape, g, tactic, tile)
-        else:
-            row_pixel = lambda px, m0=m0, valid_px=valid_px: (m0 + px, px < valid_px)
         acc = np.zeros((ch, bn), np.int64)  # D = channels x pixels (pixel-major: D^T, columns in box-row order)
         cb = r = s = 0
         for k in range(g.kt):
@@ -159,15 +144,17 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                     window[:box_px] = tma_box(x5, (0, w0, h0, cb, n0), (32, wh, g.th + shape.r - 1, 1, 1), (1,) * 5).reshape(-1, 32)
                 b = window[r * wh + s:r * wh + s + bn]
                 assert b.shape == (bn, 32), "a view stays inside its window slot"
-            elif tactic.flat:  # one box per group of the (32, OH * OW, 1, CB, N) view; groups past the batch load its last
-                xf = x5.reshape(shape.n, -1, 1, shape.h * shape.w, 32)
-                b = np.zeros((bn, 32), np.int64)
-                groups = bn // tactic.flat
-                for gi in range(groups):
-                    q = min(tile // g.ch_tiles * groups + gi, shape.n * g.groups_per_image - 1)
+            elif tactic.flat:
+                # the slot's boxes of the (32, 8, CB, G, N) view, box_groups groups x 4 blocks each (boxes past the
+                # batch load its last), land [group][block][8][32]; step k % 4 is block k % 4 of every group
+                xf = x5.reshape(shape.n, -1, g.groups_per_image, 8, 32).transpose(0, 2, 1, 3, 4)  # [n][group][cb][8][32]
+                slot = np.zeros((bn // 8, tactic.ks, 8, 32), np.int64)
+                for gi in range(0, bn // 8, g.box_groups):
+                    q = min((m0 // 8) + gi, shape.n * g.groups_per_image - g.box_groups)
                     n, rest = divmod(q, g.groups_per_image)
-                    b[gi * tactic.flat:(gi + 1) * tactic.flat] = tma_box(
-                        xf, (0, rest * tactic.flat, 0, cb, n), (32, tactic.flat, 1, 1, 1), (1,) * 5).reshape(-1, 32)
+                    slot[gi:gi + g.box_groups] = tma_box(xf, (0, 0, k // 4 * 4, rest, n), (32, 8, tactic.ks, g.box_groups, 1),
+                                                         (1,) * 5)[0]
+                b = slot[:, k % 4].reshape(bn, 32)
             else:
                 b = np.zeros((bn, 32), np.int64)
                 b[:box_px] = tma_box(x5, (0, w0 + s, h0 + r, cb, n0), (32, ow * sw, g.th * sh, 1, g.nb),
@@ -185,16 +172,14 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
             store = {32 * b + 8 * jj + 2 * q + e: 32 * b + 8 * q + 2 * jj + e
                      for b in range(ch // 32) for jj in range(4) for q in range(4) for e in range(2)}
             if residual is not None:
-                rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, row_pixel, c0, bn)
+                rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn)
         else:
             store = {c: c for c in range(ch)}
         # for_each_tile_vector: staging row px is pixel px, or (halo) window position px = oh * wh + ow
-        if tactic.pixel_major:  # pixel_major_epilogue: row px is pixel m where row_pixel says so
-            positions = [(px, *row_pixel(px)) for px in range(bn)]
-        else:
-            positions = [(px, m0 + pix, ok) for px in range(bn) for pix, ok in [tile_pixel(px, ow, valid_px, wh if tactic.halo_rows else 0)]]
-        stored = [(px, m) for px, m, ok in positions if ok]
-        for px, m in stored:
+        positions = [(px, *tile_pixel(px, ow, valid_px, wh if tactic.halo_rows else 0)) for px in range(bn)]
+        stored = [(px, pix) for px, pix, ok in positions if ok]
+        for px, tile_pix in stored:
+            m = m0 + tile_pix
             n, pix = divmod(m, ohw)
             for col, c in store.items():
                 if c0 + c < kpad:
@@ -217,8 +202,9 @@ CASES = [
     ConvShape(2, 32, 9, 9, 128, 5, 5, (1, 1), (2, 2, 2, 2)),
     ConvShape(1, 64, 28, 28, 32, 3, 3, (1, 1), (1, 1, 1, 1)),
     ConvShape(1, 32, 1, 1, 32, 1, 1),
-    ConvShape(3, 64, 7, 5, 288, 1, 1),  # flat tiles: 35-pixel maps, groups ending past an image, a last tile past the batch
-    ConvShape(5, 96, 14, 14, 256, 1, 1),
+    ConvShape(7, 96, 6, 4, 288, 1, 1),  # flat tiles: 3 groups of 8 per image (one-group boxes), the last tile past the batch
+    ConvShape(3, 64, 12, 4, 256, 1, 1),  # 6 groups: two-group boxes
+    ConvShape(5, 160, 8, 8, 256, 1, 1),  # 8 groups: 8-group boxes; 5 channel blocks: a slot with 3 past CB
 ]
 
 
@@ -304,8 +290,10 @@ def test_tensor_map_arguments_are_within_tma_limits():
             if g is not None:
                 args = tensor_map_args(shape, t, g)  # raises outside the limits
                 dims, strides, box, es = args["x"]
-                boxes = t.bm // t.flat if t.flat else 1  # flat tiles: one box per pixel group, all in one k32 step's expect_tx
-                assert boxes * math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name  # = expect_tx bytes
+                if t.flat:  # a slot's boxes bring 4 k32 steps of bm pixels: expect_tx = 4 x box_bytes
+                    assert t.bm // 8 // g.box_groups * math.prod(box) == t.ks * g.box_bytes, name
+                else:
+                    assert math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name  # = expect_tx bytes
 
 
 def test_resident_weight_grids_keep_each_cta_on_one_channel_tile(monkeypatch):

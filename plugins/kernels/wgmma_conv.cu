@@ -135,13 +135,17 @@
 #ifndef WG_HALO
 #define WG_HALO 0
 #endif
-// > 0 (pixel-major, 1x1 stride-1 convs without padding): "flat" pixel tiles. A row tile holds whole output rows,
-// so a map whose rows do not fill the tile's 64 or 128 wgmma rows computes rows that are never stored (28-pixel
-// rows: 112 of 128; 14 x 14 maps: 196 pixels in 4 tiles of 64), and the epilogue, which bounds these layers
-// (docs/PERF.md), pays for every computed row. Here a tile is WG_BN / WG_FLAT groups of WG_FLAT consecutive
-// pixels of one image, the groups consecutive across the batch (group q: image q / G, pixels (q % G) * WG_FLAT
-// .., G = ceil(OH * OW / WG_FLAT) groups per image), each one TMA box of the activation viewed as (32, OH * OW,
-// 1, CB, N). Only a map's last group per image carries rows that are not pixels (zero-filled, never stored).
+// 1 (pixel-major, 1x1 stride-1 unpadded convs, OH * OW a multiple of 8): "flat" pixel tiles. A row tile holds
+// whole output rows, so a map whose rows do not fill the tile's 64 or 128 wgmma rows computes rows that are never
+// stored (28-pixel rows: 112 of 128, 56-pixel rows: 56 of 64), and the epilogue, which bounds these layers
+// (docs/PERF.md), pays for every computed row. A flat tile is WG_BN consecutive pixels of the linear output
+// index: WG_BN / 8 groups of 8 pixels, group q = pixels 8(q % G) .. of image q / G (G = OH * OW / 8 groups per
+// image), so only the batch's last tile has rows that are not pixels. The activation is viewed as (32, 8, CB, G,
+// N) and one box (32, 8, KS, GB, 1) brings GB groups x a slot's KS channel blocks; GB divides G, so no box
+// crosses an image. A box lands [group][block][8 pixels][32], so a slot is [group][k32 step][8][32]: k32 step s
+// of the tile is the 32-byte-swizzled K-major operand from s * 256 with 8-row groups KS * 256 bytes apart (the
+// descriptor's stride byte offset). Bigger boxes than one group per k32 step matter: the copy engine takes
+// ~150 clocks per box whatever its size at 512 bytes (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/17-*).
 #ifndef WG_FLAT
 #define WG_FLAT 0
 #endif
@@ -176,21 +180,21 @@ struct WgmmaTile {
   int kt;               // k32 steps of the GEMM-K: CB * R * S
   int box_bytes;        // bytes one activation box writes: nb * th * OW * 32 (WG_FLAT: a k32 step's boxes, WG_BN * 32)
   int tiles;            // CTA tiles: pixel tiles x channel tiles (a persistent CTA walks tile += gridDim.x)
-  int groups_per_image; // WG_FLAT: pixel groups per image, ceil(OH * OW / WG_FLAT) (unused otherwise)
+  int groups_per_image; // WG_FLAT: 8-pixel groups per image, OH * OW / 8 (unused otherwise)
+  int box_groups;       // WG_FLAT: groups per activation box (a power of two dividing groups_per_image and WG_BN / 8)
   FastDivmod div_groups;  // by groups_per_image
 };
-constexpr int kFlatGroupsPerTile = WG_FLAT ? WG_BN / WG_FLAT : 0;
-static_assert(!WG_FLAT || (WG_BN % WG_FLAT == 0 && WG_FLAT % 8 == 0), "flat tiles: whole groups of whole 8-row swizzle atoms");
+constexpr int kFlatGroup = 8;  // pixels per group: one 8-row core-matrix group of the operand
+constexpr int kFlatGroupsPerTile = WG_FLAT ? WG_BN / kFlatGroup : 0;
 
 // Where tile `tile` sits: channel tile fastest (CTAs sharing an activation tile run together, hit L2).
 struct TileCoord {
   int n0, oh0, valid_px, m0, c0;
-  int q0;  // WG_FLAT: the tile's first pixel group
   __device__ __forceinline__ TileCoord(int tile, const ConvParams& p, const WgmmaTile& t, int ohw, int channels) {
     const int ch_tile = tile % t.ch_tiles, pix_tile = tile / t.ch_tiles;
-    q0 = pix_tile * kFlatGroupsPerTile;
-    if (WG_FLAT) {  // n0, oh0, valid_px, m0 describe row tiles only: row_pixel below
-      n0 = oh0 = valid_px = m0 = 0;
+    if (WG_FLAT) {  // WG_BN consecutive pixels of the linear output index (n0, oh0: unused)
+      n0 = oh0 = 0;
+      valid_px = min(WG_BN, p.N * ohw - pix_tile * WG_BN);
     } else if (t.nb == 1) {
       n0 = pix_tile / t.tiles_per_image;
       oh0 = (pix_tile - n0 * t.tiles_per_image) * t.th;
@@ -200,19 +204,8 @@ struct TileCoord {
       oh0 = 0;
       valid_px = (p.N - n0 < t.nb ? p.N - n0 : t.nb) * ohw;
     }
-    m0 = n0 * ohw + oh0 * p.OW;  // the tile's pixels are m0 .. m0 + valid_px - 1 of the linear output
+    m0 = WG_FLAT ? pix_tile * WG_BN : n0 * ohw + oh0 * p.OW;  // the tile's pixels are m0 .. m0 + valid_px - 1 of the linear output
     c0 = ch_tile * channels;
-  }
-  // Pixel-major: the linear output pixel `m` of tile row px, and whether it is one of the tensor's. Row tiles:
-  // m0 + px while px < valid_px. WG_FLAT: row px is pixel px % WG_FLAT of group q0 + px / WG_FLAT.
-  __device__ __forceinline__ bool row_pixel(int px, const ConvParams& p, const WgmmaTile& t, int ohw, int& m) const {
-    if (!WG_FLAT) {
-      m = m0 + px;
-      return px < valid_px;
-    }
-    const int q = q0 + px / WG_FLAT, n = t.div_groups.div(q), pix = (q - n * t.groups_per_image) * WG_FLAT + px % WG_FLAT;
-    m = n * ohw + pix;
-    return n < p.N && pix < ohw;
   }
 };
 
@@ -506,7 +499,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           // A 128-byte weight box always lands whole (k32 steps past the GEMM-K read as zeros). Profiling
           // builds without copies still arrive on every barrier, so the ring keeps its turns.
           const int a_bytes = !kLoadWeights ? 0 : (WG_A128 ? KS * L::A_STEP : steps * L::A_STEP);
-          sm90::mbar_arrive_expect_tx(full, a_bytes + (L::HALO || !kLoadActivations ? 0 : steps * t.box_bytes));
+          const int act_steps = WG_FLAT ? KS : steps;  // a flat box brings KS blocks, those past CB zero-filled
+          sm90::mbar_arrive_expect_tx(full, a_bytes + (L::HALO || !kLoadActivations ? 0 : act_steps * t.box_bytes));
           const uint32_t sa = base + L::RING_OFFSET + slot * L::STAGE, sb = sa + L::A_IN_SLOT;
           if (kLoadWeights && PIXM) {
             // 5-D view (KGpad, 2, 4, 4, Kpad/32) of the packed weight: row e + 2q + 8jj + 32b of the box is
@@ -522,15 +516,13 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
               if (r == 0 && s == 0) issue_window(cb);  // after the weight slot it is first used with
             } else if (!kLoadActivations) {
             } else if (WG_FLAT) {
-              // One box per pixel group (1x1: k32 step k is channel block cb). Groups past the batch (the last
-              // tile) load the batch's last group again: their rows are never stored, and no box lies wholly
-              // outside the tensor.
-              const int last_group = p.N * t.groups_per_image - 1;
-#pragma unroll
-              for (int g = 0; g < kFlatGroupsPerTile; ++g) {
-                const int q = min(tc.q0 + g, last_group), n = t.div_groups.div(q);
-                sm90::tma_load_5d(sb + j * L::B_STEP + g * WG_FLAT * 32, tmap_x, full, 0, (q - n * t.groups_per_image) * WG_FLAT,
-                                  0, cb, n);
+              // The slot's boxes, once (j == 0), each GB groups x the slot's KS channel blocks (1x1: k32 step k is
+              // block k; blocks past CB zero-filled). Boxes past the batch (its last tile) load the batch's last box
+              // again: their rows are never stored, and no box lies wholly outside the tensor.
+              const int last_box = p.N * t.groups_per_image - t.box_groups;
+              for (int g = 0; j == 0 && g < kFlatGroupsPerTile; g += t.box_groups) {
+                const int q = min(tc.m0 / kFlatGroup + g, last_box), n = t.div_groups.div(q);
+                sm90::tma_load_5d(sb + g * KS * 256, tmap_x, full, 0, 0, kb * KS, q - n * t.groups_per_image, n);
               }
             } else if (!WG_MCAST) {
               sm90::tma_load_5d(sb + j * L::B_STEP, tmap_x, full, 0, w0 + s, h0 + r, cb, tc.n0);
@@ -704,11 +696,11 @@ template <int CH>
 struct ResidualSlice {
   static constexpr int BYTES = 16 * CH;
   // Lane l copies 16-byte half l % 2 of slice pixel l / 2, for every block.
-  __device__ __forceinline__ static void load(int8_t* slice, const ConvParams& p, const WgmmaTile& t, const TileCoord& tc,
-                                              int first_px, int ohw, int kpad, int lane) {
-    int m;
-    const bool ok = tc.row_pixel(first_px + lane / 2, p, t, ohw, m);
-    const size_t row = (ok ? chw32_offset(p, m, tc.c0, ohw, kpad) : 0) + 16 * (lane % 2);
+  __device__ __forceinline__ static void load(int8_t* slice, const ConvParams& p, const TileCoord& tc, int first_px,
+                                              int ohw, int kpad, int lane) {
+    const int px = first_px + lane / 2;
+    const bool ok = px < tc.valid_px;
+    const size_t row = (ok ? chw32_offset(p, tc.m0 + px, tc.c0, ohw, kpad) : 0) + 16 * (lane % 2);
     const int blocks = (kpad - tc.c0) / 32;
 #pragma unroll
     for (int b = 0; b < CH / 32; ++b) {
@@ -745,11 +737,10 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
   const int box_px = t.th * p.OW;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    int m;
-    ok[h] = tc.row_pixel(px[h], p, t, ohw, m);
+    ok[h] = px[h] < tc.valid_px;
     out_off[h] = !ok[h] ? 0
                  : WG_TMA_STORE ? staging_offset<CH>(p, t, px[h], box_px) + 8 * (lane % 4)
-                                : chw32_offset(p, m, tc.c0, ohw, kpad) + 8 * (lane % 4);
+                                : chw32_offset(p, tc.m0 + px[h], tc.c0, ohw, kpad) + 8 * (lane % 4);
   }
   const int blocks = (kpad - tc.c0) / 32;  // < CH / 32 only on the last channel tile
   const size_t out_block = WG_TMA_STORE ? (size_t)box_px * 32 : (size_t)ohw * 32;
@@ -807,7 +798,8 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   const int first_px = 64 * part + 16 * warp;  // this warp's 16 pixels of the tile
   const int px[2] = {first_px + lane / 4, first_px + lane / 4 + 8};
   int8_t* const slice0 = smem + L::OUT_OFFSET + (tid / 32) * ResidualSlice<CH>::BYTES;  // + L::OUT_BYTES: the other buffer
-  const uint32_t a_rows = part * 64 * 32;  // this warpgroup's 64 activation rows inside a k32 step
+  // this warpgroup's 64 activation rows inside a k32 step (WG_FLAT: 8 groups of [KS][8][32] inside the slot)
+  const uint32_t a_rows = part * 64 * (WG_FLAT ? KS * 32 : 32);
   auto tile_of = [&](int i) { return (int)blockIdx.x + i * tile_step; };  // the CTA's i-th tile
   const bool store_thread = WG_TMA_STORE && tid % (128 * TILE_WGS) == 0;  // issues the group's TMA stores
   // WG_PINGPONG: group g waits for its turn on barrier kTurn + g, which the other group's arrival completes.
@@ -815,7 +807,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   static_assert(!PINGPONG || GROUPS == 2, "ping-pong alternates two tile groups");
   constexpr int kTurn = 1 + 2 * GROUPS, kTurnThreads = 2 * 128 * TILE_WGS;
   if (load_res && tile_of(group) < t.tiles)
-    ResidualSlice<CH>::load(slice0, p, t, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane);
+    ResidualSlice<CH>::load(slice0, p, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane);
   cp_async_commit();
   // Resident weights: the CTA stays on one channel tile (the host's grid is a multiple of the channel tiles,
   // or covers every tile once), so its folded factors are loaded once, here.
@@ -852,7 +844,8 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
         const int k = kb * KS + s;  // resident: chunk k / 4, k32 step k % 4 of it
         const uint32_t w = L::WRES ? base + (k / 4) * L::WRES_CHUNK + (k % 4) * 32 : sa + s * 32;
         if (s < steps && WG_DIAG != 2 && WG_DIAG < 4)
-          sm90::WgmmaS8<CH>::mma(acc, sm90::desc_kmajor_sw32(sb + s * L::B_STEP), sm90::desc_kmajor_sw128(w));
+          sm90::WgmmaS8<CH>::mma(acc, WG_FLAT ? sm90::desc_kmajor(sb + s * 256, KS * 256, 3) : sm90::desc_kmajor_sw32(sb + s * L::B_STEP),
+                                 sm90::desc_kmajor_sw128(w));
       }
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();
@@ -867,7 +860,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     // The group's next tile's residual into the other buffer (read by this warp a tile ago, __syncwarp'd).
     const int next = tile + GROUPS * tile_step;
     if (load_res && next < t.tiles)
-      ResidualSlice<CH>::load(slice0 + ((j + 1) & 1) * L::OUT_BYTES, p, t, TileCoord(next, p, t, ohw, CH), first_px, ohw, kpad, lane);
+      ResidualSlice<CH>::load(slice0 + ((j + 1) & 1) * L::OUT_BYTES, p, TileCoord(next, p, t, ohw, CH), first_px, ohw, kpad, lane);
     cp_async_commit();
 
     // Folded factors of the tile's channels: refreshed only when the channel tile changes (never after
