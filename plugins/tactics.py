@@ -423,13 +423,15 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(60, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(61, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(62, 208, 128, 2, 1, 6, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4),
-    # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 with
+    # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).
     WgmmaTactic(52, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8, pingpong=True,
                 flat=True),
     WgmmaTactic(54, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8, flat=True),
     WgmmaTactic(55, 128, 256, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, flat=True),
+    WgmmaTactic(56, 128, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8,
+                flat=True),
 )
 assert not set(TACTICS_BY_ID) & {t.id for t in WGMMA_TACTICS}, "tactic ids are unique across families"
 TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})
@@ -458,8 +460,10 @@ WGMMA_SHORT_K_PREFERRED = (33, 35)
 # tile, whose epilogue writes from registers (bench/results/kernels-NVIDIA_H200-2026-11-21.json, v8 autotune:
 # w42 on every conv3 +res, w40 on the downsamples; res3 conv3 +res 0.124 -> 0.104 ms against w33); first the
 # ping-pong tile w50 where the GEMM-K fits its resident weights (<= 256: 2-4% faster on res2-res4 conv3 +res,
-# bench/results/wgmma-diag-NVIDIA_H200-2026-11-21/9-pingpong.json).
-WGMMA_PIXEL_MAJOR_PREFERRED = (50, 42, 40)
+# bench/results/wgmma-diag-NVIDIA_H200-2026-11-21/9-pingpong.json); and before w50 its flat-tile form w52 where the
+# map comes in 8-pixel groups (stride 1): res3 conv3 +res 0.0954 -> 0.0756 ms, res2 conv3 +res 0.1709 -> 0.1344
+# (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/18-flat-tiles.json).
+WGMMA_PIXEL_MAJOR_PREFERRED = (52, 50, 42, 40)
 
 
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:

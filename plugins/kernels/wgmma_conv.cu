@@ -145,7 +145,8 @@
 // crosses an image. A box lands [group][block][8 pixels][32], so a slot is [group][k32 step][8][32]: k32 step s
 // of the tile is the 32-byte-swizzled K-major operand from s * 256 with 8-row groups KS * 256 bytes apart (the
 // descriptor's stride byte offset). Bigger boxes than one group per k32 step matter: the copy engine takes
-// ~150 clocks per box whatever its size at 512 bytes (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/17-*).
+// ~150 clocks per 512-byte box, so one box per group and k32 step left res3 conv3 bound by the copies
+// (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/17-flat-per-group-boxes-not-kept.json).
 #ifndef WG_FLAT
 #define WG_FLAT 0
 #endif
