@@ -464,18 +464,28 @@ WGMMA_SHORT_K_PREFERRED = (33, 35)
 # map comes in 8-pixel groups (stride 1): res3 conv3 +res 0.0954 -> 0.0756 ms, res2 conv3 +res 0.1709 -> 0.1344
 # (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/18-flat-tiles.json).
 WGMMA_PIXEL_MAJOR_PREFERRED = (52, 50, 42, 40)
+# GEMM-K under 1024 where the map comes in 8-pixel groups (1x1, stride 1): the flat tiles first, whatever the channel
+# count (bench/results/kernels-NVIDIA_H200-2026-11-22.json, batch 256 autotune: w52 on res2/res3 conv3 +res, w54 on
+# res2 downsample, w55 on res4 first conv1 (GEMM-K 512), w56 on res2 first conv1, res2 conv1 and res3 first conv1,
+# the 64-channel ones included: 1.04-1.25x what those layers took before). 256+ channels: w52, else w55 (resident
+# weights hold GEMM-K <= 256 only); fewer: w56, whose 128-channel tile leaves a 64-channel layer half empty and
+# still won.
+WGMMA_FLAT_PREFERRED = {True: (52, 55), False: (56,)}  # by "256+ output channels"
 
 
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     """The wgmma tactic for a shape where it is expected to beat the mma.sync kernel, else None.
 
-    Rule (measured on the H200 at batch 256, docs/wgmma.md): at least 128 output channels (a tile is 128
-    channels: 64 would leave half the tensor-core work empty) and a grid of at least one full wave;
-    WGMMA_HALO_PREFERRED's then WGMMA_PREFERRED's (GEMM-K >= 1024), WGMMA_PIXEL_MAJOR_PREFERRED's (GEMM-K < 512, 256+ channels) or
+    Rule (measured on the H200 at batch 256, docs/wgmma.md): a grid of at least one full wave, and first, for
+    GEMM-K under 1024, WGMMA_FLAT_PREFERRED's flat tile where one fits; otherwise at least 128 output channels
+    (a tile is 128 channels: 64 would leave half the tensor-core work empty) and WGMMA_HALO_PREFERRED's then WGMMA_PREFERRED's (GEMM-K >= 1024), WGMMA_PIXEL_MAJOR_PREFERRED's (GEMM-K < 512, 256+ channels) or
     WGMMA_SHORT_K_PREFERRED's first tactic whose geometry fits, else the fewest waves x pixel capacity x
     k32 steps (wgmma_cost).
     """
     m, n, kg = shape.gemm
+    flat = next((TACTICS_BY_ID[i] for i in WGMMA_FLAT_PREFERRED[n >= 256] if TACTICS_BY_ID[i].geometry(shape)), None)
+    if flat is not None and kg < 1024:
+        return flat if flat.geometry(shape).ctas >= sms else None
     if n < 128:
         return None
     if kg >= 1024:

@@ -257,7 +257,7 @@ def test_heuristic_with_wgmma_off_or_off_hopper_keeps_the_mma_kernel(monkeypatch
         assert all(t.family == "mma" for t in candidate_tactics(shape, "sm_80"))
 
 
-def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more(monkeypatch):
+def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more_or_flat_tiles(monkeypatch):
     monkeypatch.delenv("TRTFUSE_WGMMA", raising=False)
     shapes = {name: shape for name, shape, _ in resnet50_layers(256)}
     for name in ("res3 conv2 3x3 128", "res4 conv2 3x3 256", "res5 conv2 3x3 512", "res4 conv1 1x1 1024->256"):
@@ -276,7 +276,15 @@ def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more(monkeypatch)
                  "res2 downsample 1x1/1 64->256", "res3 downsample 1x1/2 256->512"):
         assert choose(shapes[name], arch="sm_90")[0].pixel_major, name
     assert choose(shapes["res5 conv3 1x1 512->2048 +res"], arch="sm_90")[0].staging == 2
-    assert not choose(shapes["res3 first conv1 1x1 256->128"], arch="sm_90")[0].pixel_major
+    assert not choose(shapes["res3 conv1 1x1 512->128"], arch="sm_90")[0].pixel_major
+    # 1x1 stride-1 maps in 8-pixel groups with GEMM-K under 1024: the flat tiles, 64-channel layers included
+    # (w52 at 256+ channels with resident weights, w55 past them, w56 below 256); strided and 7x7 / 14x14 maps not
+    flat = {"res2 first conv1 1x1 64->64": 56, "res2 conv1 1x1 256->64": 56, "res3 first conv1 1x1 256->128": 56,
+            "res2 conv3 1x1 64->256 +res": 52, "res3 conv3 1x1 128->512 +res": 52, "res2 downsample 1x1/1 64->256": 52,
+            "res4 first conv1 1x1 512->256": 55}
+    for name, shape in shapes.items():
+        t = choose(shape, arch="sm_90")[0]
+        assert (t.id if getattr(t, "flat", False) else None) == flat.get(name), name
     assert choose(shapes["res2 first conv2 3x3/1 64"], arch="sm_90")[0].family == "mma"
     assert choose(shapes["res4 conv2 3x3 256"], arch="sm_86")[0].family == "mma"
 
