@@ -165,11 +165,15 @@ __device__ __forceinline__ float relu_floor(bool relu) { return relu ? 0.0f : -_
 // yields float(residual byte) and is called after the first FMA, where each caller's conversion belongs
 // in the instruction stream. Returns the int8 result in the low byte of a 32-bit value (sign-extended).
 template <bool RES = true, typename Residual>
-__device__ __forceinline__ float requantize_f32(int acc, float a, float b, Residual&& residual, float rs,
-                                                float relu_min) {
+__device__ __forceinline__ float requantize_fma(int acc, float a, float b, Residual&& residual, float rs) {
   float v = __fmaf_rn(__int2float_rn(acc), a, b);
   if (RES) v = __fmaf_rn(residual(), rs, v);
-  return max_nan(v, relu_min);
+  return v;
+}
+template <bool RES = true, typename Residual>
+__device__ __forceinline__ float requantize_f32(int acc, float a, float b, Residual&& residual, float rs,
+                                                float relu_min) {
+  return max_nan(requantize_fma<RES>(acc, a, b, residual, rs), relu_min);
 }
 template <bool RES = true, typename Residual>
 __device__ __forceinline__ uint32_t requantize_s32(int acc, float a, float b, Residual&& residual, float rs,
@@ -198,13 +202,26 @@ __device__ __forceinline__ uint32_t round_pack_s8x4(float v0, float v1, float v2
 // ALU-pipe-bound wgmma epilogue 7-11% (docs/PERF.md, v10d). Without a residual (RES = false, or rs = 0
 // with any `res4`: the term is then +-0, and v + (+-0) is v or +0 for v = -0, which converts to the same 0)
 // the results equal requantize_s32<false> per element.
+//
+// The ReLU comes after the packing, on the four bytes at once: a byte's sign replicated over it by one PRMT
+// (selector nibble 8 + i), and one LOP3 clearing the negative bytes where relu_min is 0. Two ALU-pipe
+// instructions per word instead of four FMNMX (the epilogue is bound by its ALU-pipe instructions). It is
+// exact: rounding and saturation are monotonic and keep 0, so relu(sat(round(v))) = sat(round(relu(v)));
+// a NaN converts to 0 either way.
+__device__ __forceinline__ uint32_t relu_s8x4(uint32_t word, uint32_t relu_mask) {
+  uint32_t sign, out;
+  asm("prmt.b32 %0, %1, 0, 0xba98;" : "=r"(sign) : "r"(word));
+  // word & ~(sign & relu_mask) as one LOP3 (truth table 0xF0 & ~(0xCC & 0xAA) = 0x70): ptxas splits the C++ form in two
+  asm("lop3.b32 %0, %1, %2, %3, 0x70;" : "=r"(out) : "r"(word), "r"(sign), "r"(relu_mask));
+  return out;
+}
 template <bool RES = true>
 __device__ __forceinline__ uint32_t requantize_word(const int (&acc)[4], const float (&a)[4], const float (&b)[4],
                                                     uint32_t res4, float rs, float relu_min) {
   float v[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = requantize_f32<RES>(acc[i], a[i], b[i], [&] { return s8_to_float(res4, i); }, rs, relu_min);
-  return round_pack_s8x4(v[0], v[1], v[2], v[3]);
+  for (int i = 0; i < 4; ++i) v[i] = requantize_fma<RES>(acc[i], a[i], b[i], [&] { return s8_to_float(res4, i); }, rs);
+  return relu_s8x4(round_pack_s8x4(v[0], v[1], v[2], v[3]), relu_min == 0.0f ? ~0u : 0u);
 }
 
 }  // namespace trtfuse
