@@ -28,7 +28,6 @@ from ..plugins.conv import ConvLaunch
 from ..plugins.tactics import TACTICS_BY_ID, ConvShape, choose
 
 LAYERS = [
-    ("res2 conv2 3x3 64", ConvShape(256, 64, 56, 56, 64, 3, 3, (1, 1), (1, 1, 1, 1))),
     ("res4 conv2 3x3 256", ConvShape(256, 256, 14, 14, 256, 3, 3, (1, 1), (1, 1, 1, 1))),
     ("res3 conv2 3x3 128", ConvShape(256, 128, 28, 28, 128, 3, 3, (1, 1), (1, 1, 1, 1))),
     ("res5 conv2 3x3 512", ConvShape(256, 512, 7, 7, 512, 3, 3, (1, 1), (1, 1, 1, 1))),
@@ -48,7 +47,7 @@ RESIDUAL_LAYERS = [
 
 def variants():
     by_id = TACTICS_BY_ID
-    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 45, 46, 48, 50, 52, 54, 55, 56, 60, 61, 62, 80, 81, 82)]
+    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 45, 46, 48, 50, 52, 54, 55, 56, 60, 61, 62)]
     out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (60, 61) for d in (1, 2, 3)]
     out += [(f"diag{d} t31", dataclasses.replace(by_id[31], diag=d)) for d in (1, 2, 3)]
     out += [("diag1 t28", dataclasses.replace(by_id[28], diag=1))]

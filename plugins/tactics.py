@@ -223,14 +223,13 @@ class WgmmaTactic(Tactic):
 
     def __post_init__(self):
         if self.pixel_major:
-            assert self.bm in (64, 128) and self.bn in (64, 128, 256) and self.a_box == 128 and self.ks == 4
+            assert self.bm in (64, 128) and self.bn in (128, 256) and self.a_box == 128 and self.ks == 4
             assert self.persistent and not self.multicast, "pixel-major tiles are persistent, without clusters"
             assert self.consumers in (2, 4) and self.consumers % (self.bm // 64) == 0
             assert self.bn * self.consumers <= 512, "accumulators: bn / 2 registers per consumer thread"
             assert self.resident_kt % 4 == 0
             assert not self.pingpong or self.tile_groups == 2, "ping-pong alternates two tile groups"
-            assert not self.halo_rows or (self.bm <= self.halo_rows and not self.resident_kt and not self.tma_store and not self.flat), \
-                "pixel-major window tiles: weights in the slots, the epilogue's own stores"
+            assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
             assert not self.flat or not self.tma_store, "flat tiles: the epilogue's own stores"
         else:
             assert not self.pingpong, "ping-pong alternates the pixel-major tile groups"
@@ -299,11 +298,7 @@ class WgmmaTactic(Tactic):
         bars = 8 * (2 * self.stages + 1)
         if self.pixel_major:
             weights_in_slot = 0 if self.resident_kt else self.CHANNELS
-            acts_in_slot = 0 if self.halo_rows else self.bm  # window tiles: the windows have their own ring
-            ring = self.stages * self.ks * 32 * (weights_in_slot + acts_in_slot) + self.resident_kt * 32 * self.CHANNELS
-            if self.halo_rows:
-                ring += self.halo_stages * self.halo_slot_bytes
-                bars += 16 * self.halo_stages
+            ring = self.stages * self.ks * 32 * (weights_in_slot + self.bm) + self.resident_kt * 32 * self.CHANNELS
             staging = self.tile_groups * 2 * self.bm * self.bn if self.tma_store else 0
             return ring + 2 * self.consumers * 64 * self.bn + staging + self.tile_groups * 8 * self.bn + bars + 1024
         if self.halo_rows:  # weight slots carry weights only; the windows have their ring and barriers
@@ -428,15 +423,6 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(60, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(61, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(62, 208, 128, 2, 1, 6, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4),
-    # Pixel-major window tiles for 64-channel stride-1 3x3 convs (res2 conv2: 64 x 64 channels, 56 x 56), where the
-    # channel-major tile's 128 wgmma rows would be half empty: positions on wgmma's M (two or one warpgroup x m64),
-    # the 64 channels on its N, each tap's operand A a shifted view of the channel block's window (WG_HALO +
-    # WG_PIXM). w80: one tile group of two warpgroups; w81: two such groups (four consumer warpgroups); w82: four
-    # groups of one warpgroup on 64-position tiles.
-    WgmmaTactic(80, 128, 64, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, halo_rows=256),
-    WgmmaTactic(81, 128, 64, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, halo_rows=256),
-    WgmmaTactic(82, 64, 64, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, halo_rows=192,
-                halo_stages=4),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).

@@ -84,21 +84,6 @@ def test_halo_windows_walk_several_tiles(monkeypatch, tactic_id):
     _check(shape, True, tactic)
 
 
-@pytest.mark.parametrize("ctas", ["3", "1"], ids=["three-ctas", "one-cta"])
-@pytest.mark.parametrize("tactic_id", [80, 81, 82])
-def test_pixel_major_windows_walk_several_tiles(monkeypatch, tactic_id, ctas):
-    # WG_HALO on the pixel-major tile: 64 output channels (res2 conv2's width), 5 channel blocks so the window
-    # ring's slot count does not divide a tile's windows, 29-row maps whose last tile per image is short, tile
-    # groups taking the CTA's tiles in turn (w81, w82) while sharing the window ring in the producer's order.
-    monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", ctas)
-    tactic = TACTICS_BY_ID[tactic_id]
-    shape = ConvShape(2, 160, 29, 28, 64, 3, 3, (1, 1), (1, 1, 1, 1))
-    geo = tactic.geometry(shape)
-    assert geo is not None and geo.ctas > 3 and geo.kt // 9 % tactic.halo_stages != 0 and 29 % geo.th != 0
-    _check(shape, True, tactic)
-    _check(shape, False, tactic, relu=False)
-
-
 def test_multicast_pairs_walk_several_tiles(monkeypatch):
     monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")  # rounded down to one cluster of 2 CTAs for 8 tiles
     tactic = next(t for t in WGMMA_TACTICS if t.persistent and t.multicast)

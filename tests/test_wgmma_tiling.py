@@ -55,13 +55,11 @@ def tile_pixel(pos: int, ow: int, valid_px: int, wh: int = 0):
     return pix, pos % wh < ow and pix < valid_px
 
 
-def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int, bm: int = 128,
-                       wh: int = 0):
+def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int, bm: int = 128):
     """wgmma_conv.cu's ResidualSlice::load by every consumer warp of a tile's group: warp w (64 part +
-    16 warp = 16 w) copies, lane l, 16-byte half l % 2 of tile row 16 w + l / 2 (its pixel by tile_pixel: with
-    a window of width wh the row is a window position), block b, into slice w [block][16 pixels][32] (zeros
-    where the pixel or block is outside the tensor); the group's slices are consecutive. Copies stay inside
-    their slice and never overlap."""
+    16 warp = 16 w) copies, lane l, 16-byte half l % 2 of tile pixel 16 w + l / 2, block b, into slice w
+    [block][16 pixels][32] (zeros where the pixel or block is outside the tensor); the group's slices are
+    consecutive. Copies stay inside their slice and never overlap."""
     tile = np.full(bm * ch, -1000, np.int64)  # bytes nobody copied stay visible
     written = np.zeros(bm * ch, np.int32)
     blocks = (kpad - c0) // 32
@@ -71,9 +69,8 @@ def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0:
             for b in range(ch // 32):
                 dst = w * 16 * ch + (16 * b + lane // 2) * 32 + 16 * (lane % 2)
                 assert w * 16 * ch <= dst and dst + 16 <= (w + 1) * 16 * ch
-                tile_pix, ok = tile_pixel(px, ow, valid_px, wh)
-                if ok and b < blocks:
-                    n, pix = divmod(m0 + tile_pix, ohw)
+                if px < valid_px and b < blocks:
+                    n, pix = divmod(m0 + px, ohw)
                     src = ((n * (kpad // 32) + c0 // 32 + b) * ohw + pix) * 32 + 16 * (lane % 2)
                     assert src + 16 <= flat_residual.size
                     tile[dst:dst + 16] = flat_residual[src:src + 16]
@@ -175,8 +172,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
             store = {32 * b + 8 * jj + 2 * q + e: 32 * b + 8 * q + 2 * jj + e
                      for b in range(ch // 32) for jj in range(4) for q in range(4) for e in range(2)}
             if residual is not None:
-                rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn,
-                                           wh if tactic.halo_rows else 0)
+                rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn)
         else:
             store = {c: c for c in range(ch)}
         # for_each_tile_vector: staging row px is pixel px, or (halo) window position px = oh * wh + ow

@@ -349,8 +349,7 @@ struct WgmmaSmem {
   static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
-  static_assert(!HALO || (WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS && !WRES && !WG_TMA_STORE && !WG_FLAT),
-                "halo windows: 128-byte weight boxes in the slots, no multicast, the epilogue's own stores");
+  static_assert(!HALO || (!PIXM && WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes, no multicast");
   static_assert(!WG_FLAT || (PIXM && !WG_TMA_STORE), "flat tiles: pixel-major, the epilogue's own stores");
 };
 
@@ -430,7 +429,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 #pragma unroll
     for (int s = 0; s < (L::HALO ? L::HALO_STAGES : 0); ++s) {
       sm90::mbar_init(hfull0 + 8 * s, 1);
-      sm90::mbar_init(hempty0 + 8 * s, PIXM ? 4 * BN / 64 : CONSUMERS / 32);  // the warps that read a window
+      sm90::mbar_init(hempty0 + 8 * s, CONSUMERS / 32);
     }
     sm90::fence_barrier_init();
   }
@@ -697,12 +696,12 @@ __device__ __forceinline__ uint2 requantize_8_channels(const int (&acc)[NACC], i
 template <int CH>
 struct ResidualSlice {
   static constexpr int BYTES = 16 * CH;
-  // Lane l copies 16-byte half l % 2 of slice pixel l / 2, for every block (WG_HALO: tile position, wh its width).
+  // Lane l copies 16-byte half l % 2 of slice pixel l / 2, for every block.
   __device__ __forceinline__ static void load(int8_t* slice, const ConvParams& p, const TileCoord& tc, int first_px,
-                                              int ohw, int kpad, int lane, int wh) {
-    bool ok;
-    const int pix = tile_pixel(first_px + lane / 2, p, tc, wh, ok);
-    const size_t row = (ok ? chw32_offset(p, tc.m0 + pix, tc.c0, ohw, kpad) : 0) + 16 * (lane % 2);
+                                              int ohw, int kpad, int lane) {
+    const int px = first_px + lane / 2;
+    const bool ok = px < tc.valid_px;
+    const size_t row = (ok ? chw32_offset(p, tc.m0 + px, tc.c0, ohw, kpad) : 0) + 16 * (lane % 2);
     const int blocks = (kpad - tc.c0) / 32;
 #pragma unroll
     for (int b = 0; b < CH / 32; ++b) {
@@ -733,16 +732,16 @@ template <int CH, bool RES>
 __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], const ConvParams& p, const TileCoord& tc,
                                                      const float* s_scale, const float* s_bias, const int8_t* slice,
                                                      const int (&px)[2], int ohw, int kpad, int lane, float rs,
-                                                     float relu_min, int8_t* staging, const WgmmaTile& t, int wh) {
+                                                     float relu_min, int8_t* staging, const WgmmaTile& t) {
   bool ok[2];
   size_t out_off[2];
   const int box_px = t.th * p.OW;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int pix = tile_pixel(px[h], p, tc, wh, ok[h]);  // WG_HALO: row px[h] is window position px[h]
+    ok[h] = px[h] < tc.valid_px;
     out_off[h] = !ok[h] ? 0
                  : WG_TMA_STORE ? staging_offset<CH>(p, t, px[h], box_px) + 8 * (lane % 4)
-                                : chw32_offset(p, tc.m0 + pix, tc.c0, ohw, kpad) + 8 * (lane % 4);
+                                : chw32_offset(p, tc.m0 + px[h], tc.c0, ohw, kpad) + 8 * (lane % 4);
   }
   const int blocks = (kpad - tc.c0) / 32;  // < CH / 32 only on the last channel tile
   const size_t out_block = WG_TMA_STORE ? (size_t)box_px * 32 : (size_t)ohw * 32;
@@ -792,9 +791,6 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   const int kblocks = (t.kt + KS - 1) / KS;
   const int tile_step = PERSISTENT ? gridDim.x : t.tiles;
   const uint32_t full0 = base + L::BAR_OFFSET, empty0 = full0 + STAGES * 8, wres_full = empty0 + STAGES * 8;
-  const uint32_t hfull0 = base + L::HALO_BARS, hempty0 = hfull0 + L::HALO_STAGES * 8;  // WG_HALO's window ring
-  // WG_HALO: a tile's windows (one per 32-channel block) and their width; the rows of a tile are its positions
-  const int windows = L::HALO ? t.kt / (p.R * p.S) : 0, wh = L::HALO ? p.OW + p.S - 1 : 0;
   float* s_scale = reinterpret_cast<float*>(smem + L::FACTOR_OFFSET) + group * 2 * CH;
   float* s_bias = s_scale + CH;
   const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3 || WG_DIAG >= 6);
@@ -812,7 +808,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   static_assert(!PINGPONG || GROUPS == 2, "ping-pong alternates two tile groups");
   constexpr int kTurn = 1 + 2 * GROUPS, kTurnThreads = 2 * 128 * TILE_WGS;
   if (load_res && tile_of(group) < t.tiles)
-    ResidualSlice<CH>::load(slice0, p, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane, wh);
+    ResidualSlice<CH>::load(slice0, p, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane);
   cp_async_commit();
   // Resident weights: the CTA stays on one channel tile (the host's grid is a multiple of the channel tiles,
   // or covers every tile once), so its folded factors are loaded once, here.
@@ -837,43 +833,35 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     for (int k = 0; k < CH / 2; ++k) acc[k] = kDiagEpilogueAlone ? fresh_tid() * k : 0;  // not foldable to constants
     int it = i * kblocks;  // the ring slot use of this tile's first k-block (the producer walks the tiles in order)
     if (PINGPONG && i > 0) sm90::named_barrier(kTurn + group, kTurnThreads);  // the CTA's tile i - 1 is issued
-    WindowCursor<L> win(i * windows);  // WG_HALO: the CTA's i-th tile's windows (the producer's order)
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int slot = it % STAGES;
       sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
-      const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
-      if (L::HALO) win.wait_for_steps_before(kb * KS + steps, p, hfull0);
       __syncwarp();
+      const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
       const uint32_t sa = base + L::RING_OFFSET + slot * L::STAGE, sb = sa + L::A_IN_SLOT + a_rows;
       sm90::wgmma_fence();
 #pragma unroll
       for (int s = 0; s < KS; ++s) {
         const int k = kb * KS + s;  // resident: chunk k / 4, k32 step k % 4 of it
         const uint32_t w = L::WRES ? base + (k / 4) * L::WRES_CHUNK + (k % 4) * 32 : sa + s * 32;
-        if (L::HALO) {  // the warpgroup's 64 positions of tap (r, s)'s view of the window
-          if (s < steps && WG_DIAG != 2 && WG_DIAG < 4)
-            sm90::WgmmaS8<CH>::mma(acc, sm90::desc_kmajor_sw32(win.view(base) + a_rows), sm90::desc_kmajor_sw128(w));
-          if (s < steps) win.advance(p, wh);
-        } else if (s < steps && WG_DIAG != 2 && WG_DIAG < 4)
+        if (s < steps && WG_DIAG != 2 && WG_DIAG < 4)
           sm90::WgmmaS8<CH>::mma(acc, WG_FLAT ? sm90::desc_kmajor(sb + s * 256, KS * 256, 3) : sm90::desc_kmajor_sw32(sb + s * L::B_STEP),
                                  sm90::desc_kmajor_sw128(w));
       }
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();
       if (kb > 0 && lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
-      if (L::HALO) win.release_before(kb * KS, windows, p, hempty0, lane);
       __syncwarp();
     }
     // Every wgmma of this tile is issued: the other group's next tile may queue behind them.
     if (PINGPONG && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - group, kTurnThreads);
     sm90::wgmma_wait<0>();
     if (lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
-    if (L::HALO) win.release_before(t.kt, windows, p, hempty0, lane);
     __syncwarp();
     // The group's next tile's residual into the other buffer (read by this warp a tile ago, __syncwarp'd).
     const int next = tile + GROUPS * tile_step;
     if (load_res && next < t.tiles)
-      ResidualSlice<CH>::load(slice0 + ((j + 1) & 1) * L::OUT_BYTES, p, TileCoord(next, p, t, ohw, CH), first_px, ohw, kpad, lane, wh);
+      ResidualSlice<CH>::load(slice0 + ((j + 1) & 1) * L::OUT_BYTES, p, TileCoord(next, p, t, ohw, CH), first_px, ohw, kpad, lane);
     cp_async_commit();
 
     // Folded factors of the tile's channels: refreshed only when the channel tile changes (never after
@@ -892,9 +880,9 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     const int8_t* slice = slice0 + (j & 1) * L::OUT_BYTES;
     int8_t* const staging = smem + L::STORE_OFFSET + (group * 2 + (j & 1)) * L::STORE_BYTES;
     if (has_res) {
-      pixel_major_epilogue<CH, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min, staging, t, wh);
+      pixel_major_epilogue<CH, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min, staging, t);
     } else {
-      pixel_major_epilogue<CH, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min, staging, t, wh);
+      pixel_major_epilogue<CH, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min, staging, t);
     }
     __syncwarp();  // every lane's reads of this slice come before its refill two tiles on
     if (WG_TMA_STORE) {
