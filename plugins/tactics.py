@@ -217,7 +217,6 @@ class WgmmaTactic(Tactic):
     tma_store: bool = False  # pixel-major: the output tile leaves through a shared-memory staging tile and a TMA store (WG_TMA_STORE)
     halo_rows: int = 0  # > 0: one input window per 32-channel block, each tap a shifted view of it (WG_HALO; slot rows)
     halo_stages: int = 3  # window ring slots (WG_HALO_STAGES)
-    phases: int = 1  # 4: halo windows of 3x3 stride-2 pad-1 convs, one per input row / column parity (WG_PHASES)
     flat: bool = False  # pixel-major, 1x1 stride-1 unpadded convs, OH * OW % 8 == 0: tiles of bm consecutive pixels (WG_FLAT)
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
@@ -238,7 +237,6 @@ class WgmmaTactic(Tactic):
             assert not self.tma_store, "the TMA store is the pixel-major epilogue's"
             assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
             assert not self.flat, "flat tiles are pixel-major"
-            assert self.phases == 1 or (self.phases == 4 and self.halo_rows), "phase windows are halo windows"
 
     @property
     def CHANNELS(self) -> int:  # output channels per CTA tile
@@ -258,7 +256,7 @@ class WgmmaTactic(Tactic):
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_ts' if self.tma_store else ''}{'_pp' if self.pingpong else ''}"
-                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_ph4' if self.phases == 4 else ''}{'_flat' if self.flat else ''}"
+                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_flat' if self.flat else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -284,8 +282,6 @@ class WgmmaTactic(Tactic):
                 d["WG_FLAT"] = 1
         if self.halo_rows:
             d.update(WG_HALO=1, WG_HALO_ROWS=self.halo_rows, WG_HALO_STAGES=self.halo_stages)
-        if self.phases != 1:
-            d["WG_PHASES"] = self.phases
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
@@ -363,8 +359,6 @@ class WgmmaTactic(Tactic):
         strided conv's taps are not shifts of one window), and R * S >= 4 (the window ring's hand-back
         lags one 4-step batch behind; 1x1 convs gain nothing from windows)."""
         oh, ow = shape.out_hw
-        if self.phases == 4:
-            return self._phase_window_tiles(shape)
         wh = ow + shape.s - 1
         if shape.stride != (1, 1) or shape.r * shape.s < 4 or ow > self.bm or wh > 256:
             return None
@@ -376,24 +370,6 @@ class WgmmaTactic(Tactic):
         if th * ow * 2 < self.bm:
             return None  # under half the tile's positions would be pixels (7x7 maps): the row-box tiles do better
         return th, 1, tpi, (th + shape.r - 1) * wh * 32, shape.n * tpi
-
-    def _phase_window_tiles(self, shape: ConvShape):
-        """WG_PHASES 4: 3x3, stride 2, padding 1. Each channel block's four phase windows are TH + 1 phase rows x
-        WH = OW + 1 phase columns (one box each, element strides 2: TMA's box spans 2 (TH + 1) x 2 WH input
-        elements), the tile's positions n = oh * WH + ow fit the wgmma N, and the furthest tap view (row WH + 1)
-        fits the slot."""
-        oh, ow = shape.out_hw
-        wh = ow + 1
-        if (shape.r, shape.s, shape.stride, shape.pads) != (3, 3, (2, 2), (1, 1, 1, 1)) or ow > self.bm or 2 * wh > 256:
-            return None
-        if self.bm + wh + 1 > self.halo_rows:
-            return None
-        th_max = min((self.bm - ow) // wh + 1, 127)  # 2 (TH + 1) <= 256 (box limit)
-        tpi = math.ceil(oh / th_max)
-        th = math.ceil(oh / tpi)
-        if th * ow * 2 < self.bm:
-            return None
-        return th, 1, tpi, (th + 1) * wh * 32, shape.n * tpi
 
 
 WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
@@ -447,11 +423,6 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(60, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(61, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(62, 208, 128, 2, 1, 6, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4),
-    # ... and for the 3x3 stride-2 convs, four phase windows per channel block (WG_PHASES): res3 first conv2 (28 x
-    # 28 output, 7-row tiles, WH 29: 208 positions) and res4 first conv2 (14 x 14, the whole map, WH 15: 224); 12
-    # window slots, since a 4-step batch can span two channel blocks while the previous one's windows are held.
-    WgmmaTactic(90, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=256, halo_stages=12, phases=4),
-    WgmmaTactic(91, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=256, halo_stages=12, phases=4),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).

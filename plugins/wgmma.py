@@ -100,8 +100,6 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         # One window per channel block: TH + R - 1 input rows x WH = OW + S - 1 columns from (-pad_left,
         # oh0 - pad_top), the padding zero-filled; each tap reads a shifted view of it (WG_HALO).
         args["x"] = (args["x"][0], args["x"][1], (32, ow + shape.s - 1, geo.th + shape.r - 1, 1, 1), (1,) * 5)
-        if tactic.phases == 4:  # four phase windows (WG_PHASES): TH + 1 x OW + 1 elements of one row / column parity
-            args["x"] = (args["x"][0], args["x"][1], (32, 2 * (ow + 1), 2 * (geo.th + 1), 1, 1), (1, 2, 2, 1, 1))
     if tactic.flat:
         # (32, 8, CB, G, N): a 1x1 stride-1 unpadded conv's input pixels (the output's) in G = OH * OW / 8 groups of
         # 8 per image; a box is box_groups groups x a slot's 4 channel blocks, landing [group][block][8][32] (WG_FLAT).

@@ -84,20 +84,6 @@ def test_halo_windows_walk_several_tiles(monkeypatch, tactic_id):
     _check(shape, True, tactic)
 
 
-@pytest.mark.parametrize("tactic_id", [90, 91])
-def test_phase_windows_walk_several_tiles(monkeypatch, tactic_id):
-    # WG_PHASES: 3x3 stride 2, odd input sizes (57 x 58 -> 29 x 29), 3 CTAs for 10 tiles whose last per image is
-    # short, 5 channel blocks so a 4-step batch spans two blocks' four phase windows each and the 12-slot ring's
-    # uses run on across tiles.
-    monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")
-    tactic = TACTICS_BY_ID[tactic_id]
-    shape = ConvShape(2, 160, 57, 58, 128, 3, 3, (2, 2), (1, 1, 1, 1))
-    geo = tactic.geometry(shape)
-    assert geo is not None and geo.ctas > 3 and 29 % geo.th != 0
-    _check(shape, True, tactic)
-    _check(shape, False, tactic, relu=False)
-
-
 def test_multicast_pairs_walk_several_tiles(monkeypatch):
     monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")  # rounded down to one cluster of 2 CTAs for 8 tiles
     tactic = next(t for t in WGMMA_TACTICS if t.persistent and t.multicast)

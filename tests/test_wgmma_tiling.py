@@ -119,7 +119,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
     bn, ch = tactic.bm, tactic.CHANNELS
     box_px = g.box_bytes // 32
     assert box_px <= (tactic.halo_rows or bn)
-    wh = ow + 1 if tactic.phases == 4 else ow + shape.s - 1  # halo tactics: the window's width; tile position n = oh * wh + ow
+    wh = ow + shape.s - 1  # halo tactics: the window's width; tile position n = oh * wh + ow
     acc_out = np.zeros((shape.n, kpad, oh, ow), np.int64)
     writes = np.zeros((shape.n, kpad, oh, ow), np.int32)
     grid = min(g.ctas, 132) if tactic.persistent else g.ctas
@@ -138,19 +138,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                 a = tma_box(wp, (k // 4 * 128, c0), (128, ch), (1, 1))[:, k % 4 * 32:k % 4 * 32 + 32]
             else:
                 a = tma_box(wp, (k * 32, c0), (32, ch), (1, 1))  # [128][32]
-            if tactic.phases == 4:  # four phase windows per block from input (2 (oh0 - 1) + pr, ps - 2), strides 2
-                if r == 0 and s == 0:
-                    windows = []
-                    for ph in range(4):
-                        window = np.zeros((tactic.halo_rows, 32), np.int64)
-                        window[:box_px] = tma_box(x5, (0, ph % 2 - 2, 2 * (oh0 - 1) + ph // 2, cb, n0),
-                                                  (32, 2 * wh, 2 * (g.th + 1), 1, 1), (1, 2, 2, 1, 1)).reshape(-1, 32)
-                        windows.append(window)
-                pr, ps = (r + 1) % 2, (s + 1) % 2  # tap (r, s): phase (pr, ps) from row dr * wh + ds
-                view = (r + 1 - pr) // 2 * wh + (s + 1 - ps) // 2
-                b = windows[2 * pr + ps][view:view + bn]
-                assert b.shape == (bn, 32), "a view stays inside its window slot"
-            elif tactic.halo_rows:  # channel block cb's window (zeros past the box), tap (r, s) its view from row r * wh + s
+            if tactic.halo_rows:  # channel block cb's window (zeros past the box), tap (r, s) its view from row r * wh + s
                 if r == 0 and s == 0:
                     window = np.zeros((tactic.halo_rows, 32), np.int64)
                     window[:box_px] = tma_box(x5, (0, w0, h0, cb, n0), (32, wh, g.th + shape.r - 1, 1, 1), (1,) * 5).reshape(-1, 32)
@@ -217,7 +205,6 @@ CASES = [
     ConvShape(7, 96, 6, 4, 288, 1, 1),  # flat tiles: 3 groups of 8 per image (one-group boxes), the last tile past the batch
     ConvShape(3, 64, 12, 4, 256, 1, 1),  # 6 groups: two-group boxes
     ConvShape(5, 160, 8, 8, 256, 1, 1),  # 8 groups: 8-group boxes; 5 channel blocks: a slot with 3 past CB
-    ConvShape(2, 96, 45, 47, 128, 3, 3, (2, 2), (1, 1, 1, 1)),  # phase windows: odd input sizes, a short last tile, batches across blocks
 ]
 
 
@@ -255,11 +242,7 @@ def test_geometry_respects_the_hardware_limits():
             oh, ow = shape.out_hw
             assert g.box_bytes <= (t.halo_rows or t.bm) * 32 and g.box_bytes % 32 == 0, name  # the box fits its slot
             assert ow * shape.stride[1] <= 256 and g.th * shape.stride[0] <= 256 and g.nb <= 256, name
-            if t.phases == 4:  # the furthest phase view (row wh + 1) inside the slot, the boxes (element strides 2) within TMA limits
-                wh = ow + 1
-                assert t.bm + wh + 1 <= t.halo_rows and 2 * wh <= 256 and 2 * (g.th + 1) <= 256, name
-                assert (g.th - 1) * wh + ow <= t.bm, name
-            elif t.halo_rows:  # every tap's view of the window stays inside the slot, the window's box within TMA limits
+            if t.halo_rows:  # every tap's view of the window stays inside the slot, the window's box within TMA limits
                 wh = ow + shape.s - 1
                 assert t.bm + (shape.r - 1) * wh + shape.s - 1 <= t.halo_rows and wh <= 256 and g.th + shape.r - 1 <= 256, name
                 assert (g.th - 1) * wh + ow <= t.bm, name  # the tile's last pixel is a wgmma position

@@ -153,17 +153,6 @@
 #ifndef WG_HALO_ROWS
 #define WG_HALO_ROWS 288
 #endif
-// 4 (with WG_HALO; 3x3, stride 2, padding 1): "phase" windows. A stride-2 conv's taps are not shifts of one
-// window, but they are shifts of four: the input's even / odd rows x even / odd columns. Tap (r, s) reads input
-// (2 oh + r - 1, 2 ow + s - 1), i.e. phase (pr, ps) = ((r - 1) & 1, (s - 1) & 1) at phase row oh + dr - 1 and
-// column ow + ds - 1, (dr, ds) = ((r + 1 - pr) / 2, (s + 1 - ps) / 2) in {0, 1}. So each channel block loads
-// four windows of TH + 1 phase rows x WH = OW + 1 phase columns, one TMA box each with element strides 2 from
-// input (2 (oh0 - 1) + pr, ps - 2), and tap (r, s)'s operand is window (pr, ps) from row dr * WH + ds: the copy
-// engine moves 4 (TH + 1)(OW + 1) rows per channel block instead of 9 TH OW.
-#ifndef WG_PHASES
-#define WG_PHASES 1
-#endif
-static_assert(WG_PHASES == 1 || (WG_PHASES == 4 && WG_HALO), "phase windows are halo windows of stride-2 convs");
 #ifndef WG_HALO_STAGES
 #define WG_HALO_STAGES 3
 #endif
@@ -368,47 +357,30 @@ template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
 __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
                                                     const sm90::TensorMap* tmap_y);
 
-// WG_HALO, consumer side, one tile: its windows are uses first .. first + windows * WG_PHASES - 1 of the window
-// ring (the producer issues them in the CTA's tile order, a channel block's WG_PHASES windows together). A batch
-// waits for every window it reads before its first wgmma (no spin between wgmmas), and a window goes back once
-// every wgmma that reads it is done. `view` is the operand of the next k32 step: channel block cb's window from
-// row r * wh + s, or (WG_PHASES 4) its phase window (pr, ps) from row dr * wh + ds.
+// WG_HALO, consumer side, one tile: its windows are uses first .. first + windows - 1 of the window ring (the
+// producer issues them in the CTA's tile order). A batch waits for every window it reads before its first
+// wgmma (no spin between wgmmas), and a window goes back once every wgmma that reads it is done. `view` is
+// the operand of the next k32 step: channel block cb's window from row r * wh + s.
 template <class L>
 struct WindowCursor {
   int first, waited = 0, released = 0, cb = 0, r = 0, s = 0, row = 0;
   __device__ __forceinline__ explicit WindowCursor(int first_use) : first(first_use) {}
   __device__ __forceinline__ void wait_for_steps_before(int k_end, const ConvParams& p, uint32_t hfull0) {
     for (; waited * p.R * p.S < k_end; ++waited) {
-      for (int ph = 0; ph < WG_PHASES; ++ph) {
-        const int use = first + waited * WG_PHASES + ph;
-        sm90::mbar_wait(hfull0 + 8 * (use % L::HALO_STAGES), (use / L::HALO_STAGES) & 1);
-      }
+      const int use = first + waited;
+      sm90::mbar_wait(hfull0 + 8 * (use % L::HALO_STAGES), (use / L::HALO_STAGES) & 1);
     }
   }
-  // Every channel block whose k32 steps all lie before step k gives its windows back: one arrive per consumer warp.
+  // Every window whose k32 steps all lie before step k: one arrive per consumer warp.
   __device__ __forceinline__ void release_before(int k, int windows, const ConvParams& p, uint32_t hempty0, int lane) {
     for (; released < windows && (released + 1) * p.R * p.S <= k; ++released)
-      for (int ph = 0; ph < WG_PHASES; ++ph)
-        if (lane == 0) sm90::mbar_arrive(hempty0 + 8 * ((first + released * WG_PHASES + ph) % L::HALO_STAGES));
+      if (lane == 0) sm90::mbar_arrive(hempty0 + 8 * ((first + released) % L::HALO_STAGES));
   }
-  __device__ __forceinline__ uint32_t view(uint32_t base, int wh) const {
-    if (WG_PHASES == 1) return base + L::HALO_OFFSET + ((first + cb) % L::HALO_STAGES) * L::HALO_SLOT + row * 32;
-    const int pr = (r + 1) & 1, ps = (s + 1) & 1;  // padding 1: tap r reads input row 2 oh + r - 1
-    const int phase_row = ((r + 1 - pr) >> 1) * wh + ((s + 1 - ps) >> 1);  // dr * wh + ds
-    return base + L::HALO_OFFSET + ((first + cb * 4 + pr * 2 + ps) % L::HALO_STAGES) * L::HALO_SLOT + phase_row * 32;
+  __device__ __forceinline__ uint32_t view(uint32_t base) const {
+    return base + L::HALO_OFFSET + ((first + cb) % L::HALO_STAGES) * L::HALO_SLOT + row * 32;
   }
-  // The next tap: (r, s + 1), (r + 1, 0), or the next channel block's (0, 0). (`row`: WG_PHASES 1 only.)
+  // The next tap: (r, s + 1), (r + 1, 0), or the next channel block's (0, 0).
   __device__ __forceinline__ void advance(const ConvParams& p, int wh) {
-    if (WG_PHASES != 1) {
-      if (++s == p.S) {
-        s = 0;
-        if (++r == p.R) {
-          r = 0;
-          ++cb;
-        }
-      }
-      return;
-    }
     ++row;
     if (++s == p.S) {
       s = 0;
@@ -441,8 +413,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
   const int kblocks = (t.kt + KS - 1) / KS;
   // WG_HALO: a tile's windows (one per 32-channel block, R * S k32 steps each) and their width
-  // (WG_PHASES 4: each block has four phase windows, OW + 1 phase columns wide)
-  const int windows = L::HALO ? t.kt / (p.R * p.S) : 0, wh = !L::HALO ? 0 : WG_PHASES == 1 ? p.OW + p.S - 1 : p.OW + 1;
+  const int windows = L::HALO ? t.kt / (p.R * p.S) : 0, wh = L::HALO ? p.OW + p.S - 1 : 0;
   // One tile per CTA, or (PERSISTENT) tiles blockIdx.x, + gridDim.x, ...: the ring and its phases run on
   // across tiles, so the producer fills the next tile's slots while the consumers store this one.
   const int tile_step = PERSISTENT ? gridDim.x : t.tiles;
@@ -508,20 +479,16 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       for (int tile = blockIdx.x, local = 0; tile < t.tiles; tile += tile_step, ++local) {
         const TileCoord tc(tile, p, t, ohw, CH);
         const int h0 = tc.oh0 * p.stride_h - p.pad_top, w0 = -p.pad_left;
-        // WG_HALO: channel block cb's window(s), the tile's ((local * windows + cb) * WG_PHASES + ph)-th uses of the
-        // window ring; phase window ph = 2 pr + ps from input (2 (oh0 - 1) + pr, ps - 2), element strides 2 (the map's)
+        // WG_HALO: channel block cb's window, the tile's (local * windows + cb)-th use of the window ring
         auto issue_window = [&](int cb) {
-          for (int ph = 0; ph < WG_PHASES; ++ph) {
-            const int use = (local * windows + cb) * WG_PHASES + ph, hs = use % L::HALO_STAGES;
-            const uint32_t hfull = hfull0 + 8 * hs;
-            sm90::mbar_wait(hempty0 + 8 * hs, ((use / L::HALO_STAGES) & 1) ^ 1);
-            if (!kLoadActivations) {
-              sm90::mbar_arrive(hfull);
-            } else {
-              const int hh = WG_PHASES == 1 ? h0 : 2 * (tc.oh0 - 1) + ph / 2, ww = WG_PHASES == 1 ? w0 : ph % 2 - 2;
-              sm90::mbar_arrive_expect_tx(hfull, t.box_bytes);
-              sm90::tma_load_5d(base + L::HALO_OFFSET + hs * L::HALO_SLOT, tmap_x, hfull, 0, ww, hh, cb, tc.n0);
-            }
+          const int use = local * windows + cb, hs = use % L::HALO_STAGES;
+          const uint32_t hfull = hfull0 + 8 * hs;
+          sm90::mbar_wait(hempty0 + 8 * hs, ((use / L::HALO_STAGES) & 1) ^ 1);
+          if (!kLoadActivations) {
+            sm90::mbar_arrive(hfull);
+          } else {
+            sm90::mbar_arrive_expect_tx(hfull, t.box_bytes);
+            sm90::tma_load_5d(base + L::HALO_OFFSET + hs * L::HALO_SLOT, tmap_x, hfull, 0, w0, h0, cb, tc.n0);
           }
         };
         int cb = 0, r = 0, s = 0;  // tap of k32 step k = (cb * R + r) * S + s (the packed weight's GEMM-K order)
@@ -634,7 +601,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     int acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-    WindowCursor<L> win(local * windows * WG_PHASES);  // WG_HALO
+    WindowCursor<L> win(local * windows);  // WG_HALO
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int slot = it % STAGES;
       sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
@@ -646,7 +613,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 #pragma unroll
       for (int j = 0; j < KS; ++j) {
         if (j >= steps) continue;
-        const uint32_t b_tile = L::HALO ? win.view(base, wh) : sb + j * L::B_STEP;
+        const uint32_t b_tile = L::HALO ? win.view(base) : sb + j * L::B_STEP;
         if (WG_DIAG != 2 && WG_DIAG < 4)
           sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
                                  sm90::desc_kmajor_sw32(b_tile));
