@@ -465,9 +465,9 @@ WGMMA_SHORT_K_PREFERRED = (33, 35)
 # (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/18-flat-tiles.json).
 WGMMA_PIXEL_MAJOR_PREFERRED = (52, 50, 42, 40)
 # GEMM-K under 1024 where the map comes in 8-pixel groups (1x1, stride 1): the flat tiles first, whatever the channel
-# count (bench/results/kernels-NVIDIA_H200-2026-11-22.json, batch 256 autotune: w52 on res2/res3 conv3 +res, w54 on
-# res2 downsample, w55 on res4 first conv1 (GEMM-K 512), w56 on res2 first conv1, res2 conv1 and res3 first conv1,
-# the 64-channel ones included: 1.04-1.25x what those layers took before). 256+ channels: w52, else w55 (resident
+# count (bench/results/kernels-NVIDIA_H200-2026-11-22-v12a.json, batch 256 autotune: w52 on res2/res3 conv3 +res, w54
+# on res2 downsample (w52 in the v12 run), w55 on res4 first conv1 (GEMM-K 512), w56 on res2 first conv1, res2 conv1
+# and res3 first conv1, the 64-channel ones included: 1.04-1.25x what those layers took before). 256+ channels: w52, else w55 (resident
 # weights hold GEMM-K <= 256 only); fewer: w56, whose 128-channel tile leaves a 64-channel layer half empty and
 # still won.
 WGMMA_FLAT_PREFERRED = {True: (52, 55), False: (56,)}  # by "256+ output channels"
