@@ -116,7 +116,7 @@ class ConvLaunch:
             if self.splits > 1 or self.out_f32:
                 raise ValueError(f"{t.name} has no split-K or fp32-output variant")
             from . import wgmma
-            return wgmma.launch(sh, t, p, x, w, stream, y)
+            return wgmma.launch(sh, t, p, x, w, stream)
         smem = t.shared_bytes(sh.c, (sh.r, sh.s))
         entries = (ENTRY_F32, ENTRY_F32_SPLIT_K) if self.out_f32 else (ENTRY, ENTRY_SPLIT_K)
         fn = module_for(t).function(entries[self.splits > 1], smem)

@@ -214,7 +214,6 @@ class WgmmaTactic(Tactic):
     consumers: int = 2  # consumer warpgroups (WG_CONSUMERS); 4 only pixel-major
     resident_kt: int = 0  # pixel-major: k32 steps of weight held resident in shared memory (WG_WRES_KT), 0: in every slot
     pingpong: bool = False  # pixel-major, two tile groups: the groups take the tensor cores in turn (WG_PINGPONG)
-    tma_store: bool = False  # pixel-major: the output tile leaves through a shared-memory staging tile and a TMA store (WG_TMA_STORE)
     halo_rows: int = 0  # > 0: one input window per 32-channel block, each tap a shifted view of it (WG_HALO; slot rows)
     halo_stages: int = 3  # window ring slots (WG_HALO_STAGES)
     flat: bool = False  # pixel-major, 1x1 stride-1 unpadded convs, OH * OW % 8 == 0: tiles of bm consecutive pixels (WG_FLAT)
@@ -230,11 +229,9 @@ class WgmmaTactic(Tactic):
             assert self.resident_kt % 4 == 0
             assert not self.pingpong or self.tile_groups == 2, "ping-pong alternates two tile groups"
             assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
-            assert not self.flat or not self.tma_store, "flat tiles: the epilogue's own stores"
         else:
             assert not self.pingpong, "ping-pong alternates the pixel-major tile groups"
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
-            assert not self.tma_store, "the TMA store is the pixel-major epilogue's"
             assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
             assert not self.flat, "flat tiles are pixel-major"
 
@@ -255,7 +252,7 @@ class WgmmaTactic(Tactic):
     def name(self) -> str:
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
-                f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_ts' if self.tma_store else ''}{'_pp' if self.pingpong else ''}"
+                f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_flat' if self.flat else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
@@ -274,8 +271,6 @@ class WgmmaTactic(Tactic):
                 d["WG_CONSUMERS"] = self.consumers
             if self.resident_kt:
                 d["WG_WRES_KT"] = self.resident_kt
-            if self.tma_store:
-                d["WG_TMA_STORE"] = 1
             if self.pingpong:
                 d["WG_PINGPONG"] = 1
             if self.flat:
@@ -299,8 +294,7 @@ class WgmmaTactic(Tactic):
         if self.pixel_major:
             weights_in_slot = 0 if self.resident_kt else self.CHANNELS
             ring = self.stages * self.ks * 32 * (weights_in_slot + self.bm) + self.resident_kt * 32 * self.CHANNELS
-            staging = self.tile_groups * 2 * self.bm * self.bn if self.tma_store else 0
-            return ring + 2 * self.consumers * 64 * self.bn + staging + self.tile_groups * 8 * self.bn + bars + 1024
+            return ring + 2 * self.consumers * 64 * self.bn + self.tile_groups * 8 * self.bn + bars + 1024
         if self.halo_rows:  # weight slots carry weights only; the windows have their ring and barriers
             ring = self.stages * self.ks * 32 * self.CHANNELS + self.halo_stages * self.halo_slot_bytes
             bars += 16 * self.halo_stages
@@ -403,15 +397,15 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(42, 128, 256, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True),
     # ... with the channel tile's weight resident in shared memory (short GEMM-K: the slots carry activations
     # only): w45 tiles of 64 pixels x 256 channels, one per consumer warpgroup; w46 4 consumer warpgroups (4
-    # warps per scheduler) in two groups of 2 on 128-pixel tiles; w48 as w46 with the output handed to the
-    # copy engine (TMA store from a staging tile). Measured on the H200 at batch 256 (bench/results/
+    # warps per scheduler) in two groups of 2 on 128-pixel tiles. Measured on the H200 at batch 256 (bench/results/
     # wgmma-diag-NVIDIA_H200-2026-11-21/8-epilogue-streams.json): within 3% of w42 (w46 3% faster on res2
     # conv3, w45 on par on res4 conv3); 64-pixel tiles for 4 warpgroups and the TMA store on 2 were slower
-    # and are not kept.
+    # and are not kept. w48 (w46 with the output handed to the copy engine, a TMA store from a staging tile;
+    # never autotune's choice) was removed in session 11: it hung or died with "unspecified launch failure"
+    # after tens of CUDA-graph replays (res2 first conv1 at batch 256, 64 or 128 output channels), the failure
+    # behind the crashed benches of sessions 8 and 11 (docs/PERF.md).
     WgmmaTactic(45, 64, 256, 2, 1, 8, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, resident_kt=8),
     WgmmaTactic(46, 128, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8),
-    WgmmaTactic(48, 128, 128, 2, 1, 3, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True, consumers=4, resident_kt=8,
-                tma_store=True),
     # w50: w45 with its two tile groups (one warpgroup each) taking the tensor cores in turn (WG_PINGPONG).
     # Measured on the H200 at batch 256 (bench/results/wgmma-diag-NVIDIA_H200-2026-11-21/9-pingpong.json):
     # 2-4% faster than w42/w45 on res2-res4 conv3 +res. Ping-pong on w46's groups of two warpgroups was 2%

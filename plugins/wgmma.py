@@ -77,9 +77,8 @@ def _encode(rank: int, ptr: int, dims, strides, box, elem_strides, swizzle_bytes
 
 def swizzle_bytes(tactic: WgmmaTactic, name: str) -> int:
     """Shared-memory swizzle of a map: the activation boxes are 32-byte rows (one CHW32 vector per
-    pixel); the weight boxes are as wide as the tactic's a_box (32, or 128 = a slot's 4 k32 steps); the
-    output box (TMA store) is read from a dense staging tile, unswizzled."""
-    return {"w": tactic.a_box, "x": 32, "y": 0}[name]
+    pixel); the weight boxes are as wide as the tactic's a_box (32, or 128 = a slot's 4 k32 steps)."""
+    return {"w": tactic.a_box, "x": 32}[name]
 
 
 def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -> dict:
@@ -112,13 +111,8 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         # 8(4b + jj) + 2q + e then holds it, and each thread's accumulators are 8 consecutive channels.
         args["w"] = ((kg_pad, 2, 4, 4, kp // 32), (kg_pad, 8 * kg_pad, 2 * kg_pad, 32 * kg_pad),
                      (tactic.a_box, 2, 4, 4, tactic.CHANNELS // 32), (1,) * 5)
-    if tactic.tma_store:
-        # The CHW32 output [N][Kpad/32][OH][OW][32] as 5-D (32, OW, OH, Kpad/32, N), box = one tile: TH rows (or
-        # NB images) x the tile's channel blocks; rows, images and blocks outside the tensor are not written.
-        args["y"] = ((32, ow, oh, kp // 32, shape.n), (32, ow * 32, oh * ow * 32, kp // 32 * oh * ow * 32),
-                     (32, ow, geo.th, tactic.CHANNELS // 32, geo.nb), (1,) * 5)
     for name, (dims, strides, box, es) in args.items():
-        span = swizzle_bytes(tactic, name) or 256  # unswizzled: any inner box up to the 256-element limit
+        span = swizzle_bytes(tactic, name)
         ok = (len(strides) == len(dims) - 1 and all(0 < d <= 1 << 32 for d in dims)
               and all(st % 16 == 0 and st < 1 << 40 for st in strides)
               and all(0 < b <= 256 for b in box) and box[0] <= span  # inner box <= the swizzle span
@@ -128,12 +122,9 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
     return args
 
 
-_NO_MAP = TensorMapBytes()  # the kernel's tmap_y where the tactic stores with its own threads (never read)
-
-
-def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: int, w: int, y: int = 0):
-    """(weight map, activation map, output map) as 128-byte host buffers, cached."""
-    key = (x, w, y if tactic.tma_store else 0, shape, tactic.id)
+def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: int, w: int):
+    """(weight map, activation map) as 128-byte host buffers, cached."""
+    key = (x, w, shape, tactic.id)
     hit = _maps.get(key)
     if hit is not None:
         _maps.move_to_end(key)
@@ -141,11 +132,10 @@ def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: in
     args = tensor_map_args(shape, tactic, geo)
     wmap = _encode(len(args["w"][0]), w, *args["w"], swizzle_bytes(tactic, "w"))
     xmap = _encode(5, x, *args["x"], swizzle_bytes(tactic, "x"))
-    ymap = _encode(5, y, *args["y"], swizzle_bytes(tactic, "y")) if tactic.tma_store else _NO_MAP
-    _maps[key] = (wmap, xmap, ymap)
+    _maps[key] = (wmap, xmap)
     if len(_maps) > _MAP_CACHE:
         _maps.popitem(last=False)
-    return wmap, xmap, ymap
+    return wmap, xmap
 
 
 def _sms() -> int:
@@ -172,14 +162,12 @@ def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
     return ctas, 1, 1
 
 
-def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream, y: int = 0) -> None:
-    """Launch with a filled ConvParamsStruct (plugins/conv.py); x, w, y are the device pointers in it."""
+def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream) -> None:
+    """Launch with a filled ConvParamsStruct (plugins/conv.py); x, w are the device pointers in it."""
     geo = tactic.geometry(shape)
     if geo is None:
         raise ValueError(f"{tactic.name} does not handle {shape}")
-    if tactic.tma_store and not y:
-        raise ValueError(f"{tactic.name} stores through a tensor map: the output pointer is needed")
-    wmap, xmap, ymap = tensor_maps(shape, tactic, geo, x, w, y)
+    wmap, xmap = tensor_maps(shape, tactic, geo, x, w)
     d, mul, shr = fast_divmod(max(geo.groups_per_image, 1))
     tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,
                            kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas, groups_per_image=geo.groups_per_image,
@@ -187,5 +175,4 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     smem = tactic.shared_bytes()
     fn = module_for(tactic).function(ENTRY, smem)
     cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,
-              [ctypes.addressof(wmap), ctypes.addressof(xmap), ctypes.addressof(ymap), ctypes.addressof(params),
-               ctypes.addressof(tile)])
+              [ctypes.addressof(wmap), ctypes.addressof(xmap), ctypes.addressof(params), ctypes.addressof(tile)])

@@ -81,23 +81,6 @@ __device__ __forceinline__ void tma_load_5d_multicast(uint32_t dst, const Tensor
       : "memory");
 }
 
-// ---- TMA: shared -> global (bulk async-group completion, no mbarrier) ----
-// The box at the coordinates, read from dense shared memory by the copy engine; elements outside the
-// tensor are not written.
-__device__ __forceinline__ void tma_store_5d(const TensorMap* map, uint32_t src, int c0, int c1, int c2, int c3, int c4) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];\n"
-      ::"l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(src)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// At most N of this thread's bulk groups still reading their shared-memory source.
-template <int N>
-__device__ __forceinline__ void bulk_wait_group_read() { asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory"); }
-// At most N of this thread's bulk groups not yet complete (their writes done).
-template <int N>
-__device__ __forceinline__ void bulk_wait_group() { asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 // ---- clusters ----
 __device__ __forceinline__ uint32_t cluster_ctarank() {
   uint32_t r;

@@ -105,14 +105,6 @@
 #ifndef WG_WRES_KT
 #define WG_WRES_KT 0
 #endif
-// 1 (pixel-major only): the epilogue writes its 8-byte pieces into a staging tile in shared memory laid out as
-// the output box [image][block][pixel][32], and one thread of the tile group hands the whole tile to the copy
-// engine (a 5-D TMA store, tensor map tmap_y): the consumer warps never wait on global stores (profiling
-// build 7, no stores, runs ~30% faster than the kernel whose warps issue them: bench/results/wgmma-diag-*).
-// Two staging tiles per group; a tile's is rewritten two tiles later, after its store has read it.
-#ifndef WG_TMA_STORE
-#define WG_TMA_STORE 0
-#endif
 // 1 (pixel-major, two tile groups only): the groups take the tensor cores in turn ("ping-pong", as CUTLASS's
 // KernelTmaWarpSpecializedPingpong): a group issues its tile's wgmmas only after the other group has issued
 // its previous tile's (in the CTA's tile order, the producer's), then hands the turn on, so one group's
@@ -339,9 +331,7 @@ struct WgmmaSmem {
   static constexpr int OUT_BYTES = PIXM ? WG_CONSUMERS * 64 * CH : BN * OUT_STRIDE;  // one staging (or residual) buffer
   static constexpr int BUFFERS = PIXM ? 2 : WG_STAGING;
   static constexpr int GROUPS = PIXM ? WG_CONSUMERS / (BN / 64) : 1;  // tile groups (pixel-major): consumer warpgroups per CTA / per tile
-  static constexpr int STORE_OFFSET = OUT_OFFSET + BUFFERS * OUT_BYTES;  // WG_TMA_STORE: GROUPS x 2 tiles [BN][CH]
-  static constexpr int STORE_BYTES = BN * CH;
-  static constexpr int FACTOR_OFFSET = STORE_OFFSET + (PIXM && WG_TMA_STORE ? GROUPS * 2 * STORE_BYTES : 0);
+  static constexpr int FACTOR_OFFSET = OUT_OFFSET + BUFFERS * OUT_BYTES;
   static constexpr int BAR_OFFSET = FACTOR_OFFSET + (PIXM ? GROUPS * 2 * CH * 4 : 0);
   // mbarriers: full[STAGES], empty[STAGES], resident weights, then the window ring's full / empty
   static constexpr int HALO_BARS = BAR_OFFSET + (2 * STAGES + 1) * 8;
@@ -350,12 +340,11 @@ struct WgmmaSmem {
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
   static_assert(!HALO || (!PIXM && WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes, no multicast");
-  static_assert(!WG_FLAT || (PIXM && !WG_TMA_STORE), "flat tiles: pixel-major, the epilogue's own stores");
+  static_assert(!WG_FLAT || PIXM, "flat tiles are pixel-major");
 };
 
 template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
-__device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
-                                                    const sm90::TensorMap* tmap_y);
+__device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base);
 
 // WG_HALO, consumer side, one tile: its windows are uses first .. first + windows - 1 of the window ring (the
 // producer issues them in the CTA's tile order). A batch waits for every window it reads before its first
@@ -395,7 +384,7 @@ struct WindowCursor {
 
 template <int BN, int STAGES, int KS, bool PERSISTENT, int CH = 128, bool PIXM = false>
 __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x,
-                                                const sm90::TensorMap* tmap_y, const ConvParams& p, const WgmmaTile& t) {
+                                                const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
   static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
   static_assert(PIXM || WG_DIAG < 6, "profiling builds 6-9 take the pixel-major epilogue apart");
@@ -544,7 +533,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   }
 
   if constexpr (PIXM) {
-    consume_pixel_major<BN, STAGES, KS, CH, PERSISTENT>(p, t, smem, base, tmap_y);
+    consume_pixel_major<BN, STAGES, KS, CH, PERSISTENT>(p, t, smem, base);
     return;
   }
   // ---------------- consumer warpgroups 0 and 1: 64 output channels each ----------------
@@ -719,33 +708,21 @@ struct ResidualSlice {
 // The pixel-major epilogue of one thread: straight-line code over every (block, pixel) of its
 // accumulators (blocks past Kpad are computed and not stored), so the scheduler interleaves 16 x 8
 // independent chains instead of branching between groups of 8.
-// Where pixel `px` of a tile sits in the TMA store's staging tile [image][block][pixel][32] (box pixels
-// per image `box_px` = TH * OW; nb > 1 tiles hold whole images, box_px = OH * OW): the byte offset of its
-// block-0 vector; block b is b * box_px * 32 further.
-template <int CH>
-__device__ __forceinline__ int staging_offset(const ConvParams& p, const WgmmaTile& t, int px, int box_px) {
-  const int img = t.nb > 1 ? p.div_ohw.div(px) : 0;
-  return ((img * (CH / 32)) * box_px + (px - img * box_px)) * 32;
-}
-
 template <int CH, bool RES>
 __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], const ConvParams& p, const TileCoord& tc,
                                                      const float* s_scale, const float* s_bias, const int8_t* slice,
                                                      const int (&px)[2], int ohw, int kpad, int lane, float rs,
-                                                     float relu_min, int8_t* staging, const WgmmaTile& t) {
+                                                     float relu_min) {
   bool ok[2];
   size_t out_off[2];
-  const int box_px = t.th * p.OW;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     ok[h] = px[h] < tc.valid_px;
-    out_off[h] = !ok[h] ? 0
-                 : WG_TMA_STORE ? staging_offset<CH>(p, t, px[h], box_px) + 8 * (lane % 4)
-                                : chw32_offset(p, tc.m0 + px[h], tc.c0, ohw, kpad) + 8 * (lane % 4);
+    out_off[h] = !ok[h] ? 0 : chw32_offset(p, tc.m0 + px[h], tc.c0, ohw, kpad) + 8 * (lane % 4);
   }
   const int blocks = (kpad - tc.c0) / 32;  // < CH / 32 only on the last channel tile
-  const size_t out_block = WG_TMA_STORE ? (size_t)box_px * 32 : (size_t)ohw * 32;
-  int8_t* const out_base = WG_TMA_STORE ? staging : p.y;
+  const size_t out_block = (size_t)ohw * 32;
+  int8_t* const out_base = p.y;
   uint32_t folded = 0;  // kDiagNoStores only
 #pragma unroll
   for (int b = 0; b < CH / 32; ++b) {
@@ -776,8 +753,7 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
 // NEXT tile right after this tile's main loop (two residual buffers), so it has this tile's epilogue and
 // the next tile's main loop to land.
 template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
-__device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
-                                                    const sm90::TensorMap* tmap_y) {
+__device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, true>;
   constexpr int TILE_WGS = BN / 64, GROUPS = L::GROUPS;
   static_assert(BN % 64 == 0 && WG_CONSUMERS % TILE_WGS == 0, "whole consumer warpgroups x m64 pixels per tile");
@@ -802,7 +778,6 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   // this warpgroup's 64 activation rows inside a k32 step (WG_FLAT: 8 groups of [KS][8][32] inside the slot)
   const uint32_t a_rows = part * 64 * (WG_FLAT ? KS * 32 : 32);
   auto tile_of = [&](int i) { return (int)blockIdx.x + i * tile_step; };  // the CTA's i-th tile
-  const bool store_thread = WG_TMA_STORE && tid % (128 * TILE_WGS) == 0;  // issues the group's TMA stores
   // WG_PINGPONG: group g waits for its turn on barrier kTurn + g, which the other group's arrival completes.
   constexpr bool PINGPONG = WG_PINGPONG != 0;
   static_assert(!PINGPONG || GROUPS == 2, "ping-pong alternates two tile groups");
@@ -878,28 +853,14 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     cp_async_wait<1>();  // this tile's slice (the group before the one just committed) has landed
     __syncwarp();
     const int8_t* slice = slice0 + (j & 1) * L::OUT_BYTES;
-    int8_t* const staging = smem + L::STORE_OFFSET + (group * 2 + (j & 1)) * L::STORE_BYTES;
     if (has_res) {
-      pixel_major_epilogue<CH, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min, staging, t);
+      pixel_major_epilogue<CH, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
     } else {
-      pixel_major_epilogue<CH, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min, staging, t);
+      pixel_major_epilogue<CH, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
     }
     __syncwarp();  // every lane's reads of this slice come before its refill two tiles on
-    if (WG_TMA_STORE) {
-      // The staging tile's generic writes, made visible to the copy engine; the group's last store (the
-      // other staging tile, a tile ago) has read its source before anyone passes the barrier, so the next
-      // tile may rewrite it.
-      sm90::fence_proxy_async_shared();
-      if (store_thread) sm90::bulk_wait_group_read<0>();
-      sm90::named_barrier(1 + GROUPS + group, 128 * TILE_WGS);
-      if (store_thread) {
-        sm90::tma_store_5d(tmap_y, sm90::smem_addr(staging), 0, 0, tc.oh0, tc.c0 / 32, tc.n0);
-        sm90::bulk_commit_group();
-      }
-    }
   }
   cp_async_wait<0>();
-  if (WG_TMA_STORE && store_thread) sm90::bulk_wait_group<0>();  // the shared memory is the CTA's until its stores are done
 }
 
 }  // namespace trtfuse
@@ -913,8 +874,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
 #endif
 extern "C" __global__ void WG_CLUSTER __launch_bounds__(128 * (WG_CONSUMERS + 1), 1)
     trtfuse_wgmma_conv(const __grid_constant__ trtfuse::sm90::TensorMap tmap_w,
-                       const __grid_constant__ trtfuse::sm90::TensorMap tmap_x,
-                       const __grid_constant__ trtfuse::sm90::TensorMap tmap_y, const trtfuse::ConvParams p,
+                       const __grid_constant__ trtfuse::sm90::TensorMap tmap_x, const trtfuse::ConvParams p,
                        const trtfuse::WgmmaTile t) {
-  trtfuse::wgmma_conv_body<WG_BN, WG_STAGES, WG_KS, WG_PERSISTENT != 0, WG_CH, WG_PIXM != 0>(&tmap_w, &tmap_x, &tmap_y, p, t);
+  trtfuse::wgmma_conv_body<WG_BN, WG_STAGES, WG_KS, WG_PERSISTENT != 0, WG_CH, WG_PIXM != 0>(&tmap_w, &tmap_x, p, t);
 }
