@@ -454,16 +454,16 @@ WGMMA_SHORT_K_PREFERRED = (33, 35)
 # tile, whose epilogue writes from registers (bench/results/kernels-NVIDIA_H200-2026-11-21.json, v8 autotune:
 # w42 on every conv3 +res, w40 on the downsamples; res3 conv3 +res 0.124 -> 0.104 ms against w33); first the
 # ping-pong tile w50 where the GEMM-K fits its resident weights (<= 256: 2-4% faster on res2-res4 conv3 +res,
-# bench/results/wgmma-diag-NVIDIA_H200-2026-11-21/9-pingpong.json); and before w50 its flat-tile form w52 where the
-# map comes in 8-pixel groups (stride 1): res3 conv3 +res 0.0954 -> 0.0756 ms, res2 conv3 +res 0.1709 -> 0.1344
-# (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/18-flat-tiles.json).
-WGMMA_PIXEL_MAJOR_PREFERRED = (52, 50, 42, 40)
+# bench/results/wgmma-diag-NVIDIA_H200-2026-11-21/9-pingpong.json). Maps in 8-pixel groups take the flat tiles
+# before any of these (WGMMA_FLAT_PREFERRED).
+WGMMA_PIXEL_MAJOR_PREFERRED = (50, 42, 40)
 # GEMM-K under 1024 where the map comes in 8-pixel groups (1x1, stride 1): the flat tiles first, whatever the channel
 # count (bench/results/kernels-NVIDIA_H200-2026-11-22-v12a.json, batch 256 autotune: w52 on res2/res3 conv3 +res, w54
 # on res2 downsample (w52 in the v12 run), w55 on res4 first conv1 (GEMM-K 512), w56 on res2 first conv1, res2 conv1
 # and res3 first conv1, the 64-channel ones included: 1.04-1.25x what those layers took before). 256+ channels: w52, else w55 (resident
 # weights hold GEMM-K <= 256 only); fewer: w56, whose 128-channel tile leaves a 64-channel layer half empty and
-# still won.
+# still won. (w52 against its row-tile form w50: res3 conv3 +res 0.0954 -> 0.0756 ms, res2 conv3 +res 0.1709 ->
+# 0.1344, bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/18-flat-tiles.json.)
 WGMMA_FLAT_PREFERRED = {True: (52, 55), False: (56,)}  # by "256+ output channels"
 
 
@@ -477,9 +477,11 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     k32 steps (wgmma_cost).
     """
     m, n, kg = shape.gemm
-    flat = next((TACTICS_BY_ID[i] for i in WGMMA_FLAT_PREFERRED[n >= 256] if TACTICS_BY_ID[i].geometry(shape)), None)
-    if flat is not None and kg < 1024:
-        return flat if flat.geometry(shape).ctas >= sms else None
+    if kg < 1024:
+        for i in WGMMA_FLAT_PREFERRED[n >= 256]:
+            geo = TACTICS_BY_ID[i].geometry(shape)
+            if geo is not None:
+                return TACTICS_BY_ID[i] if geo.ctas >= sms else None
     if n < 128:
         return None
     if kg >= 1024:

@@ -721,8 +721,6 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
     out_off[h] = !ok[h] ? 0 : chw32_offset(p, tc.m0 + px[h], tc.c0, ohw, kpad) + 8 * (lane % 4);
   }
   const int blocks = (kpad - tc.c0) / 32;  // < CH / 32 only on the last channel tile
-  const size_t out_block = (size_t)ohw * 32;
-  int8_t* const out_base = p.y;
   uint32_t folded = 0;  // kDiagNoStores only
 #pragma unroll
   for (int b = 0; b < CH / 32; ++b) {
@@ -736,7 +734,7 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
       if (kDiagNoStores)
         folded ^= out.x ^ out.y;
       else if (ok[h] && b < blocks)
-        *reinterpret_cast<uint2*>(out_base + out_off[h] + b * out_block) = out;
+        *reinterpret_cast<uint2*>(p.y + out_off[h] + (size_t)b * ohw * 32) = out;
     }
   }
   if (kDiagNoStores && folded == 0x7fffffffu) p.y[lane] = 1;
