@@ -571,6 +571,10 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   const int8_t* pending_staging = s_out;
   int it = 0;  // ring slot use counter, continuous across tiles (same sequence as the producer's)
   int local = 0;  // tiles this CTA has done
+  // Zeroed once: a tile's first wgmma overwrites them (accumulate = false).
+  int acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
   for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step, ++local) {
     const Tile tc(tile, p, t, ohw, CH);
     int8_t* staging = s_out + (WG_STAGING == 2 ? (local & 1) * L::OUT_BYTES : 0);
@@ -587,9 +591,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       bi_raw[h] = p.bias[c];
     }
 
-    int acc[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
     WindowCursor<L> win(local * windows);  // WG_HALO
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int slot = it % STAGES;
@@ -605,7 +606,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         const uint32_t b_tile = L::HALO ? win.view(base) : sb + j * L::B_STEP;
         if (WG_DIAG != 2 && WG_DIAG < 4)
           sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
-                                 sm90::desc_kmajor_sw32(b_tile));
+                                 sm90::desc_kmajor_sw32(b_tile), kb * KS + j > 0);
         if (L::HALO) win.advance(p, wh);
       }
       sm90::wgmma_commit();
@@ -799,11 +800,17 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     sm90::mbar_wait(wres_full, 0);
   }
   int factors_c0 = -1;  // without resident weights: the channel tile whose folded factors are in s_scale / s_bias
+  // Zeroed once: a tile's first wgmma overwrites them (accumulate = false), so a tile costs no zeroing
+  // instructions (half an instruction per element on the epilogue-bound layers).
+  int acc[CH / 2];
+#pragma unroll
+  for (int k = 0; k < CH / 2; ++k) acc[k] = 0;
   for (int i = group, j = 0, tile = tile_of(group); tile < t.tiles; i += GROUPS, ++j, tile += GROUPS * tile_step) {
     const TileCoord tc(tile, p, t, ohw, CH);
-    int acc[CH / 2];
+    if (kDiagEpilogueAlone) {
 #pragma unroll
-    for (int k = 0; k < CH / 2; ++k) acc[k] = kDiagEpilogueAlone ? fresh_tid() * k : 0;  // not foldable to constants
+      for (int k = 0; k < CH / 2; ++k) acc[k] = fresh_tid() * k;  // not foldable to constants
+    }
     int it = i * kblocks;  // the ring slot use of this tile's first k-block (the producer walks the tiles in order)
     if (PINGPONG && i > 0) sm90::named_barrier(kTurn + group, kTurnThreads);  // the CTA's tile i - 1 is issued
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
@@ -819,7 +826,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
         const uint32_t w = L::WRES ? base + (k / 4) * L::WRES_CHUNK + (k % 4) * 32 : sa + s * 32;
         if (s < steps && WG_DIAG != 2 && WG_DIAG < 4)
           sm90::WgmmaS8<CH>::mma(acc, WG_FLAT ? sm90::desc_kmajor(sb + s * 256, KS * 256, 3) : sm90::desc_kmajor_sw32(sb + s * L::B_STEP),
-                                 sm90::desc_kmajor_sw128(w));
+                                 sm90::desc_kmajor_sw128(w), k > 0);
       }
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();
