@@ -130,10 +130,26 @@ __device__ __forceinline__ float s32_to_float(int x) {
   return f;
 }
 
+// int32 -> float on the conversion (XU) pipe: I2F.RM, where cvt.rn and cvt.rz compile to the ALU pipe's I2FP. Equal
+// to the round-to-nearest conversion for |x| <= 2^24 (every such integer is an fp32); callers use it only where
+// their GEMM-K bounds the accumulator that far (|acc| <= K * 2^14).
+__device__ __forceinline__ float s32_to_float_small(int x) {
+  float f;
+  asm("cvt.rm.f32.s32 %0, %1;" : "=f"(f) : "r"(x));
+  return f;
+}
+
 // Byte `byte` of a word of four residual bytes (channel order; a compile-time constant after unrolling)
 // as a float: sign-extended with one PRMT and converted exactly (any int8 is an fp32) with the full-rate
-// I2FP. The mma.sync epilogue reads its residual 4 bytes at a time and converts each with this.
+// I2FP; byte 0 by one I2F.S8. Both epilogues read their residual 4 bytes at a time and convert each with this.
 __device__ __forceinline__ float s8_to_float(uint32_t word, int byte) {
+  if (byte == 0) {
+    // The low byte needs no extraction: I2F.S8 reads it from the word. One instruction instead of two, on the
+    // otherwise idle conversion (XU) pipe; exact like the I2FP path.
+    float f;
+    asm("cvt.rn.f32.s8 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(word)));
+    return f;
+  }
   // prmt selector: byte `byte` to byte 0, its sign (nibble 8 + byte: sign replicate) to bytes 1..3.
   // Inline PTX: CUDA documents __byte_perm with 3-bit selectors only.
   const uint32_t sel = byte | (0x888u + 0x111u * byte) << 4;
@@ -163,10 +179,10 @@ __device__ __forceinline__ float relu_floor(bool relu) { return relu ? 0.0f : -_
 // docs/ops.md's order on one element, the one definition both epilogues use: fma(acc, a, b), with RES
 // + fma(residual(), rs, .), ReLU as max_nan(., relu_min), round half to even and saturate. `residual`
 // yields float(residual byte) and is called after the first FMA, where each caller's conversion belongs
-// in the instruction stream. Returns the int8 result in the low byte of a 32-bit value (sign-extended).
-template <bool RES = true, typename Residual>
+// in the instruction stream. ACC_XU: the accumulator converts on the XU pipe (s32_to_float_small, |acc| <= 2^24).
+template <bool RES = true, bool ACC_XU = false, typename Residual>
 __device__ __forceinline__ float requantize_fma(int acc, float a, float b, Residual&& residual, float rs) {
-  float v = __fmaf_rn(__int2float_rn(acc), a, b);
+  float v = __fmaf_rn(ACC_XU ? s32_to_float_small(acc) : __int2float_rn(acc), a, b);
   if (RES) v = __fmaf_rn(residual(), rs, v);
   return v;
 }
@@ -201,7 +217,8 @@ __device__ __forceinline__ uint32_t round_pack_s8x4(float v0, float v1, float v2
 // sign-extended byte per element (F2I.S8) plus three PRMTs per word cost 7 instructions; that moved the
 // ALU-pipe-bound wgmma epilogue 7-11% (docs/PERF.md, v10d). Without a residual (RES = false, or rs = 0
 // with any `res4`: the term is then +-0, and v + (+-0) is v or +0 for v = -0, which converts to the same 0)
-// the results equal requantize_s32<false> per element.
+// the results equal requantize_s32<false> per element. ACC_XU: the first ACC_XU accumulators convert on the XU
+// pipe (s32_to_float_small: the caller guarantees |acc| <= 2^24).
 //
 // The ReLU comes after the packing, on the four bytes at once: a byte's sign replicated over it by one PRMT
 // (selector nibble 8 + i), and one LOP3 clearing the negative bytes where relu_min is 0. Two ALU-pipe
@@ -215,12 +232,15 @@ __device__ __forceinline__ uint32_t relu_s8x4(uint32_t word, uint32_t relu_mask)
   asm("lop3.b32 %0, %1, %2, %3, 0x70;" : "=r"(out) : "r"(word), "r"(sign), "r"(relu_mask));
   return out;
 }
-template <bool RES = true>
+template <bool RES = true, int ACC_XU = 0>
 __device__ __forceinline__ uint32_t requantize_word(const int (&acc)[4], const float (&a)[4], const float (&b)[4],
                                                     uint32_t res4, float rs, float relu_min) {
   float v[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = requantize_fma<RES>(acc[i], a[i], b[i], [&] { return s8_to_float(res4, i); }, rs);
+  auto res = [&](int i) { return [&, i] { return s8_to_float(res4, i); }; };
+  v[0] = requantize_fma<RES, (ACC_XU > 0)>(acc[0], a[0], b[0], res(0), rs);
+  v[1] = requantize_fma<RES, (ACC_XU > 1)>(acc[1], a[1], b[1], res(1), rs);
+  v[2] = requantize_fma<RES, (ACC_XU > 2)>(acc[2], a[2], b[2], res(2), rs);
+  v[3] = requantize_fma<RES, (ACC_XU > 3)>(acc[3], a[3], b[3], res(3), rs);
   return relu_s8x4(round_pack_s8x4(v[0], v[1], v[2], v[3]), relu_min == 0.0f ? ~0u : 0u);
 }
 

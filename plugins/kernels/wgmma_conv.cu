@@ -660,6 +660,14 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   if (WG_MCAST) sm90::cluster_sync();
 }
 
+// How many of a word's 4 accumulators convert on the XU pipe (s32_to_float_small) instead of the ALU pipe's I2FP,
+// which the epilogue's other conversions, byte extractions and packing keep busy. Only where resident weights bound
+// GEMM-K (|acc| <= 2^24), and only with 2 consumer warpgroups: 1 of 4 took res2 conv3 +res from 0.1241 to 0.1211 ms
+// on w52 (res3 conv3 0.0674 -> 0.0672), 2 of 4 gained nothing, 3 of 4 lost 5 %, and with 4 consumer warpgroups
+// (w56) 1 of 4 lost 1-2 % (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/26-conversions-on-xu.json).
+constexpr int kAccOnXu = WG_WRES_KT > 0 && WG_CONSUMERS == 2 ? 1 : 0;
+static_assert(WG_WRES_KT * 32 <= 1024, "resident weights bound GEMM-K so that |acc| <= 2^24 (s32_to_float_small)");
+
 // One pixel of the pixel-major tile through docs/ops.md's epilogue: the 8 accumulators of channel block
 // b (wgmma columns 8(4b + jj) + 2q + e, i.e. channels 32b + 8q + 2jj + e by the weight map's row order,
 // held at acc[4(4b + jj) + 2h + e]) with their 8 folded factors and 8 residual bytes (channel order) ->
@@ -677,8 +685,8 @@ __device__ __forceinline__ uint2 requantize_8_channels(const int (&acc)[NACC], i
     fa[i / 4][i % 4] = a[i];
     fo[i / 4][i % 4] = o[i];
   }
-  return make_uint2(requantize_word<RES>(v[0], fa[0], fo[0], res.x, rs, relu_min),
-                    requantize_word<RES>(v[1], fa[1], fo[1], res.y, rs, relu_min));
+  return make_uint2(requantize_word<RES, kAccOnXu>(v[0], fa[0], fo[0], res.x, rs, relu_min),
+                    requantize_word<RES, kAccOnXu>(v[1], fa[1], fo[1], res.y, rs, relu_min));
 }
 
 // Where a consumer warp's 16 pixels x CH channels of residual sit in a residual tile: its own slice
