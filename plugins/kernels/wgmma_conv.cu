@@ -307,6 +307,43 @@ __device__ __forceinline__ void requantize_to_staging(const int (&acc)[BN / 2], 
   }
 }
 
+// Without a residual: the staging tile's 16-channel groups hold their channels paired, channel g + 8h of group w
+// at byte 16w + 2g + h, so a thread's two channels (c_lo and c_lo + 8: g = c_lo % 8) of a pixel are adjacent bytes.
+// Both are rounded and packed by one paired conversion (F2IP.S8, ALU pipe) and stored by one 2-byte STS, where the
+// natural order costs two F2I.S8 (the quarter-rate XU pipe) and two byte stores; unpair_16_channels puts the order
+// back on the way out (4 PRMT per 16-byte vector). `cells` points at pixel 2(lane % 4) of the thread's pair.
+// The residual path keeps the natural order: there each thread overwrites its own residual bytes in place.
+template <int BN, int STRIDE>
+__device__ __forceinline__ void requantize_to_paired_staging(const int (&acc)[BN / 2], int8_t* cells, const float (&sc)[2],
+                                                             const float (&bi)[2], float relu_min) {
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float v[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        v[h] = requantize_f32<false>(acc[4 * j + 2 * h + e], sc[h], bi[h], [] { return 0.0f; }, 0.0f, relu_min);
+      int i0, i1;
+      asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i0) : "f"(v[0]));
+      asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i1) : "f"(v[1]));
+      uint32_t pair;
+      asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(pair) : "r"(i1), "r"(i0));
+      *reinterpret_cast<unsigned short*>(cells + (8 * j + e) * STRIDE) = static_cast<unsigned short>(pair);
+    }
+  }
+}
+
+// 16 staged bytes in paired order (byte 2g + h = channel g + 8h) -> channel order.
+__device__ __forceinline__ int4 unpair_16_channels(int4 v) {
+  auto prmt = [](int a, int b, uint32_t sel) {
+    int d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+  };
+  return make_int4(prmt(v.x, v.y, 0x6420), prmt(v.z, v.w, 0x6420), prmt(v.x, v.y, 0x7531), prmt(v.z, v.w, 0x7531));
+}
+
 // BN = output pixels per tile, CH = output channels per tile. First, with WG_WRES_KT, the resident weights:
 // WG_WRES_KT / 4 chunks of CH rows x 128 bytes (128-byte swizzle). Then the ring: a slot is KS k32 steps of
 // weights (CH rows; none with resident weights) then KS of activations (BN rows). After the ring: the
@@ -560,9 +597,15 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     });
   };
   auto store = [&](const Tile& tc, const int8_t* staging) {
-    for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, [&](int s, bool ok, size_t g) {
-      if (ok) *reinterpret_cast<int4*>(p.y + g) = *reinterpret_cast<const int4*>(staging + s);
-    });
+    if (has_res) {  // natural order (requantize_to_staging)
+      for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, [&](int s, bool ok, size_t g) {
+        if (ok) *reinterpret_cast<int4*>(p.y + g) = *reinterpret_cast<const int4*>(staging + s);
+      });
+    } else {  // paired order (requantize_to_paired_staging)
+      for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, [&](int s, bool ok, size_t g) {
+        if (ok) *reinterpret_cast<int4*>(p.y + g) = unpair_16_channels(*reinterpret_cast<const int4*>(staging + s));
+      });
+    }
   };
   // A tile's output leaves the staging tile during the NEXT tile's first wgmma batch (the tensor cores
   // work while the consumers store), so the epilogue's stores never idle the tensor cores.
@@ -647,8 +690,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     int8_t* cells = staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
     if (has_res) {
       requantize_to_staging<BN, L::OUT_STRIDE, true>(acc, cells, sc, bi, es.rs, es.relu_min);
-    } else {
-      requantize_to_staging<BN, L::OUT_STRIDE, false>(acc, cells, sc, bi, es.rs, es.relu_min);
+    } else {  // paired order: channel c_lo = 16w + g at byte 16w + 2g, c_lo + 8 next to it
+      requantize_to_paired_staging<BN, L::OUT_STRIDE>(acc, cells + lane / 4, sc, bi, es.relu_min);
     }
     sm90::named_barrier(1, CONSUMERS);  // the whole staging tile is written before anyone stores from it
     pending = true;
