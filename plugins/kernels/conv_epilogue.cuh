@@ -211,6 +211,17 @@ __device__ __forceinline__ uint32_t round_pack_s8x4(float v0, float v1, float v2
   return d;
 }
 
+// Two requantized values -> two bytes (v0 in byte 0, the upper half-word zero): round half to even, one saturating
+// pack (ptxas fuses the pair into one F2IP.S8). Bit-equal to round_saturate_s8_b32 on each.
+__device__ __forceinline__ uint32_t round_pack_s8x2(float v0, float v1) {
+  int i0, i1;
+  asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i0) : "f"(v0));
+  asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i1) : "f"(v1));
+  uint32_t d;
+  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(d) : "r"(i1), "r"(i0));
+  return d;
+}
+
 // Four consecutive channels of one pixel -> one word of int8 (channel order): acc[i] with its folded
 // factors a[i], b[i] and byte i of the residual word `res4`. Rounding and packing by round_pack_s8x4: ptxas
 // pairs the conversions (F2IP.S8, two values per instruction, packing as it converts) where a rounding to a

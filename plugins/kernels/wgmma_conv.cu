@@ -324,12 +324,7 @@ __device__ __forceinline__ void requantize_to_paired_staging(const int (&acc)[BN
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         v[h] = requantize_f32<false>(acc[4 * j + 2 * h + e], sc[h], bi[h], [] { return 0.0f; }, 0.0f, relu_min);
-      int i0, i1;
-      asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i0) : "f"(v[0]));
-      asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i1) : "f"(v[1]));
-      uint32_t pair;
-      asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(pair) : "r"(i1), "r"(i0));
-      *reinterpret_cast<unsigned short*>(cells + (8 * j + e) * STRIDE) = static_cast<unsigned short>(pair);
+      *reinterpret_cast<unsigned short*>(cells + (8 * j + e) * STRIDE) = static_cast<unsigned short>(round_pack_s8x2(v[0], v[1]));
     }
   }
 }
