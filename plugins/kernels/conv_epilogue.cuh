@@ -179,10 +179,12 @@ __device__ __forceinline__ float relu_floor(bool relu) { return relu ? 0.0f : -_
 // docs/ops.md's order on one element, the one definition both epilogues use: fma(acc, a, b), with RES
 // + fma(residual(), rs, .), ReLU as max_nan(., relu_min), round half to even and saturate. `residual`
 // yields float(residual byte) and is called after the first FMA, where each caller's conversion belongs
-// in the instruction stream. ACC_XU: the accumulator converts on the XU pipe (s32_to_float_small, |acc| <= 2^24).
-template <bool RES = true, bool ACC_XU = false, typename Residual>
-__device__ __forceinline__ float requantize_fma(int acc, float a, float b, Residual&& residual, float rs) {
-  float v = __fmaf_rn(ACC_XU ? s32_to_float_small(acc) : __int2float_rn(acc), a, b);
+// in the instruction stream. acc_on_xu (a compile-time constant at every call after unrolling): the accumulator
+// converts on the XU pipe (s32_to_float_small, |acc| <= 2^24).
+template <bool RES = true, typename Residual>
+__device__ __forceinline__ float requantize_fma(int acc, float a, float b, Residual&& residual, float rs,
+                                                bool acc_on_xu = false) {
+  float v = __fmaf_rn(acc_on_xu ? s32_to_float_small(acc) : __int2float_rn(acc), a, b);
   if (RES) v = __fmaf_rn(residual(), rs, v);
   return v;
 }
@@ -196,30 +198,21 @@ __device__ __forceinline__ uint32_t requantize_s32(int acc, float a, float b, Re
                                                    float relu_min) {
   return round_saturate_s8_b32(requantize_f32<RES>(acc, a, b, residual, rs, relu_min));
 }
-// Four requantized values -> one word of int8 (v0 in byte 0): round half to even to int32, then two
-// saturating pack conversions (cvt.pack.sat.s8.s32.b32: two int32 -> two bytes, the third operand's low
-// half above them). Bit-equal to round_saturate_s8_b32 + pack_s8x4 (NaN -> 0, out-of-range saturates).
-__device__ __forceinline__ uint32_t round_pack_s8x4(float v0, float v1, float v2, float v3) {
-  int i0, i1, i2, i3;
-  asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i0) : "f"(v0));
-  asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i1) : "f"(v1));
-  asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i2) : "f"(v2));
-  asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i3) : "f"(v3));
-  uint32_t hi, d;
-  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(hi) : "r"(i3), "r"(i2));
-  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(i1), "r"(i0), "r"(hi));
-  return d;
-}
-
-// Two requantized values -> two bytes (v0 in byte 0, the upper half-word zero): round half to even, one saturating
-// pack (ptxas fuses the pair into one F2IP.S8). Bit-equal to round_saturate_s8_b32 on each.
-__device__ __forceinline__ uint32_t round_pack_s8x2(float v0, float v1) {
+// Two requantized values -> two bytes (v0 in byte 0), above them the low half of `upper`: round half to even
+// to int32, then one saturating pack conversion (cvt.pack.sat.s8.s32.b32); ptxas fuses the pair into one
+// F2IP.S8. Bit-equal to round_saturate_s8_b32 on each (NaN -> 0, out-of-range saturates).
+__device__ __forceinline__ uint32_t round_pack_s8x2(float v0, float v1, uint32_t upper = 0) {
   int i0, i1;
   asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i0) : "f"(v0));
   asm("cvt.rni.s32.f32 %0, %1;" : "=r"(i1) : "f"(v1));
   uint32_t d;
-  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(d) : "r"(i1), "r"(i0));
+  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(i1), "r"(i0), "r"(upper));
   return d;
+}
+// Four requantized values -> one word of int8 (v0 in byte 0): two pairs, the second packed under the first.
+// Bit-equal to round_saturate_s8_b32 + pack_s8x4.
+__device__ __forceinline__ uint32_t round_pack_s8x4(float v0, float v1, float v2, float v3) {
+  return round_pack_s8x2(v0, v1, round_pack_s8x2(v2, v3));
 }
 
 // Four consecutive channels of one pixel -> one word of int8 (channel order): acc[i] with its folded
@@ -247,11 +240,9 @@ template <bool RES = true, int ACC_XU = 0>
 __device__ __forceinline__ uint32_t requantize_word(const int (&acc)[4], const float (&a)[4], const float (&b)[4],
                                                     uint32_t res4, float rs, float relu_min) {
   float v[4];
-  auto res = [&](int i) { return [&, i] { return s8_to_float(res4, i); }; };
-  v[0] = requantize_fma<RES, (ACC_XU > 0)>(acc[0], a[0], b[0], res(0), rs);
-  v[1] = requantize_fma<RES, (ACC_XU > 1)>(acc[1], a[1], b[1], res(1), rs);
-  v[2] = requantize_fma<RES, (ACC_XU > 2)>(acc[2], a[2], b[2], res(2), rs);
-  v[3] = requantize_fma<RES, (ACC_XU > 3)>(acc[3], a[3], b[3], res(3), rs);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    v[i] = requantize_fma<RES>(acc[i], a[i], b[i], [&] { return s8_to_float(res4, i); }, rs, i < ACC_XU);
   return relu_s8x4(round_pack_s8x4(v[0], v[1], v[2], v[3]), relu_min == 0.0f ? ~0u : 0u);
 }
 
