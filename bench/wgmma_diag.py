@@ -10,6 +10,8 @@
   diag4/5   as diag2 with only the weight / only the activation boxes
   diag6/7   pixel-major: no residual loads / no output stores (the epilogue's two memory streams)
   diag8/9   pixel-major: the epilogue alone (no copies, no wgmma) / its instructions alone (no memory either)
+  diag10/11 no weight copies (stale weight slots: what resident weights leave) without / with the epilogue
+  diag12/13 channel-major: no copies, no epilogue (wgmma + ring barriers) / nor the ring (wgmma issue alone)
 
 plus ring variants (k32 steps per slot x slots). Outputs of diag builds are meaningless by design;
 the `full` builds are checked against the mma.sync kernel's output (itself proven by the GPU tests).
@@ -48,7 +50,7 @@ RESIDUAL_LAYERS = [
 def variants():
     by_id = TACTICS_BY_ID
     out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 45, 46, 50, 52, 54, 55, 56, 60, 61, 62)]
-    out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (60, 61) for d in (1, 2, 3)]
+    out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (60, 61) for d in (1, 2, 3, 10, 11, 12, 13)]
     out += [(f"diag{d} t31", dataclasses.replace(by_id[31], diag=d)) for d in (1, 2, 3)]
     out += [("diag1 t28", dataclasses.replace(by_id[28], diag=1))]
     out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (40, 42, 45, 46, 50, 52) for d in (1, 3, 6, 7, 8, 9)]

@@ -153,14 +153,21 @@
 // stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes; pixel-major only: 6 = no
 // residual loads (the epilogue reads stale slices), 7 = no output stores (the results are folded and kept
 // live), 8 = the epilogue alone (no copies, no wgmma: opaque accumulators), 9 = as 8 without residual loads
-// or stores (the epilogue's instructions alone). Each isolates one stage of the pipeline to say which one bounds it.
+// or stores (the epilogue's instructions alone); 10 / 11 = no weight copies (the wgmmas read stale weight slots: what
+// resident weights would leave) without / with the epilogue; channel-major only: 12 = no copies and no epilogue (wgmma
+// and the ring's barriers), 13 = as 12 without the ring (no barrier waits or arrives: the consumers' wgmma issue
+// alone, the tile loop's own overheads). Each isolates one stage of the pipeline to say which one
+// bounds it.
 #ifndef WG_DIAG
 #define WG_DIAG 0
 #endif
-constexpr bool kDiagNoCopies = WG_DIAG == 3 || WG_DIAG == 8 || WG_DIAG == 9;
+constexpr bool kDiagNoRing = WG_DIAG == 13;
+constexpr bool kDiagNoCopies = WG_DIAG == 3 || WG_DIAG == 8 || WG_DIAG == 9 || WG_DIAG == 12 || kDiagNoRing;
 constexpr bool kDiagNoResidualLoads = WG_DIAG == 6 || WG_DIAG == 9;
 constexpr bool kDiagNoStores = WG_DIAG == 7 || WG_DIAG == 9;
 constexpr bool kDiagEpilogueAlone = WG_DIAG == 8 || WG_DIAG == 9;
+constexpr bool kDiagNoWeightCopies = WG_DIAG == 10 || WG_DIAG == 11;
+constexpr bool kDiagNoWgmma = WG_DIAG == 2 || WG_DIAG == 4 || WG_DIAG == 5 || kDiagEpilogueAlone;
 
 namespace trtfuse {
 
@@ -222,27 +229,28 @@ __device__ __forceinline__ int tile_pixel(int pos, const ConvParams& p, const Ti
   return pix;
 }
 
-// Visit the 16-byte vectors of a tile's staging tile [pixel][128 + 16] with their global CHW32 offsets:
-// consumer thread ct takes half ct % 2 of pixel rows ct / 2 + 128 j and the tile's 4 channel blocks of
-// each, so a row's address costs one multiply-high (chw32_offset) and the blocks step by OH*OW*32 bytes.
-// f(staging offset, in the tensor?, global byte offset); consecutive threads cover consecutive 16-byte
-// halves of consecutive pixels, i.e. a warp moves 512 contiguous bytes per channel block. With WG_HALO
+// Visit the 16-byte vectors of a tile's staging tile [pixel][CH + 16] with their global CHW32 offsets:
+// consumer thread ct (of THREADS) takes half ct % 2 of pixel rows ct / 2 + (THREADS / 2) j and the tile's CH / 32
+// channel blocks of each, so a row's address costs one multiply-high (chw32_offset) and the blocks step by
+// OH*OW*32 bytes. f(staging offset, in the tensor?, global byte offset); consecutive threads cover consecutive
+// 16-byte halves of consecutive pixels, i.e. a warp moves 512 contiguous bytes per channel block. With WG_HALO
 // (wh > 0) staging row n is tile position n = oh * wh + ow, a pixel only where ow < OW.
-template <int BN, int OUT_STRIDE, typename F>
+template <int BN, int CH, int THREADS, int OUT_STRIDE, typename F>
 __device__ __forceinline__ void for_each_tile_vector(const ConvParams& p, const TileCoord& tc, int ohw, int kpad, int ct,
                                                      int wh, F&& f) {
+  constexpr int kRows = THREADS / 2;  // pixel rows per pass
   const int half = ct % 2;
-  const int blocks = (kpad - tc.c0) / 32;  // channel blocks of this tile inside Kpad (< 4 only on the last tile)
+  const int blocks = (kpad - tc.c0) / 32;  // channel blocks of this tile inside Kpad (< CH / 32 only on the last tile)
   const size_t block_bytes = (size_t)ohw * 32;
 #pragma unroll
-  for (int j = 0; j < (BN + 127) / 128; ++j) {
-    const int px = ct / 2 + 128 * j;
-    if (BN % 128 != 0 && px >= BN) break;
+  for (int j = 0; j < (BN + kRows - 1) / kRows; ++j) {
+    const int px = ct / 2 + kRows * j;
+    if (BN % kRows != 0 && px >= BN) break;
     bool row_ok;
     const int pix = tile_pixel(px, p, tc, wh, row_ok);
     const size_t row = row_ok ? chw32_offset(p, tc.m0 + pix, tc.c0, ohw, kpad) + half * 16 : 0;
 #pragma unroll
-    for (int b = 0; b < 4; ++b) f(px * OUT_STRIDE + b * 32 + half * 16, row_ok && b < blocks, row + b * block_bytes);
+    for (int b = 0; b < CH / 32; ++b) f(px * OUT_STRIDE + b * 32 + half * 16, row_ok && b < blocks, row + b * block_bytes);
   }
 }
 
@@ -268,7 +276,8 @@ static_assert(WG_CONSUMERS == 2 || WG_PIXM, "the channel-major tile has two cons
 
 // Profiling builds that leave the epilogue out (WG_DIAG 1, 2, 4, 5) keep the accumulators live instead,
 // so the compiler cannot drop the wgmmas that produce them.
-constexpr bool kDiagSkipsEpilogue = WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG == 4 || WG_DIAG == 5;
+constexpr bool kDiagSkipsEpilogue =
+    WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG == 4 || WG_DIAG == 5 || WG_DIAG == 10 || WG_DIAG == 12 || WG_DIAG == 13;
 template <int NACC>
 __device__ __forceinline__ void keep_accumulators_live(const int (&acc)[NACC], const ConvParams& p, int tid) {
   int folded = 0;
@@ -337,6 +346,30 @@ __device__ __forceinline__ int4 unpair_16_channels(int4 v) {
     return d;
   };
   return make_int4(prmt(v.x, v.y, 0x6420), prmt(v.z, v.w, 0x6420), prmt(v.x, v.y, 0x7531), prmt(v.z, v.w, 0x7531));
+}
+
+// The channel-major epilogue's two memory streams through the staging tile, THREADS consumer threads (ct their
+// index among them): the residual in (cp.async, one group), the output out as 16-byte CHW32 vectors, from the
+// paired order (requantize_to_paired_staging, no residual) or the natural one (requantize_to_staging).
+template <int BN, int CH, int THREADS, int OUT_STRIDE>
+__device__ __forceinline__ void residual_to_staging(const ConvParams& p, const TileCoord& tc, int ohw, int kpad, int ct,
+                                                    int wh, int8_t* staging) {
+  for_each_tile_vector<BN, CH, THREADS, OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, [&](int s, bool ok, size_t g) {
+    cp_async_16(smem_u32(staging + s), ok ? p.residual + g : p.residual, ok);
+  });
+}
+template <int BN, int CH, int THREADS, int OUT_STRIDE>
+__device__ __forceinline__ void store_staging(const ConvParams& p, const TileCoord& tc, int ohw, int kpad, int ct, int wh,
+                                              const int8_t* staging, bool paired) {
+  if (!paired) {  // one branch per tile, not per vector
+    for_each_tile_vector<BN, CH, THREADS, OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, [&](int s, bool ok, size_t g) {
+      if (ok) *reinterpret_cast<int4*>(p.y + g) = *reinterpret_cast<const int4*>(staging + s);
+    });
+  } else {
+    for_each_tile_vector<BN, CH, THREADS, OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, [&](int s, bool ok, size_t g) {
+      if (ok) *reinterpret_cast<int4*>(p.y + g) = unpair_16_channels(*reinterpret_cast<const int4*>(staging + s));
+    });
+  }
 }
 
 // BN = output pixels per tile, CH = output channels per tile. First, with WG_WRES_KT, the resident weights:
@@ -419,7 +452,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
                                                 const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
   static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
-  static_assert(PIXM || WG_DIAG < 6, "profiling builds 6-9 take the pixel-major epilogue apart");
+  static_assert(PIXM || WG_DIAG < 6 || WG_DIAG >= 10, "profiling builds 6-9 take the pixel-major epilogue apart");
   constexpr int CONSUMERS = 128 * WG_CONSUMERS;
   extern __shared__ __align__(1024) int8_t smem_raw[];
   // Align the operand ring to 1024 bytes of shared-memory address (the host asks for 1024 more).
@@ -481,10 +514,10 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   if (wg == WG_CONSUMERS) {
     // ---------------- producer warpgroup: one thread drives the copy engine ----------------
     sm90::regs_dealloc<kProducerRegs>();
-    if (tid == CONSUMERS) {
+    if (tid == CONSUMERS && !kDiagNoRing) {
       // What the copy engine moves: profiling builds 3, 8, 9 nothing, 4 only weights, 5 only activations;
       // resident weights once, below, instead of in every slot.
-      constexpr bool kCopyWeights = !kDiagNoCopies && WG_DIAG != 5, kLoadActivations = !kDiagNoCopies && WG_DIAG != 4;
+      constexpr bool kCopyWeights = !kDiagNoCopies && !kDiagNoWeightCopies && WG_DIAG != 5, kLoadActivations = !kDiagNoCopies && WG_DIAG != 4;
       constexpr bool kLoadWeights = kCopyWeights && !L::WRES;  // per ring slot
       sm90::prefetch_tensor_map(tmap_w);
       sm90::prefetch_tensor_map(tmap_x);
@@ -587,20 +620,10 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   const uint32_t a_rows = wg * 64 * (WG_A128 ? 128 : 32);  // this warpgroup's 64 weight rows inside the A tile
   using Tile = TileCoord;
   auto issue_residual = [&](const Tile& tc, int8_t* staging) {
-    for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, [&](int s, bool ok, size_t g) {
-      cp_async_16(smem_u32(staging + s), ok ? p.residual + g : p.residual, ok);
-    });
+    residual_to_staging<BN, CH, CONSUMERS, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, staging);
   };
   auto store = [&](const Tile& tc, const int8_t* staging) {
-    if (has_res) {  // natural order (requantize_to_staging)
-      for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, [&](int s, bool ok, size_t g) {
-        if (ok) *reinterpret_cast<int4*>(p.y + g) = *reinterpret_cast<const int4*>(staging + s);
-      });
-    } else {  // paired order (requantize_to_paired_staging)
-      for_each_tile_vector<BN, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, [&](int s, bool ok, size_t g) {
-        if (ok) *reinterpret_cast<int4*>(p.y + g) = unpair_16_channels(*reinterpret_cast<const int4*>(staging + s));
-      });
-    }
+    store_staging<BN, CH, CONSUMERS, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, staging, !has_res);
   };
   // A tile's output leaves the staging tile during the NEXT tile's first wgmma batch (the tensor cores
   // work while the consumers store), so the epilogue's stores never idle the tensor cores.
@@ -616,7 +639,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step, ++local) {
     const Tile tc(tile, p, t, ohw, CH);
     int8_t* staging = s_out + (WG_STAGING == 2 ? (local & 1) * L::OUT_BYTES : 0);
-    const bool res_now = has_res && (WG_DIAG == 0 || WG_DIAG == 3);  // the builds that run the epilogue
+    const bool res_now = has_res && (WG_DIAG == 0 || WG_DIAG == 3 || WG_DIAG == 11);  // the builds that run the epilogue
     // Two staging tiles: this tile's residual can stream in now (the other tile holds the pending output).
     if (WG_STAGING == 2 && res_now) issue_residual(tc, staging);
     cp_async_commit();
@@ -632,9 +655,9 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     WindowCursor<L> win(local * windows);  // WG_HALO
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       const int slot = it % STAGES;
-      sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
+      if (!kDiagNoRing) sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
       const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
-      if (L::HALO) win.wait_for_steps_before(kb * KS + steps, p, hfull0);
+      if (L::HALO && !kDiagNoRing) win.wait_for_steps_before(kb * KS + steps, p, hfull0);
       __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
       const uint32_t sa = base + slot * L::STAGE + a_rows, sb = base + slot * L::STAGE + L::A_IN_SLOT;
       sm90::wgmma_fence();
@@ -642,7 +665,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       for (int j = 0; j < KS; ++j) {
         if (j >= steps) continue;
         const uint32_t b_tile = L::HALO ? win.view(base) : sb + j * L::B_STEP;
-        if (WG_DIAG != 2 && WG_DIAG < 4)
+        if (!kDiagNoWgmma)
           sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
                                  sm90::desc_kmajor_sw32(b_tile), kb * KS + j > 0);
         if (L::HALO) win.advance(p, wh);
@@ -660,13 +683,13 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         cp_async_commit();
       }
       sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
-      if (kb > 0 && lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));
-      if (L::HALO) win.release_before(kb * KS, windows, p, hempty0, lane);
+      if (kb > 0 && lane == 0 && !kDiagNoRing) release_slot(empty0 + 8 * ((it - 1) % STAGES));
+      if (L::HALO && !kDiagNoRing) win.release_before(kb * KS, windows, p, hempty0, lane);
       __syncwarp();
     }
     sm90::wgmma_wait<0>();
-    if (lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
-    if (L::HALO) win.release_before(t.kt, windows, p, hempty0, lane);
+    if (lane == 0 && !kDiagNoRing) release_slot(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
+    if (L::HALO && !kDiagNoRing) win.release_before(t.kt, windows, p, hempty0, lane);
     __syncwarp();
 
     if (kDiagSkipsEpilogue) {
@@ -870,7 +893,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
       for (int s = 0; s < KS; ++s) {
         const int k = kb * KS + s;  // resident: chunk k / 4, k32 step k % 4 of it
         const uint32_t w = L::WRES ? base + (k / 4) * L::WRES_CHUNK + (k % 4) * 32 : sa + s * 32;
-        if (s < steps && WG_DIAG != 2 && WG_DIAG < 4)
+        if (s < steps && !kDiagNoWgmma)
           sm90::WgmmaS8<CH>::mma(acc, WG_FLAT ? sm90::desc_kmajor(sb + s * 256, KS * 256, 3) : sm90::desc_kmajor_sw32(sb + s * L::B_STEP),
                                  sm90::desc_kmajor_sw128(w), k > 0);
       }

@@ -1,0 +1,89 @@
+"""How fast do the tensor cores take int8 wgmmas in the conv kernel's operand layouts? Times
+plugins/kernels/wgmma_peak.cu (wgmma alone: no copies, no barriers, no epilogue) on every SM (device only):
+
+    python3 -m trtfuse.bench.wgmma_peak [--out FILE]
+
+Each variant reports TOPS, its share of the 1979 TOPS datasheet peak, the SM clock it ran at (clock64 over
+the global timer on one CTA) and its share of the peak at that clock, so a layout's cost and the clock's
+cost read apart. Variants: wgmma N, 1 or 2 issuing warpgroups, operand B as 32-byte rows per k32 step (row
+boxes), as 30-wide window views (the halo tiles), or as 128-byte rows (128-byte swizzle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import sys
+
+from ..io import atomic_write_json
+
+PEAK_TOPS = 1979.0  # the datasheet's dense int8 figure: 132 SMs x 8192 ops per clock at 1.83 GHz
+OPS_PER_SM_CLOCK = 8192
+LAYOUTS = {0: "rows32", 1: "window32", 2: "rows128"}
+DEFAULT_VARIANTS = ["208:2:0", "208:2:1", "208:2:2", "256:2:0", "256:2:2", "128:2:0", "208:1:1", "256:1:2"]
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from ..plugins import cuda_driver as cd
+    from ..plugins.nvrtc import compile_kernel
+    from ..plugins.wgmma import ARCH
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="N:warpgroups:layout (layout 0 rows32, 1 window32, 2 rows128)")
+    ap.add_argument("--iters", type=int, default=4000, help="batches of 4 wgmmas per warpgroup")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    torch.cuda.init()
+    cd.context()
+    sms = cd.device_attribute("MULTIPROCESSOR_COUNT")
+    out = torch.zeros(256, dtype=torch.int32, device="cuda")
+    clocks = torch.zeros(2, dtype=torch.int64, device="cuda")
+    rows = []
+    for variant in args.variants:
+        n, wgs, layout = (int(v) for v in variant.split(":"))
+        module = cd.Module(compile_kernel("wgmma_peak.cu", {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout}, ARCH, "cubin").image)
+        b_bytes = n * 128 if layout == 2 else 4 * (n + 64) * 32
+        smem = wgs * 64 * 128 + b_bytes + 1024
+        fn = module.function("wgmma_peak", smem)
+        iters = ctypes.c_int32(args.iters)
+        op, cp = ctypes.c_uint64(out.data_ptr()), ctypes.c_uint64(clocks.data_ptr())
+        stream = torch.cuda.current_stream().cuda_stream
+
+        def once():
+            cd.launch(fn, (sms, 1, 1), (128 * wgs, 1, 1), smem, stream, [ctypes.addressof(iters), ctypes.addressof(op), ctypes.addressof(cp)])
+
+        once()
+        torch.cuda.synchronize()
+        times = []
+        ghz = []
+        for _ in range(5):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            once()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+            c, ns = clocks.tolist()
+            ghz.append(c / ns)
+        ms = sorted(times)[len(times) // 2]
+        clock = sorted(ghz)[len(ghz) // 2]
+        ops = 2.0 * 64 * n * 32 * 4 * args.iters * wgs * sms
+        tops = ops / ms / 1e9
+        row = {"variant": f"n{n} wg{wgs} {LAYOUTS[layout]}", "n": n, "warpgroups": wgs, "b_layout": LAYOUTS[layout],
+               "ms": round(ms, 4), "tops": round(tops, 1), "pct_of_1979": round(100 * tops / PEAK_TOPS, 1),
+               "sm_ghz": round(clock, 3), "pct_at_clock": round(100 * tops / (sms * OPS_PER_SM_CLOCK * clock / 1e3), 1)}
+        rows.append(row)
+        print(f"{row['variant']:22s} {ms:8.3f} ms {tops:7.1f} TOPS {row['pct_of_1979']:5.1f} % of 1979  "
+              f"{clock:.3f} GHz  {row['pct_at_clock']:5.1f} % at that clock", flush=True)
+    if args.out:
+        atomic_write_json(args.out, {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+                                     "command": "python3 -m trtfuse.bench.wgmma_peak " + " ".join(sys.argv[1:] if argv is None else argv),
+                                     "iters": args.iters, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
