@@ -180,7 +180,7 @@ class WgmmaGeometry:
     th: int  # output rows per pixel tile (= OH when nb > 1)
     nb: int  # images per pixel tile
     tiles_per_image: int
-    ch_tiles: int  # 128-channel tiles
+    ch_tiles: int  # channel tiles of the tactic's CHANNELS (128, or 64 / 256)
     kt: int  # k32 steps (CB * R * S)
     box_bytes: int  # bytes of one activation TMA box: nb * th * OW * 32 (halo: the window, (th + R - 1) * WH * 32; flat: a k32 step's boxes, bm * 32)
     pix_tiles: int
@@ -212,8 +212,10 @@ class WgmmaTactic(Tactic):
     staging: int = 1  # staging tiles (WG_STAGING): 2 lets the next tile's residual stream in while the last output waits
     pixel_major: bool = False  # pixels on wgmma's M, channels on its N (WG_PIXM): no staging tile, residual by TMA
     consumers: int = 2  # consumer warpgroups (WG_CONSUMERS); 4 only pixel-major
-    resident_kt: int = 0  # pixel-major: k32 steps of weight held resident in shared memory (WG_WRES_KT), 0: in every slot
-    pingpong: bool = False  # pixel-major, two tile groups: the groups take the tensor cores in turn (WG_PINGPONG)
+    resident_kt: int = 0  # k32 steps of weight held resident in shared memory (WG_WRES_KT), 0: in every slot
+    # two tile groups take the tensor cores in turn (WG_PINGPONG): pixel-major, or channel-major with bn = 64 (each
+    # consumer warpgroup a tile of its own, resident weights, windows)
+    pingpong: bool = False
     halo_rows: int = 0  # > 0: one input window per 32-channel block, each tap a shifted view of it (WG_HALO; slot rows)
     halo_stages: int = 3  # window ring slots (WG_HALO_STAGES)
     flat: bool = False  # pixel-major, 1x1 stride-1 unpadded convs, OH * OW % 8 == 0: tiles of bm consecutive pixels (WG_FLAT)
@@ -230,9 +232,13 @@ class WgmmaTactic(Tactic):
             assert not self.pingpong or self.tile_groups == 2, "ping-pong alternates two tile groups"
             assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
         else:
-            assert not self.pingpong, "ping-pong alternates the pixel-major tile groups"
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
-            assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
+            if self.pingpong:  # each consumer warpgroup a 64-channel tile of its own, the weight resident, windows
+                assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
+                assert self.halo_rows and self.persistent and self.staging == 2, "channel-major ping-pong: windows, persistent, a staging tile per warpgroup"
+                assert self.halo_stages >= 4, "3 wgmma batches in flight hold up to 4 windows (WG_PP_INFLIGHT)"
+            else:
+                assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
             assert not self.flat, "flat tiles are pixel-major"
 
     @property
@@ -266,15 +272,16 @@ class WgmmaTactic(Tactic):
             d["WG_STAGING"] = self.staging
         if self.pixel_major:
             d["WG_PIXM"] = 1
-            d["WG_CH"] = self.bn
             if self.consumers != 2:
                 d["WG_CONSUMERS"] = self.consumers
-            if self.resident_kt:
-                d["WG_WRES_KT"] = self.resident_kt
-            if self.pingpong:
-                d["WG_PINGPONG"] = 1
             if self.flat:
                 d["WG_FLAT"] = 1
+        if self.pixel_major or self.bn != 128:
+            d["WG_CH"] = self.bn
+        if self.resident_kt:
+            d["WG_WRES_KT"] = self.resident_kt
+        if self.pingpong:
+            d["WG_PINGPONG"] = 1
         if self.halo_rows:
             d.update(WG_HALO=1, WG_HALO_ROWS=self.halo_rows, WG_HALO_STAGES=self.halo_stages)
         if self.diag:
@@ -295,8 +302,9 @@ class WgmmaTactic(Tactic):
             weights_in_slot = 0 if self.resident_kt else self.CHANNELS
             ring = self.stages * self.ks * 32 * (weights_in_slot + self.bm) + self.resident_kt * 32 * self.CHANNELS
             return ring + 2 * self.consumers * 64 * self.bn + self.tile_groups * 8 * self.bn + bars + 1024
-        if self.halo_rows:  # weight slots carry weights only; the windows have their ring and barriers
-            ring = self.stages * self.ks * 32 * self.CHANNELS + self.halo_stages * self.halo_slot_bytes
+        if self.halo_rows:  # weight slots carry weights only (or resident weights), the windows have their ring and barriers
+            weights = self.resident_kt * 32 * self.CHANNELS if self.resident_kt else self.stages * self.ks * 32 * self.CHANNELS
+            ring = weights + self.halo_stages * self.halo_slot_bytes
             bars += 16 * self.halo_stages
         else:
             ring = self.stages * self.ks * 32 * (self.CHANNELS + self.bm)
@@ -417,6 +425,13 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(60, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(61, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(62, 208, 128, 2, 1, 6, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4),
+    # Channel-major ping-pong (WG_PINGPONG with WG_CH 64): each consumer warpgroup a window tile of 64 channels of its
+    # own, the two taking the tensor cores in turn, so the epilogue and the tile's drain run under the other's main
+    # loop; the channel tile's weight (GEMM-K up to resident_kt k32 steps) is resident, the copy engine moves windows.
+    WgmmaTactic(70, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=6,
+                staging=2, resident_kt=36, pingpong=True),
+    WgmmaTactic(71, 224, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4,
+                staging=2, resident_kt=72, pingpong=True),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).
@@ -445,7 +460,10 @@ WGMMA_PREFERRED = (31, 28)
 # ... and before those, for stride-1 convs with R x S taps, the window tiles (WG_HALO) where one fits: measured
 # on the H200 at batch 256 (bench/results/wgmma-diag-NVIDIA_H200-2026-11-21/11-halo-windows.json) res3 conv2
 # 0.0799 (w28) -> 0.0677 ms (w60), res4 conv2 0.0622 (w31) -> 0.0567 (w61).
-WGMMA_HALO_PREFERRED = (60, 61)
+# Then (session 13) the channel-major ping-pong w70 first where its resident weights hold the GEMM-K (<= 1152: res3
+# conv2 0.0592-0.0599 ms on w60 -> 0.0576-0.0582 on w70, bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/
+# 34-select-cursor-if3-*.json; on res4 conv2, w71 0.0521-0.0526 stays behind w61's 0.0508-0.0516).
+WGMMA_HALO_PREFERRED = (70, 60, 61)
 # GEMM-K under 1024 (the 1x1 conv3 / downsample / conv1 layers): two staging tiles, the residual streaming
 # in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
 # conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).

@@ -84,6 +84,23 @@ def test_halo_windows_walk_several_tiles(monkeypatch, tactic_id):
     _check(shape, True, tactic)
 
 
+@pytest.mark.parametrize("has_res", [True, False], ids=["residual", "paired-staging"])
+@pytest.mark.parametrize("ctas", ["4", "6", ""], ids=["ten-tiles-per-cta", "five-tiles-per-cta", "one-tile-per-cta"])
+@pytest.mark.parametrize("tactic_id", [70, 71])
+def test_channel_pingpong_walks_several_tiles(monkeypatch, tactic_id, ctas, has_res):
+    # Each consumer warpgroup a 64-channel tile of its own, taking turns: 3 channel tiles (the last one 32 channels,
+    # K = 160) under resident weights, so each CTA keeps one; 10, 5 (odd: the first warpgroup takes one more) and 1
+    # tiles per CTA; a window ring whose slot count does not divide a tile's 4 or 5 windows; short last tiles per image.
+    if ctas:
+        monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", ctas)
+    tactic = TACTICS_BY_ID[tactic_id]
+    shape = ConvShape(2, {70: 128, 71: 160}[tactic_id], 29, 28, 160, 3, 3, (1, 1), (1, 1, 1, 1))
+    geo = tactic.geometry(shape)
+    assert geo is not None and geo.ch_tiles == 3 and geo.kt // 9 % tactic.halo_stages != 0 and 29 % geo.th != 0
+    assert ConvLaunch(shape, tactic, 1).grid[0] == {"4": 3, "6": 6, "": 30}[ctas] and geo.ctas == 30
+    _check(shape, has_res, tactic)
+
+
 def test_multicast_pairs_walk_several_tiles(monkeypatch):
     monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")  # rounded down to one cluster of 2 CTAs for 8 tiles
     tactic = next(t for t in WGMMA_TACTICS if t.persistent and t.multicast)

@@ -363,8 +363,12 @@ def test_pingpong_turns_issue_the_tiles_in_order(cta_tiles):
 
 def test_pingpong_tactics_have_two_tile_groups():
     for t in WGMMA_TACTICS:
-        if t.pingpong:
-            assert t.pixel_major and t.consumers // (t.bm // 64) == 2 and t.defines()["WG_PINGPONG"] == 1, t.name
+        if t.pingpong:  # pixel-major: two tile groups of bm / 64 warpgroups; channel-major: each warpgroup a 64-channel tile
+            groups = t.consumers // (t.bm // 64) if t.pixel_major else t.consumers * 64 // t.bn
+            assert groups == 2 and t.defines()["WG_PINGPONG"] == 1, t.name
     with pytest.raises(AssertionError):  # 128-pixel tiles on 2 consumer warpgroups: one tile group, no one to alternate with
         type(WGMMA_TACTICS[0])(99, 128, 256, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True,
                                pingpong=True)
+    with pytest.raises(AssertionError):  # channel-major ping-pong needs its own 64-channel tile per warpgroup
+        type(WGMMA_TACTICS[0])(99, 208, 128, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, staging=2,
+                               resident_kt=36, pingpong=True)

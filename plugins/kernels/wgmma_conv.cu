@@ -110,8 +110,23 @@
 // its previous tile's (in the CTA's tile order, the producer's), then hands the turn on, so one group's
 // epilogue runs under the other's main loop instead of the two drifting in step. Measured 2-4% on the
 // residual 1x1 layers: their bound is the epilogue's ALU work itself (docs/PERF.md), not the overlap.
+// Channel-major (WG_CH 64, resident weights, windows; consume_channel_pingpong): each consumer warpgroup takes
+// a whole tile of its own, 64 channels x BN positions, the two on alternate tiles of the CTA's channel tile and
+// taking the tensor cores in turn the same way. The channel-major epilogue then runs under the other warpgroup's
+// main loop instead of idling the tensor cores, and the tile's drain (wait_group 0) and the ring's per-slot
+// handshakes go (bench/wgmma_diag.py builds 12, 13: 30 % of res3 conv2's main loop); the channel tile's whole
+// weight stays in shared memory, so the copy engine moves windows only.
 #ifndef WG_PINGPONG
 #define WG_PINGPONG 0
+#endif
+// Channel-major ping-pong: wgmma batches a warpgroup leaves in flight while it prepares the next. One warpgroup
+// issues at a time, so one batch in flight (4 k32 steps, ~420 clocks of tensor work at N 208) is less than the
+// window waits and descriptor arithmetic take before the next batch issues: res3 conv2 w70 0.0717 ms with 1,
+// 0.0660 with 2, 0.0640 with 3 (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/33-inflight-*.json). With 3, a
+// batch's windows and the two batches' before it may still be read: up to 4 windows held (R * S >= 4 taps), so the
+// window ring needs 4 slots (WgmmaTactic asserts it).
+#ifndef WG_PP_INFLIGHT
+#define WG_PP_INFLIGHT 3
 #endif
 // 1 (channel-major, 128-byte weight boxes, stride-1 convs with R*S > 1): "halo" activation tiles. Without it,
 // every k32 step loads its own activation box, so one 32-channel block of a 3x3 conv costs the copy engine 9
@@ -161,6 +176,7 @@
 #ifndef WG_DIAG
 #define WG_DIAG 0
 #endif
+constexpr bool kChannelPingpong = WG_PINGPONG && !WG_PIXM;
 constexpr bool kDiagNoRing = WG_DIAG == 13;
 constexpr bool kDiagNoCopies = WG_DIAG == 3 || WG_DIAG == 8 || WG_DIAG == 9 || WG_DIAG == 12 || kDiagNoRing;
 constexpr bool kDiagNoResidualLoads = WG_DIAG == 6 || WG_DIAG == 9;
@@ -176,7 +192,7 @@ struct WgmmaTile {
   int th;               // output rows per tile (= OH when nb > 1)
   int nb;               // images per tile
   int tiles_per_image;  // pixel tiles per image when nb == 1 (unused otherwise)
-  int ch_tiles;         // 128-channel tiles: ceil(Kpad / 128)
+  int ch_tiles;         // channel tiles: ceil(Kpad / WG_CH)
   int kt;               // k32 steps of the GEMM-K: CB * R * S
   int box_bytes;        // bytes one activation box writes: nb * th * OW * 32 (WG_FLAT: a k32 step's boxes, WG_BN * 32)
   int tiles;            // CTA tiles: pixel tiles x channel tiles (a persistent CTA walks tile += gridDim.x)
@@ -380,7 +396,7 @@ __device__ __forceinline__ void store_staging(const ConvParams& p, const TileCoo
 // per-channel factors. Then the mbarriers: full[STAGES], empty[STAGES] and the resident weights' one.
 template <int BN, int STAGES, int KS, int CH = 128, bool PIXM = false>
 struct WgmmaSmem {
-  static constexpr bool WRES = PIXM && WG_WRES_KT > 0;
+  static constexpr bool WRES = WG_WRES_KT > 0;
   static constexpr bool HALO = WG_HALO != 0;
   static constexpr int A_STEP = CH * 32;            // weights of one k32 step
   static constexpr int B_STEP = BN * 32;            // activations of one k32 step
@@ -406,19 +422,27 @@ struct WgmmaSmem {
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
   static_assert(!HALO || (!PIXM && WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes, no multicast");
   static_assert(!WG_FLAT || PIXM, "flat tiles are pixel-major");
+  static_assert(PIXM || !WRES || kChannelPingpong, "channel-major resident weights are the ping-pong tile's");
+  static_assert(!kChannelPingpong || (CH == 64 && WRES && HALO && WG_STAGING == 2 && KS == 4),
+                "channel-major ping-pong: 64-channel tiles, resident weights, windows, a staging tile per warpgroup");
 };
 
 template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
 __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base);
+template <int BN, int STAGES, int KS, int CH>
+__device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base);
 
 // WG_HALO, consumer side, one tile: its windows are uses first .. first + windows - 1 of the window ring (the
 // producer issues them in the CTA's tile order). A batch waits for every window it reads before its first
 // wgmma (no spin between wgmmas), and a window goes back once every wgmma that reads it is done. `view` is
-// the operand of the next k32 step: channel block cb's window from row r * wh + s.
+// the operand of the next k32 step: the current channel block's window (ring slot `slot`) from row r * wh + s.
+// `advance` selects rather than branches: a branch between two wgmmas of a batch makes ptxas fence each one
+// (WARPGROUP.ARRIVE), and with one warpgroup issuing at a time (WG_PINGPONG) the issue then falls behind the
+// tensor cores.
 template <class L>
 struct WindowCursor {
-  int first, waited = 0, released = 0, cb = 0, r = 0, s = 0, row = 0;
-  __device__ __forceinline__ explicit WindowCursor(int first_use) : first(first_use) {}
+  int first, waited = 0, released = 0, slot, r = 0, s = 0, row = 0;
+  __device__ __forceinline__ explicit WindowCursor(int first_use) : first(first_use), slot(first_use % L::HALO_STAGES) {}
   __device__ __forceinline__ void wait_for_steps_before(int k_end, const ConvParams& p, uint32_t hfull0) {
     for (; waited * p.R * p.S < k_end; ++waited) {
       const int use = first + waited;
@@ -431,19 +455,16 @@ struct WindowCursor {
       if (lane == 0) sm90::mbar_arrive(hempty0 + 8 * ((first + released) % L::HALO_STAGES));
   }
   __device__ __forceinline__ uint32_t view(uint32_t base) const {
-    return base + L::HALO_OFFSET + ((first + cb) % L::HALO_STAGES) * L::HALO_SLOT + row * 32;
+    return base + L::HALO_OFFSET + slot * L::HALO_SLOT + row * 32;
   }
-  // The next tap: (r, s + 1), (r + 1, 0), or the next channel block's (0, 0).
+  // The next tap: (r, s + 1), (r + 1, 0), or the next channel block's (0, 0). Past the tile's last window the
+  // views point into the ring's next slot: only steps past the GEMM-K read them, against zero weights.
   __device__ __forceinline__ void advance(const ConvParams& p, int wh) {
-    ++row;
-    if (++s == p.S) {
-      s = 0;
-      row += wh - p.S;
-      if (++r == p.R) {
-        r = row = 0;
-        ++cb;
-      }
-    }
+    const bool next_row = s + 1 == p.S, next_window = next_row && r + 1 == p.R;
+    s = next_row ? 0 : s + 1;
+    r = next_window ? 0 : (next_row ? r + 1 : r);
+    row = next_window ? 0 : row + (next_row ? wh - p.S + 1 : 1);
+    slot = next_window ? (slot + 1 == L::HALO_STAGES ? 0 : slot + 1) : slot;
   }
 };
 
@@ -483,7 +504,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 #pragma unroll
     for (int s = 0; s < (L::HALO ? L::HALO_STAGES : 0); ++s) {
       sm90::mbar_init(hfull0 + 8 * s, 1);
-      sm90::mbar_init(hempty0 + 8 * s, CONSUMERS / 32);
+      sm90::mbar_init(hempty0 + 8 * s, (kChannelPingpong ? 128 : CONSUMERS) / 32);  // the warps that read the window
     }
     sm90::fence_barrier_init();
   }
@@ -523,9 +544,15 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       sm90::prefetch_tensor_map(tmap_x);
       if (L::WRES && (int)blockIdx.x < t.tiles && kCopyWeights) {
         // The CTA's channel tile (the same for all its tiles) as permuted 128-byte chunks: see the slot's box below.
+        // (Channel-major: plain CH rows x 128 bytes per chunk, 128-byte swizzle, the A operand of all 4 steps.)
         const int chunks = (t.kt + 3) / 4, c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0;
         sm90::mbar_arrive_expect_tx(wres_full, chunks * L::WRES_CHUNK);
-        for (int c = 0; c < chunks; ++c) sm90::tma_load_5d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, 0, 0, 0, c0 / 32);
+        for (int c = 0; c < chunks; ++c) {
+          if (PIXM)
+            sm90::tma_load_5d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, 0, 0, 0, c0 / 32);
+          else
+            sm90::tma_load_2d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, c0);
+        }
       } else if (L::WRES) {
         sm90::mbar_arrive(wres_full);
       }
@@ -545,6 +572,10 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
             sm90::tma_load_5d(base + L::HALO_OFFSET + hs * L::HALO_SLOT, tmap_x, hfull, 0, w0, h0, cb, tc.n0);
           }
         };
+        if (kChannelPingpong) {  // resident weights: the windows are all the copy engine moves
+          for (int cb = 0; cb < windows; ++cb) issue_window(cb);
+          continue;
+        }
         int cb = 0, r = 0, s = 0;  // tap of k32 step k = (cb * R + r) * S + s (the packed weight's GEMM-K order)
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
           const int slot = it % STAGES;
@@ -599,6 +630,9 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 
   if constexpr (PIXM) {
     consume_pixel_major<BN, STAGES, KS, CH, PERSISTENT>(p, t, smem, base);
+    return;
+  } else if constexpr (kChannelPingpong) {
+    consume_channel_pingpong<BN, STAGES, KS, CH>(p, t, smem, base);
     return;
   }
   // ---------------- consumer warpgroups 0 and 1: 64 output channels each ----------------
@@ -663,7 +697,9 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       sm90::wgmma_fence();
 #pragma unroll
       for (int j = 0; j < KS; ++j) {
-        if (j >= steps) continue;
+        // Windows: every batch is KS wgmmas (no branch between them); steps past the GEMM-K read the 128-byte
+        // weight box's zero fill, so they add nothing.
+        if (!L::HALO && j >= steps) continue;
         const uint32_t b_tile = L::HALO ? win.view(base) : sb + j * L::B_STEP;
         if (!kDiagNoWgmma)
           sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
@@ -726,8 +762,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 // GEMM-K (|acc| <= 2^24), and only with 2 consumer warpgroups: 1 of 4 took res2 conv3 +res from 0.1241 to 0.1211 ms
 // on w52 (res3 conv3 0.0674 -> 0.0672), 2 of 4 gained nothing, 3 of 4 lost 5 %, and with 4 consumer warpgroups
 // (w56) 1 of 4 lost 1-2 % (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/26-conversions-on-xu.json).
-constexpr int kAccOnXu = WG_WRES_KT > 0 && WG_CONSUMERS == 2 ? 1 : 0;
-static_assert(WG_WRES_KT * 32 <= 1024, "resident weights bound GEMM-K so that |acc| <= 2^24 (s32_to_float_small)");
+constexpr int kAccOnXu = WG_PIXM && WG_WRES_KT > 0 && WG_CONSUMERS == 2 ? 1 : 0;
+static_assert(!kAccOnXu || WG_WRES_KT * 32 <= 1024, "resident weights bound GEMM-K so that |acc| <= 2^24 (s32_to_float_small)");
 
 // One pixel of the pixel-major tile through docs/ops.md's epilogue: the 8 accumulators of channel block
 // b (wgmma columns 8(4b + jj) + 2q + e, i.e. channels 32b + 8q + 2jj + e by the weight map's row order,
@@ -933,6 +969,97 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
       pixel_major_epilogue<CH, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
     }
     __syncwarp();  // every lane's reads of this slice come before its refill two tiles on
+  }
+  cp_async_wait<0>();
+}
+
+// ---------------- channel-major ping-pong consumers (WG_PINGPONG, channel-major) ----------------
+// Warpgroup g takes the CTA's tiles g, g + 2, ...: each a whole tile of CH = 64 channels (its wgmma M) x BN window
+// positions (its N), operand A the resident weight, B the window views. Before issuing tile i > 0 it waits on
+// barrier kTurn + g for the other warpgroup to have issued tile i - 1 (the CTA's tile order, the producer's), and
+// once its last batch is committed it hands the turn on, so the tensor cores take the tiles back to back while
+// the warpgroup drains its last batch, requantizes into its own staging tile and stores, all under the other's
+// main loop. The turn barrier also orders the warpgroup's stores before its next tile's residual copies and
+// staging writes (every one of its threads takes part in it).
+template <int BN, int STAGES, int KS, int CH>
+__device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base) {
+  using L = WgmmaSmem<BN, STAGES, KS, CH, false>;
+  sm90::regs_alloc<kConsumerRegs>();
+  const int tid = threadIdx.x, lane = tid % 32, warp = (tid % 128) / 32, ct = tid % 128;
+  // Warp-uniform as the compiler sees it: the tile loop starts at a warpgroup-dependent tile (see consume_pixel_major).
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
+  const int kblocks = (t.kt + KS - 1) / KS, windows = t.kt / (p.R * p.S), wh = p.OW + p.S - 1;
+  const uint32_t wres_full = base + L::BAR_OFFSET + 2 * STAGES * 8;
+  const uint32_t hfull0 = base + L::HALO_BARS, hempty0 = hfull0 + L::HALO_STAGES * 8;
+  int8_t* const staging = smem + L::OUT_OFFSET + wg * L::OUT_BYTES;
+  const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3 || WG_DIAG == 11);
+  const EpilogueScalars es(p, has_res);
+  const int c_lo = warp * 16 + lane / 4;  // tile channel of this thread's accumulator rows (and + 8)
+  constexpr int kStagingBar = 1, kTurn = 3;  // named barriers: 1 + g (the warpgroup), 3 + g (its turn)
+  constexpr int kInFlight = WG_PP_INFLIGHT;  // batches left in flight while the next is prepared
+  // The CTA stays on one channel tile (its resident weights): the host's grid is a multiple of the channel tiles.
+  if ((int)gridDim.x < t.tiles && gridDim.x % t.ch_tiles != 0) __trap();
+  auto tile_of = [&](int i) { return (int)blockIdx.x + i * (int)gridDim.x; };  // the CTA's i-th tile
+  int acc[BN / 2];  // zeroed once: a tile's first wgmma overwrites them (accumulate = false)
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
+  if (!kDiagNoCopies) sm90::mbar_wait(wres_full, 0);
+  for (int i = wg, tile = tile_of(wg); tile < t.tiles; i += 2, tile += 2 * gridDim.x) {
+    const TileCoord tc(tile, p, t, ohw, CH);
+    float sc_raw[2], bi_raw[2];  // loaded now, used in the epilogue: their latency hides under the main loop
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int c = min(tc.c0 + c_lo + 8 * h, kpad - 1);  // channels past Kpad: computed, never stored
+      sc_raw[h] = p.scale[c];
+      bi_raw[h] = p.bias[c];
+    }
+    if (i > 0) sm90::named_barrier(kTurn + wg, 256);  // the CTA's tile i - 1 is issued; this warpgroup's stores are done
+    if (has_res) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, staging);
+    cp_async_commit();
+    WindowCursor<L> win(i * windows);
+    for (int kb = 0; kb < kblocks; ++kb) {
+      const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
+      if (!kDiagNoRing) win.wait_for_steps_before(kb * KS + steps, p, hfull0);
+      __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < KS; ++j) {  // KS wgmmas, no branch between them: steps past the GEMM-K have zero weights
+        if (!kDiagNoWgmma)
+          sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + kb * L::WRES_CHUNK + 32 * j),
+                                 sm90::desc_kmajor_sw32(win.view(base)), kb * KS + j > 0);
+        win.advance(p, wh);
+      }
+      sm90::wgmma_commit();
+      // Every wgmma of the tile is issued: the other warpgroup's next tile may queue behind them.
+      if (kb == kblocks - 1 && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - wg, 256);
+      sm90::wgmma_wait<kInFlight>();  // batches up to kb - kInFlight are done: their windows may go back
+      if (!kDiagNoRing) win.release_before((kb + 1 - kInFlight) * KS, windows, p, hempty0, lane);
+      __syncwarp();
+    }
+    sm90::wgmma_wait<0>();
+    if (!kDiagNoRing) win.release_before(t.kt, windows, p, hempty0, lane);
+    __syncwarp();
+    if (kDiagSkipsEpilogue) {
+      keep_accumulators_live(acc, p, tid);
+      continue;
+    }
+    cp_async_wait<0>();
+    sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed
+    float sc[2], bi[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sc[h] = es.fold(sc_raw[h]);
+      bi[h] = es.fold(bi_raw[h]);
+    }
+    int8_t* cells = staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
+    if (has_res) {
+      requantize_to_staging<BN, L::OUT_STRIDE, true>(acc, cells, sc, bi, es.rs, es.relu_min);
+    } else {  // paired order: channel c_lo = 16w + g at byte 16w + 2g, c_lo + 8 next to it
+      requantize_to_paired_staging<BN, L::OUT_STRIDE>(acc, cells + lane / 4, sc, bi, es.relu_min);
+    }
+    sm90::named_barrier(kStagingBar + wg, 128);  // the whole staging tile is written before anyone stores from it
+    if (!kDiagNoStores) store_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, staging, !has_res);
   }
   cp_async_wait<0>();
 }
