@@ -687,7 +687,13 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     }
 
     WindowCursor<L> win(local * windows);  // WG_HALO
-    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+    // One ring slot's batch of k32 steps. `whole`: all KS of them, with no branch between the wgmmas (a branch makes
+    // ptxas fence each wgmma, and a merge after a batch costs it a dummy wgmma); steps past the GEMM-K then read the
+    // 128-byte weight box's zero fill (windows: against the next window slot) and add nothing. Windows always take
+    // whole batches; the other tiles peel the GEMM-K's short last batch off the loop instead, since issuing its
+    // zero-weight steps cost res2 conv3 +res (GEMM-K 64) 6 % (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/
+    // 35-unbranched-batches-res-*.json).
+    auto batch = [&](int kb, bool whole) {
       const int slot = it % STAGES;
       if (!kDiagNoRing) sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
       const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
@@ -697,9 +703,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       sm90::wgmma_fence();
 #pragma unroll
       for (int j = 0; j < KS; ++j) {
-        // Windows: every batch is KS wgmmas (no branch between them); steps past the GEMM-K read the 128-byte
-        // weight box's zero fill, so they add nothing.
-        if (!L::HALO && j >= steps) continue;
+        if (!whole && j >= steps) continue;
         const uint32_t b_tile = L::HALO ? win.view(base) : sb + j * L::B_STEP;
         if (!kDiagNoWgmma)
           sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
@@ -722,7 +726,12 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       if (kb > 0 && lane == 0 && !kDiagNoRing) release_slot(empty0 + 8 * ((it - 1) % STAGES));
       if (L::HALO && !kDiagNoRing) win.release_before(kb * KS, windows, p, hempty0, lane);
       __syncwarp();
-    }
+      ++it;
+    };
+    // (Only 128-byte weight boxes read as zeros past the GEMM-K: the 32-byte-box tactics take every batch with steps.)
+    const int whole_batches = !WG_A128 ? 0 : L::HALO ? kblocks : t.kt / KS;
+    for (int kb = 0; kb < whole_batches; ++kb) batch(kb, true);
+    for (int kb = whole_batches; kb < kblocks; ++kb) batch(kb, false);
     sm90::wgmma_wait<0>();
     if (lane == 0 && !kDiagNoRing) release_slot(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
     if (L::HALO && !kDiagNoRing) win.release_before(t.kt, windows, p, hempty0, lane);
@@ -918,7 +927,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     }
     int it = i * kblocks;  // the ring slot use of this tile's first k-block (the producer walks the tiles in order)
     if (PINGPONG && i > 0) sm90::named_barrier(kTurn + group, kTurnThreads);  // the CTA's tile i - 1 is issued
-    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+    auto batch = [&](int kb, bool whole) {  // as the channel-major loop's: whole batches have no branch between wgmmas
       const int slot = it % STAGES;
       sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
       __syncwarp();
@@ -929,7 +938,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
       for (int s = 0; s < KS; ++s) {
         const int k = kb * KS + s;  // resident: chunk k / 4, k32 step k % 4 of it
         const uint32_t w = L::WRES ? base + (k / 4) * L::WRES_CHUNK + (k % 4) * 32 : sa + s * 32;
-        if (s < steps && !kDiagNoWgmma)
+        if ((whole || s < steps) && !kDiagNoWgmma)
           sm90::WgmmaS8<CH>::mma(acc, WG_FLAT ? sm90::desc_kmajor(sb + s * 256, KS * 256, 3) : sm90::desc_kmajor_sw32(sb + s * L::B_STEP),
                                  sm90::desc_kmajor_sw128(w), k > 0);
       }
@@ -937,7 +946,11 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
       sm90::wgmma_wait<1>();
       if (kb > 0 && lane == 0) sm90::mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
       __syncwarp();
-    }
+      ++it;
+    };
+    const int whole_batches = t.kt / KS;
+    for (int kb = 0; kb < whole_batches; ++kb) batch(kb, true);
+    for (int kb = whole_batches; kb < kblocks; ++kb) batch(kb, false);
     // Every wgmma of this tile is issued: the other group's next tile may queue behind them.
     if (PINGPONG && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - group, kTurnThreads);
     sm90::wgmma_wait<0>();
