@@ -203,7 +203,9 @@ class WgmmaTactic(Tactic):
     `resident_kt` the channel tile's whole weight (GEMM-K up to resident_kt k32 steps) stays in shared
     memory (WG_WRES_KT). Channel-major with `halo_rows` (WG_HALO, stride-1 convs): one input window per
     32-channel block in a ring of `halo_stages` slots of `halo_rows` 32-byte rows, each tap's operand a
-    shifted view of it; a tile is TH output rows whose positions oh * (OW + S - 1) + ow fill the wgmma N."""
+    shifted view of it; a tile is TH output rows whose positions oh * (OW + S - 1) + ow fill the wgmma N.
+    Channel-major ping-pong (`pingpong` with bn = 64, windows, `resident_kt`): each consumer warpgroup a 64-channel
+    window tile of its own, the CTA's channel tile's weight resident, the two taking the tensor cores in turn."""
 
     ks: int = 2
     persistent: bool = False  # min(tiles, SMs) CTAs walk the tiles; the producer runs ahead across tiles
