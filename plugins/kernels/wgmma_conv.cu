@@ -354,6 +354,37 @@ __device__ __forceinline__ void requantize_to_paired_staging(const int (&acc)[BN
   }
 }
 
+// A channel-major consumer thread's two output channels, c_lo and c_lo + 8 of the tile: their docs/ops.md scale and
+// bias, loaded before the tile's main loop (the latency hides under it), folded in the epilogue, which requantizes
+// the thread's accumulators into the staging tile: in the natural order with a residual (in place over it), else
+// paired. `cells` is the staging tile's pixel 2(lane % 4), channel c_lo.
+struct ChannelPairFactors {
+  float sc_raw[2], bi_raw[2];
+  __device__ __forceinline__ ChannelPairFactors(const ConvParams& p, int c, int kpad) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int cc = min(c + 8 * h, kpad - 1);  // channels past Kpad: computed, never stored
+      sc_raw[h] = p.scale[cc];
+      bi_raw[h] = p.bias[cc];
+    }
+  }
+  template <int BN, int STRIDE>
+  __device__ __forceinline__ void requantize(const int (&acc)[BN / 2], int8_t* cells, int lane, const EpilogueScalars& es,
+                                             bool has_res) const {
+    float sc[2], bi[2];  // the folded factors scale / out_scale, bias / out_scale
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sc[h] = es.fold(sc_raw[h]);
+      bi[h] = es.fold(bi_raw[h]);
+    }
+    if (has_res) {
+      requantize_to_staging<BN, STRIDE, true>(acc, cells, sc, bi, es.rs, es.relu_min);
+    } else {  // paired order: channel c_lo = 16w + g at byte 16w + 2g, c_lo + 8 next to it
+      requantize_to_paired_staging<BN, STRIDE>(acc, cells + lane / 4, sc, bi, es.relu_min);
+    }
+  }
+};
+
 // 16 staged bytes in paired order (byte 2g + h = channel g + 8h) -> channel order.
 __device__ __forceinline__ int4 unpair_16_channels(int4 v) {
   auto prmt = [](int a, int b, uint32_t sel) {
@@ -677,14 +708,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     // Two staging tiles: this tile's residual can stream in now (the other tile holds the pending output).
     if (WG_STAGING == 2 && res_now) issue_residual(tc, staging);
     cp_async_commit();
-    // The epilogue's per-channel factors, loaded now so their latency hides under the main loop.
-    float sc_raw[2], bi_raw[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int c = min(tc.c0 + c_lo + 8 * h, kpad - 1);  // channels past Kpad: computed, never stored
-      sc_raw[h] = p.scale[c];
-      bi_raw[h] = p.bias[c];
-    }
+    const ChannelPairFactors factors(p, tc.c0 + c_lo, kpad);  // loaded now, used in the epilogue
 
     WindowCursor<L> win(local * windows);  // WG_HALO
     // One ring slot's batch of k32 steps. `whole`: all KS of them, with no branch between the wgmmas (a branch makes
@@ -744,18 +768,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     // ---------------- epilogue: requantize into the staging tile; the stores go out under the next tile ----------------
     cp_async_wait<0>();
     sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed (and the stores read their tile)
-    float sc[2], bi[2];  // docs/ops.md's folded factors scale/out_scale, bias/out_scale
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      sc[h] = es.fold(sc_raw[h]);
-      bi[h] = es.fold(bi_raw[h]);
-    }
-    int8_t* cells = staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
-    if (has_res) {
-      requantize_to_staging<BN, L::OUT_STRIDE, true>(acc, cells, sc, bi, es.rs, es.relu_min);
-    } else {  // paired order: channel c_lo = 16w + g at byte 16w + 2g, c_lo + 8 next to it
-      requantize_to_paired_staging<BN, L::OUT_STRIDE>(acc, cells + lane / 4, sc, bi, es.relu_min);
-    }
+    factors.requantize<BN, L::OUT_STRIDE>(acc, staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo, lane, es, has_res);
     sm90::named_barrier(1, CONSUMERS);  // the whole staging tile is written before anyone stores from it
     pending = true;
     pending_tc = tc;
@@ -1020,13 +1033,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   if (!kDiagNoCopies) sm90::mbar_wait(wres_full, 0);
   for (int i = wg, tile = tile_of(wg); tile < t.tiles; i += 2, tile += 2 * gridDim.x) {
     const TileCoord tc(tile, p, t, ohw, CH);
-    float sc_raw[2], bi_raw[2];  // loaded now, used in the epilogue: their latency hides under the main loop
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int c = min(tc.c0 + c_lo + 8 * h, kpad - 1);  // channels past Kpad: computed, never stored
-      sc_raw[h] = p.scale[c];
-      bi_raw[h] = p.bias[c];
-    }
+    const ChannelPairFactors factors(p, tc.c0 + c_lo, kpad);  // loaded now, used in the epilogue
     if (i > 0) sm90::named_barrier(kTurn + wg, 256);  // the CTA's tile i - 1 is issued; this warpgroup's stores are done
     if (has_res) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, staging);
     cp_async_commit();
@@ -1059,18 +1066,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     }
     cp_async_wait<0>();
     sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed
-    float sc[2], bi[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      sc[h] = es.fold(sc_raw[h]);
-      bi[h] = es.fold(bi_raw[h]);
-    }
-    int8_t* cells = staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo;
-    if (has_res) {
-      requantize_to_staging<BN, L::OUT_STRIDE, true>(acc, cells, sc, bi, es.rs, es.relu_min);
-    } else {  // paired order: channel c_lo = 16w + g at byte 16w + 2g, c_lo + 8 next to it
-      requantize_to_paired_staging<BN, L::OUT_STRIDE>(acc, cells + lane / 4, sc, bi, es.relu_min);
-    }
+    factors.requantize<BN, L::OUT_STRIDE>(acc, staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo, lane, es, has_res);
     sm90::named_barrier(kStagingBar + wg, 128);  // the whole staging tile is written before anyone stores from it
     if (!kDiagNoStores) store_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, staging, !has_res);
   }
