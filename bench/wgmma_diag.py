@@ -49,12 +49,21 @@ RESIDUAL_LAYERS = [
 
 def variants():
     by_id = TACTICS_BY_ID
-    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 45, 46, 50, 52, 54, 55, 56, 60, 61, 62, 70, 71)]
-    out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (60, 61, 70, 71) for d in (1, 2, 3, 10, 11, 12, 13)]
+    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 45, 46, 50, 52, 54, 55, 56, 60, 61, 62, 64, 70, 71)]
+    out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (60, 61, 64, 70, 71) for d in (1, 2, 3, 10, 11, 12, 13)]
+    out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (70, 71) for d in (7, 8, 9)]
     out += [(f"diag{d} t31", dataclasses.replace(by_id[31], diag=d)) for d in (1, 2, 3)]
     out += [("diag1 t28", dataclasses.replace(by_id[28], diag=1))]
     out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (40, 42, 45, 46, 50, 52) for d in (1, 3, 6, 7, 8, 9)]
     return out
+
+
+def replaced_variant(spec: str):
+    """'70:halo_stages=10:diag=1' -> ('t70 halo_stages=10 diag=1', tactic 70 with those integer fields replaced): an
+    experiment's variant without a table entry (WgmmaTactic checks the combination)."""
+    tid, *fields = spec.split(":")
+    changes = {k: int(v) for k, v in (f.split("=") for f in fields)}
+    return f"t{tid} " + " ".join(fields), dataclasses.replace(TACTICS_BY_ID[int(tid)], **changes)
 
 
 def _print_variant(label: str, v: dict) -> None:
@@ -77,8 +86,12 @@ def main(argv=None) -> int:
     ap.add_argument("--residual", action="store_true", help="time the residual 1x1 layers instead")
     ap.add_argument("--only", help="comma-separated variant labels to time (e.g. 'full t42,full t43,diag3 t43')")
     ap.add_argument("--layers", help="comma-separated substrings: time only the layers whose name has one")
+    ap.add_argument("--replace", default="",
+                    help="comma-separated table tactics with fields replaced, also timed: '70:halo_stages=10:diag=1,61:halo_rows=256'")
     args = ap.parse_args(argv)
+    extra = [replaced_variant(spec) for spec in args.replace.split(",") if spec]
     only = set(args.only.split(",")) if args.only else None
+    only = only | {label for label, _ in extra} if only is not None else None
     layers = RESIDUAL_LAYERS if args.residual else LAYERS
     if args.layers:
         layers = [(n, s) for n, s in layers if any(k in n for k in args.layers.split(","))]
@@ -102,7 +115,7 @@ def main(argv=None) -> int:
         rec["mma_sync"]["tops"] = flops / (rec["mma_sync"]["ms"] * 1e-3) / 1e12
         print(f"== {name}  M={m} N={shape.k} K={kg}")
         _print_variant("mma_sync", rec["mma_sync"])
-        for label, t in variants():
+        for label, t in variants() + extra:
             if t.geometry(shape) is None or (only and label not in only):
                 continue
             try:

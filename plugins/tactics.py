@@ -186,10 +186,15 @@ class WgmmaGeometry:
     pix_tiles: int
     groups_per_image: int = 0  # flat tiles: 8-pixel groups per image, OH * OW / 8
     box_groups: int = 0  # flat tiles: groups per activation box
+    pitch: int = 0  # window tiles: window columns per image, W + max(pad_left, pad_right)
+    wh: int = 0  # window tiles: window width, nb * pitch (tile position n = oh * wh + image * pitch + ow)
 
     @property
     def ctas(self) -> int:
         return self.pix_tiles * self.ch_tiles
+
+
+WGMMA_S8_WIDTHS = (64, 96, 128, 160, 192, 208, 224, 256)  # the wgmma N widths plugins/kernels/wgmma_s8.cuh instantiates
 
 
 @dataclass(frozen=True)
@@ -234,6 +239,7 @@ class WgmmaTactic(Tactic):
             assert not self.pingpong or self.tile_groups == 2, "ping-pong alternates two tile groups"
             assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
         else:
+            assert self.bm in WGMMA_S8_WIDTHS, "the wgmma N of s8: 8, 16, 24, then multiples of 16 up to 256"
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
             if self.pingpong:  # each consumer warpgroup a 64-channel tile of its own, the weight resident, windows
                 assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
@@ -330,14 +336,15 @@ class WgmmaTactic(Tactic):
             tiles = self._window_tiles(shape) if self.halo_rows else self._row_tiles(shape)
         if tiles is None:
             return None
-        th, nb, tpi, box_bytes, pix_tiles = tiles
+        th, nb, tpi, box_bytes, pix_tiles = tiles[:5]
+        pitch, wh = tiles[5:] or (0, 0)
         kt = math.ceil(shape.c / 32) * shape.r * shape.s
         if self.resident_kt and kt > self.resident_kt:
             return None  # the channel tile's weight does not fit the resident buffer
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
         if self.multicast and ch_tiles % 2:
             return None  # a cluster pairs a pixel tile's channel tiles
-        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_image, box_groups)
+        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_image, box_groups, pitch, wh)
 
     def _row_tiles(self, shape: ConvShape):
         """(TH, NB, tiles per image, box bytes, pixel tiles): TH full output rows of one image, balanced, or
@@ -357,23 +364,41 @@ class WgmmaTactic(Tactic):
         return th, 1, tpi, th * ow * 32, shape.n * tpi
 
     def _window_tiles(self, shape: ConvShape):
-        """WG_HALO: TH output rows of one image whose positions n = oh * WH + ow (WH = OW + S - 1, the window
-        width) fit the wgmma N: (TH - 1) * WH + OW <= bm; the box is the window, TH + R - 1 input rows x WH,
-        and every tap's view (up to (R - 1) * WH + S - 1 rows further) fits the slot. Stride 1 only (a
-        strided conv's taps are not shifts of one window), and R * S >= 4 (the window ring's hand-back
-        lags one 4-step batch behind; 1x1 convs gain nothing from windows)."""
+        """WG_HALO: (TH, NB, tiles per image, box bytes, pixel tiles, pitch, WH). The window holds TH + R - 1 input
+        rows of NB images side by side, each image `pitch` = W + max(pad_left, pad_right) columns from -pad_left,
+        so a window row is WH = NB * pitch columns; tile position n = oh * WH + i * pitch + ow is output pixel (oh, ow)
+        of image i, and tap (r, s) reads window row n + r * WH + s. A read past an image's columns (ow + s >= pitch)
+        lands on the next image's, or the next row's, first columns: its left padding, zeros, which is what the
+        right padding holds (pad_right <= pitch - W). So one padding column serves both sides, and small maps fill
+        the wgmma N with several images (7 x 7: 4 images, 196 pixels in 224 positions). Tiles are TH output rows
+        of one image or (TH = OH) NB whole images whose last position, (TH - 1) * WH + (NB - 1) * pitch + OW - 1,
+        fits the wgmma N, and every tap's view (up to (R - 1) * WH + S - 1 rows further) fits the slot. Stride 1
+        only (a strided conv's taps are not shifts of one window), and R * S >= 4 (the window ring's hand-back lags
+        one 4-step batch behind; 1x1 convs gain nothing from windows)."""
         oh, ow = shape.out_hw
-        wh = ow + shape.s - 1
-        if shape.stride != (1, 1) or shape.r * shape.s < 4 or ow > self.bm or wh > 256:
+        pitch = shape.w + max(shape.pads[1], shape.pads[3])
+        if shape.stride != (1, 1) or shape.r * shape.s < 4 or ow > self.bm or pitch > 256:
             return None
+
+        def positions(th: int, nb: int) -> int:
+            return (th - 1) * nb * pitch + (nb - 1) * pitch + ow
+
+        if positions(oh, 1) <= self.bm:
+            nb = 1
+            while nb < min(shape.n, 256) and positions(oh, nb + 1) <= self.bm:
+                nb += 1
+            th, tpi, pix_tiles = oh, 1, math.ceil(shape.n / nb)
+        else:
+            nb = 1
+            th_max = min((self.bm - ow) // pitch + 1, 257 - shape.r)  # window rows TH + R - 1 <= 256 (box limit)
+            tpi = math.ceil(oh / th_max)
+            th, pix_tiles = math.ceil(oh / tpi), shape.n * tpi
+        wh = nb * pitch
         if self.bm + (shape.r - 1) * wh + shape.s - 1 > self.halo_rows:
             return None
-        th_max = min((self.bm - ow) // wh + 1, 257 - shape.r)  # window rows TH + R - 1 <= 256 (box limit)
-        tpi = math.ceil(oh / th_max)
-        th = math.ceil(oh / tpi)
-        if th * ow * 2 < self.bm:
-            return None  # under half the tile's positions would be pixels (7x7 maps): the row-box tiles do better
-        return th, 1, tpi, (th + shape.r - 1) * wh * 32, shape.n * tpi
+        if nb * th * ow * 2 < self.bm:
+            return None  # under half the tile's positions would be pixels: the row-box tiles do better
+        return th, nb, tpi, (th + shape.r - 1) * wh * 32, pix_tiles, pitch, wh
 
 
 WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
@@ -427,6 +452,8 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(60, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(61, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288),
     WgmmaTactic(62, 208, 128, 2, 1, 6, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4),
+    # ... with 7 x 7 maps' 4 images side by side (pitch 8: 196 pixels in 224 positions), whose views reach row 290.
+    WgmmaTactic(64, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320),
     # Channel-major ping-pong (WG_PINGPONG with WG_CH 64): each consumer warpgroup a window tile of 64 channels of its
     # own, the two taking the tensor cores in turn, so the epilogue and the tile's drain run under the other's main
     # loop; the channel tile's weight (GEMM-K up to resident_kt k32 steps) is resident, the copy engine moves windows.
@@ -449,11 +476,12 @@ TACTICS_BY_ID.update({t.id: t for t in WGMMA_TACTICS})
 
 
 def wgmma_cost(shape: ConvShape, tactic: WgmmaTactic, sms: int = H100_SMS) -> float | None:
-    """Relative time of a wgmma tactic: waves of CTAs x (pixel capacity x k32 steps) per CTA."""
+    """Relative time of a wgmma tactic: waves of CTA tiles x each tile's computed work, pixel capacity x channels x
+    k32 steps (so 64-channel tiles, twice as many, weigh the same as 128-channel ones)."""
     g = tactic.geometry(shape)
     if g is None:
         return None
-    return math.ceil(g.ctas / sms) * tactic.bm * g.kt
+    return math.ceil(g.ctas / sms) * tactic.bm * tactic.CHANNELS * g.kt
 
 
 # Measured order (H200, batch 256, bench/results/wgmma-diag-*/4-multicast.json): the multicast
@@ -465,7 +493,7 @@ WGMMA_PREFERRED = (31, 28)
 # Then (session 13) the channel-major ping-pong w70 first where its resident weights hold the GEMM-K (<= 1152: res3
 # conv2 0.0592-0.0599 ms on w60 -> 0.0576-0.0582 on w70, bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/
 # 34-select-cursor-if3-*.json; on res4 conv2, w71 0.0521-0.0526 stays behind w61's 0.0508-0.0516).
-WGMMA_HALO_PREFERRED = (70, 60, 61)
+WGMMA_HALO_PREFERRED = (70, 60, 61, 64)
 # GEMM-K under 1024 (the 1x1 conv3 / downsample / conv1 layers): two staging tiles, the residual streaming
 # in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
 # conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).
@@ -511,6 +539,11 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     else:
         preferred = WGMMA_SHORT_K_PREFERRED
     best = next((TACTICS_BY_ID[i] for i in preferred if TACTICS_BY_ID[i].geometry(shape) is not None), None)
+    if best is not None and best.halo_rows:
+        # the window tiles that fit, by the work they compute (7 x 7 maps: 3 images in 208 positions or 4 in 224), the
+        # preferred order between equals
+        windows = [TACTICS_BY_ID[i] for i in WGMMA_HALO_PREFERRED if TACTICS_BY_ID[i].geometry(shape) is not None]
+        best = min(windows, key=lambda t: wgmma_cost(shape, t, sms))
     if best is None:
         costs = [(c, t) for t in WGMMA_TACTICS if (c := wgmma_cost(shape, t, sms)) is not None]
         if not costs:

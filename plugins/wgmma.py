@@ -35,7 +35,7 @@ class WgmmaTileStruct(ctypes.Structure):
     """Mirror of trtfuse::WgmmaTile (plugins/kernels/wgmma_conv.cu); same field order."""
 
     _fields_ = [(n, ctypes.c_int32) for n in ("th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles",
-                                              "groups_per_image", "box_groups")] + [
+                                              "groups_per_image", "box_groups", "pitch", "wh")] + [
         (f"div_groups_{f}", ctypes.c_uint32) for f in ("d", "mul", "shr")]
 
 
@@ -96,9 +96,12 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
               (32, ow * sw, geo.th * sh, 1, geo.nb), (1, sw, sh, 1, 1)),
     }
     if tactic.halo_rows:
-        # One window per channel block: TH + R - 1 input rows x WH = OW + S - 1 columns from (-pad_left,
-        # oh0 - pad_top), the padding zero-filled; each tap reads a shifted view of it (WG_HALO).
-        args["x"] = (args["x"][0], args["x"][1], (32, ow + shape.s - 1, geo.th + shape.r - 1, 1, 1), (1,) * 5)
+        # One window per channel block (WG_HALO): TH + R - 1 input rows of NB images side by side, each `pitch`
+        # columns from -pad_left, the padding zero-filled; each tap reads a shifted view of it. The view (32, W, N,
+        # H, CB) puts the images between a row's columns and the rows, so one box lands [row][image][column][32].
+        args["x"] = ((32, shape.w, shape.n, shape.h, cb),
+                     (32, cb * shape.h * shape.w * 32, shape.w * 32, shape.h * shape.w * 32),
+                     (32, geo.pitch, geo.nb, geo.th + shape.r - 1, 1), (1,) * 5)
     if tactic.flat:
         # (32, 8, CB, G, N): a 1x1 stride-1 unpadded conv's input pixels (the output's) in G = OH * OW / 8 groups of
         # 8 per image; a box is box_groups groups x a slot's 4 channel blocks, landing [group][block][8][32] (WG_FLAT).
@@ -171,7 +174,7 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     d, mul, shr = fast_divmod(max(geo.groups_per_image, 1))
     tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,
                            kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas, groups_per_image=geo.groups_per_image,
-                           box_groups=geo.box_groups, div_groups_d=d, div_groups_mul=mul, div_groups_shr=shr)
+                           box_groups=geo.box_groups, pitch=geo.pitch, wh=geo.wh, div_groups_d=d, div_groups_mul=mul, div_groups_shr=shr)
     smem = tactic.shared_bytes()
     fn = module_for(tactic).function(ENTRY, smem)
     cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,

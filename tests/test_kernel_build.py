@@ -133,8 +133,18 @@ def test_wgmma_kernel_refuses_plain_sm90():
 
 
 def test_wgmma_struct_mirrors_the_kernel():
+    import ctypes
+    import re
+    from pathlib import Path
+
     from trtfuse.plugins.wgmma import WgmmaTileStruct
 
-    assert [f for f, _ in WgmmaTileStruct._fields_] == ["th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles",
-                                                       "groups_per_image", "box_groups", "div_groups_d", "div_groups_mul", "div_groups_shr"]
-    assert __import__("ctypes").sizeof(WgmmaTileStruct) == 48
+    # the kernel's struct WgmmaTile, field by field (a FastDivmod is its d, mul, shr), read from the source
+    source = (Path(__file__).resolve().parents[1] / "plugins" / "kernels" / "wgmma_conv.cu").read_text()
+    body = re.search(r"struct WgmmaTile \{(.*?)\n\};", source, re.S).group(1)
+    fields = []
+    for ctype, name in re.findall(r"^\s*(int|FastDivmod) (\w+);", body, re.M):
+        fields += [f"{name}_{part}" for part in ("d", "mul", "shr")] if ctype == "FastDivmod" else [name]
+    assert "pitch" in fields and "div_groups_shr" in fields
+    assert [f for f, _ in WgmmaTileStruct._fields_] == fields
+    assert ctypes.sizeof(WgmmaTileStruct) == 4 * len(fields)

@@ -71,7 +71,7 @@ def test_persistent_ctas_walk_several_tiles(monkeypatch):
     _check(shape, True, tactic)
 
 
-@pytest.mark.parametrize("tactic_id", [60, 61, 62])
+@pytest.mark.parametrize("tactic_id", [60, 61, 62, 64])
 def test_halo_windows_walk_several_tiles(monkeypatch, tactic_id):
     # 3 CTAs for 20 tiles: the window ring's uses and phases run on across tiles (its slot count does not
     # divide a tile's 5 windows), the last tile of each image is short (29 rows in tiles of 6), and the
@@ -82,6 +82,20 @@ def test_halo_windows_walk_several_tiles(monkeypatch, tactic_id):
     geo = tactic.geometry(shape)
     assert geo is not None and geo.ctas > 3 and geo.kt // 9 % tactic.halo_stages != 0 and 29 % geo.th != 0
     _check(shape, True, tactic)
+
+
+@pytest.mark.parametrize("tactic_id", [60, 64, 70])
+def test_windows_hold_several_images_side_by_side(monkeypatch, tactic_id):
+    # 7 x 7 maps: NB images side by side in one window (pitch 8, one shared padding column), 11 images so the batch's
+    # last tile is short; 2 CTAs walk the tiles, a window ring whose slot count does not divide a tile's 4 windows.
+    monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "2")
+    tactic = TACTICS_BY_ID[tactic_id]
+    shape = ConvShape(11, 128, 7, 7, 128, 3, 3, (1, 1), (1, 1, 1, 1))
+    geo = tactic.geometry(shape)
+    assert geo is not None and geo.nb > 1 and 11 % geo.nb != 0 and geo.pitch == 8 and geo.wh == 8 * geo.nb
+    assert geo.kt // 9 % tactic.halo_stages != 0 and geo.ctas > 2
+    _check(shape, True, tactic)
+    _check(shape, False, tactic)
 
 
 @pytest.mark.parametrize("has_res", [True, False], ids=["residual", "paired-staging"])

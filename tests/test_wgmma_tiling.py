@@ -46,13 +46,16 @@ def permuted_weight_view(wp: np.ndarray) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(wp, (rows // 32, 4, 4, 2, kg), (32 * r, 2 * r, 8 * r, r, wp.strides[1]))
 
 
-def tile_pixel(pos: int, ow: int, valid_px: int, wh: int = 0):
+def tile_pixel(pos: int, oh: int, ow: int, valid_px: int, wh: int = 0, pitch: int = 0):
     """wgmma_conv.cu's tile_pixel: (pixel of tile position pos, a pixel of the tensor?); with a window of width wh
-    (halo tactics) position oh * wh + x is pixel oh * ow + x where x < ow."""
+    and images `pitch` columns apart (halo tactics) position y * wh + i * pitch + x is pixel i * oh * ow + y * ow + x
+    where x < ow."""
     if not wh:
         return pos, pos < valid_px
-    pix = pos // wh * ow + pos % wh
-    return pix, pos % wh < ow and pix < valid_px
+    y, rest = divmod(pos, wh)
+    image, x = divmod(rest, pitch)
+    pix = image * oh * ow + y * ow + x
+    return pix, x < ow and y < oh and pix < valid_px
 
 
 def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int, bm: int = 128):
@@ -119,7 +122,8 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
     bn, ch = tactic.bm, tactic.CHANNELS
     box_px = g.box_bytes // 32
     assert box_px <= (tactic.halo_rows or bn)
-    wh = ow + shape.s - 1  # halo tactics: the window's width; tile position n = oh * wh + ow
+    wh = g.wh  # halo tactics: the window's width; tile position n = oh * wh + image * pitch + ow
+    x_windows = x5.transpose(1, 2, 0, 3, 4)  # the window map's view (32, W, N, H, CB): [CB][H][N][W][32]
     acc_out = np.zeros((shape.n, kpad, oh, ow), np.int64)
     writes = np.zeros((shape.n, kpad, oh, ow), np.int32)
     grid = min(g.ctas, 132) if tactic.persistent else g.ctas
@@ -141,7 +145,8 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
             if tactic.halo_rows:  # channel block cb's window (zeros past the box), tap (r, s) its view from row r * wh + s
                 if r == 0 and s == 0:
                     window = np.zeros((tactic.halo_rows, 32), np.int64)
-                    window[:box_px] = tma_box(x5, (0, w0, h0, cb, n0), (32, wh, g.th + shape.r - 1, 1, 1), (1,) * 5).reshape(-1, 32)
+                    window[:box_px] = tma_box(x_windows, (0, w0, n0, h0, cb), (32, g.pitch, g.nb, g.th + shape.r - 1, 1),
+                                              (1,) * 5).reshape(-1, 32)
                 b = window[r * wh + s:r * wh + s + bn]
                 assert b.shape == (bn, 32), "a view stays inside its window slot"
             elif tactic.flat:
@@ -176,7 +181,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
         else:
             store = {c: c for c in range(ch)}
         # for_each_tile_vector: staging row px is pixel px, or (halo) window position px = oh * wh + ow
-        positions = [(px, *tile_pixel(px, ow, valid_px, wh if tactic.halo_rows else 0)) for px in range(bn)]
+        positions = [(px, *tile_pixel(px, oh, ow, valid_px, wh, g.pitch)) for px in range(bn)]
         stored = [(px, pix) for px, pix, ok in positions if ok]
         for px, tile_pix in stored:
             m = m0 + tile_pix
@@ -243,9 +248,9 @@ def test_geometry_respects_the_hardware_limits():
             assert g.box_bytes <= (t.halo_rows or t.bm) * 32 and g.box_bytes % 32 == 0, name  # the box fits its slot
             assert ow * shape.stride[1] <= 256 and g.th * shape.stride[0] <= 256 and g.nb <= 256, name
             if t.halo_rows:  # every tap's view of the window stays inside the slot, the window's box within TMA limits
-                wh = ow + shape.s - 1
-                assert t.bm + (shape.r - 1) * wh + shape.s - 1 <= t.halo_rows and wh <= 256 and g.th + shape.r - 1 <= 256, name
-                assert (g.th - 1) * wh + ow <= t.bm, name  # the tile's last pixel is a wgmma position
+                assert g.wh == g.nb * g.pitch and g.pitch >= shape.w + max(shape.pads[1], shape.pads[3]), name
+                assert t.bm + (shape.r - 1) * g.wh + shape.s - 1 <= t.halo_rows and g.pitch <= 256 and g.th + shape.r - 1 <= 256, name
+                assert (g.th - 1) * g.wh + (g.nb - 1) * g.pitch + ow <= t.bm, name  # the tile's last pixel is a wgmma position
             assert t.shared_bytes() <= 227 * 1024, t.name  # sm_90 opt-in limit per block
 
 
@@ -264,10 +269,11 @@ def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more_or_flat_tile
         t, splits = choose(shapes[name], arch="sm_90")
         assert t.family == "wgmma" and splits == 1, name
         assert choose_wgmma(shapes[name]) is t
-    # stride-1 3x3 convs whose window tile is at least half pixels: the window tiles; the 7x7 maps and the
-    # strided convs keep the row boxes, multicast where 256+ output channels pair up in a cluster
+    # stride-1 3x3 convs: the window tiles, on the 7x7 maps the one computing least (4 images side by side in 224
+    # positions, not 3 in 208); the strided convs keep the row boxes, multicast where 256+ output channels pair up
     assert choose_wgmma(shapes["res3 conv2 3x3 128"]).halo_rows and choose_wgmma(shapes["res4 conv2 3x3 256"]).halo_rows
-    assert choose_wgmma(shapes["res5 conv2 3x3 512"]).multicast and not choose_wgmma(shapes["res5 conv2 3x3 512"]).halo_rows
+    res5 = choose_wgmma(shapes["res5 conv2 3x3 512"])
+    assert res5.halo_rows and res5.geometry(shapes["res5 conv2 3x3 512"]).nb == 4 and res5.bm == 224
     assert choose_wgmma(shapes["res4 first conv2 3x3/2 256"]).multicast
     assert not choose_wgmma(shapes["res3 first conv2 3x3/2 128"]).multicast
     # GEMM-K under 512 with 256+ channels: the pixel-major tile; res5 conv3 (GEMM-K 512): the two-staging-tile

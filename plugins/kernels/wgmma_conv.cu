@@ -131,10 +131,12 @@
 // 1 (channel-major, 128-byte weight boxes, stride-1 convs with R*S > 1): "halo" activation tiles. Without it,
 // every k32 step loads its own activation box, so one 32-channel block of a 3x3 conv costs the copy engine 9
 // boxes of P rows each: the engine's rows, not the tensor cores, bound the 3x3 layers (docs/wgmma.md, ~0.4
-// rows per clock per SM). With it, a channel block's input window (TH + R - 1 rows x OW + S - 1 columns,
-// zero-filled padding) lands once, as dense 32-byte rows, in a ring of its own, and the operand of tap (r, s)
-// is a shifted view of it: tile position n = oh * WH + ow (WH = OW + S - 1, the window's width) reads window
-// row n + r * WH + s, which is one descriptor whose start moves by (r * WH + s) * 32 bytes. The 32-byte
+// rows per clock per SM). With it, a channel block's input window (TH + R - 1 rows x WH columns, zero-filled
+// padding) lands once, as dense 32-byte rows, in a ring of its own, and the operand of tap (r, s) is a shifted
+// view of it: tile position n = oh * WH + ow reads window row n + r * WH + s, which is one descriptor whose start
+// moves by (r * WH + s) * 32 bytes. A window row is NB images side by side, each W + max(pad_left, pad_right)
+// columns (the pitch), so one padding column serves as an image's left and its neighbour's right padding and
+// small maps put several images in one tile (WgmmaTile::pitch, wh; plugins/tactics.py: _window_tiles). The 32-byte
 // swizzle is applied by TMA and wgmma alike to the absolute shared-memory address (as for any K offset inside
 // a swizzle atom), so a view may start at any row. Positions with ow >= OW are computed and never stored;
 // the window ring's slots hold WG_HALO_ROWS rows (>= the tile's positions + (R - 1) * WH + S - 1), the rows
@@ -166,9 +168,9 @@
 // Profiling builds only (bench/wgmma_diag.py), never a tactic: 1 = no epilogue (main loop alone),
 // 2 = no wgmma (the copy engine's feed rate alone), 3 = no copies (wgmma and the ring's barriers on
 // stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes; pixel-major only: 6 = no
-// residual loads (the epilogue reads stale slices), 7 = no output stores (the results are folded and kept
-// live), 8 = the epilogue alone (no copies, no wgmma: opaque accumulators), 9 = as 8 without residual loads
-// or stores (the epilogue's instructions alone); 10 / 11 = no weight copies (the wgmmas read stale weight slots: what
+// residual loads (the epilogue reads stale slices); pixel-major and channel-major ping-pong: 7 = no output stores (the
+// results are folded and kept live, or left in the staging tile), 8 = the epilogue alone (no copies, no wgmma: opaque
+// accumulators), 9 = as 8 without residual loads or stores (the epilogue's instructions alone); 10 / 11 = no weight copies (the wgmmas read stale weight slots: what
 // resident weights would leave) without / with the epilogue; channel-major only: 12 = no copies and no epilogue (wgmma
 // and the ring's barriers), 13 = as 12 without the ring (no barrier waits or arrives: the consumers' wgmma issue
 // alone, the tile loop's own overheads). Each isolates one stage of the pipeline to say which one
@@ -198,6 +200,8 @@ struct WgmmaTile {
   int tiles;            // CTA tiles: pixel tiles x channel tiles (a persistent CTA walks tile += gridDim.x)
   int groups_per_image; // WG_FLAT: 8-pixel groups per image, OH * OW / 8 (unused otherwise)
   int box_groups;       // WG_FLAT: groups per activation box (a power of two dividing groups_per_image and WG_BN / 8)
+  int pitch;            // WG_HALO: window columns per image, W + max(pad_left, pad_right)
+  int wh;               // WG_HALO: window width, nb * pitch (tile position oh * wh + image * pitch + ow)
   FastDivmod div_groups;  // by groups_per_image
 };
 constexpr int kFlatGroup = 8;  // pixels per group: one 8-row core-matrix group of the operand
@@ -233,15 +237,17 @@ __device__ __forceinline__ size_t chw32_offset(const ConvParams& p, int m, int c
 }
 
 // The pixel of tile position `pos` (its index in the tile's linear pixel range) and whether it is one of
-// the tensor's: the same index, or with WG_HALO (window width wh) position oh * wh + ow = pixel oh * OW + ow,
-// a pixel only where ow < OW.
-__device__ __forceinline__ int tile_pixel(int pos, const ConvParams& p, const TileCoord& tc, int wh, bool& ok) {
+// the tensor's: the same index, or with WG_HALO position oh * wh + i * pitch + ow = pixel i * OH * OW + oh * OW + ow
+// (image i of the tile's), a pixel only where ow < OW (plugins/tactics.py: WgmmaTactic._window_tiles).
+__device__ __forceinline__ int tile_pixel(int pos, const ConvParams& p, const TileCoord& tc, const WgmmaTile& t, int ohw,
+                                          bool& ok) {
   if (!WG_HALO) {
     ok = pos < tc.valid_px;
     return pos;
   }
-  const int oh = pos / wh, ow = pos - oh * wh, pix = oh * p.OW + ow;
-  ok = ow < p.OW && pix < tc.valid_px;
+  const int oh = pos / t.wh, x = pos - oh * t.wh, image = t.nb > 1 ? x / t.pitch : 0, ow = x - image * t.pitch;
+  const int pix = image * ohw + oh * p.OW + ow;
+  ok = ow < p.OW && oh < p.OH && pix < tc.valid_px;
   return pix;
 }
 
@@ -250,10 +256,10 @@ __device__ __forceinline__ int tile_pixel(int pos, const ConvParams& p, const Ti
 // channel blocks of each, so a row's address costs one multiply-high (chw32_offset) and the blocks step by
 // OH*OW*32 bytes. f(staging offset, in the tensor?, global byte offset); consecutive threads cover consecutive
 // 16-byte halves of consecutive pixels, i.e. a warp moves 512 contiguous bytes per channel block. With WG_HALO
-// (wh > 0) staging row n is tile position n = oh * wh + ow, a pixel only where ow < OW.
+// staging row n is window position n (tile_pixel).
 template <int BN, int CH, int THREADS, int OUT_STRIDE, typename F>
 __device__ __forceinline__ void for_each_tile_vector(const ConvParams& p, const TileCoord& tc, int ohw, int kpad, int ct,
-                                                     int wh, F&& f) {
+                                                     const WgmmaTile& t, F&& f) {
   constexpr int kRows = THREADS / 2;  // pixel rows per pass
   const int half = ct % 2;
   const int blocks = (kpad - tc.c0) / 32;  // channel blocks of this tile inside Kpad (< CH / 32 only on the last tile)
@@ -263,7 +269,7 @@ __device__ __forceinline__ void for_each_tile_vector(const ConvParams& p, const 
     const int px = ct / 2 + kRows * j;
     if (BN % kRows != 0 && px >= BN) break;
     bool row_ok;
-    const int pix = tile_pixel(px, p, tc, wh, row_ok);
+    const int pix = tile_pixel(px, p, tc, t, ohw, row_ok);
     const size_t row = row_ok ? chw32_offset(p, tc.m0 + pix, tc.c0, ohw, kpad) + half * 16 : 0;
 #pragma unroll
     for (int b = 0; b < CH / 32; ++b) f(px * OUT_STRIDE + b * 32 + half * 16, row_ok && b < blocks, row + b * block_bytes);
@@ -400,20 +406,20 @@ __device__ __forceinline__ int4 unpair_16_channels(int4 v) {
 // paired order (requantize_to_paired_staging, no residual) or the natural one (requantize_to_staging).
 template <int BN, int CH, int THREADS, int OUT_STRIDE>
 __device__ __forceinline__ void residual_to_staging(const ConvParams& p, const TileCoord& tc, int ohw, int kpad, int ct,
-                                                    int wh, int8_t* staging) {
-  for_each_tile_vector<BN, CH, THREADS, OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, [&](int s, bool ok, size_t g) {
+                                                    const WgmmaTile& t, int8_t* staging) {
+  for_each_tile_vector<BN, CH, THREADS, OUT_STRIDE>(p, tc, ohw, kpad, ct, t, [&](int s, bool ok, size_t g) {
     cp_async_16(smem_u32(staging + s), ok ? p.residual + g : p.residual, ok);
   });
 }
 template <int BN, int CH, int THREADS, int OUT_STRIDE>
-__device__ __forceinline__ void store_staging(const ConvParams& p, const TileCoord& tc, int ohw, int kpad, int ct, int wh,
-                                              const int8_t* staging, bool paired) {
+__device__ __forceinline__ void store_staging(const ConvParams& p, const TileCoord& tc, int ohw, int kpad, int ct,
+                                              const WgmmaTile& t, const int8_t* staging, bool paired) {
   if (!paired) {  // one branch per tile, not per vector
-    for_each_tile_vector<BN, CH, THREADS, OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, [&](int s, bool ok, size_t g) {
+    for_each_tile_vector<BN, CH, THREADS, OUT_STRIDE>(p, tc, ohw, kpad, ct, t, [&](int s, bool ok, size_t g) {
       if (ok) *reinterpret_cast<int4*>(p.y + g) = *reinterpret_cast<const int4*>(staging + s);
     });
   } else {
-    for_each_tile_vector<BN, CH, THREADS, OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, [&](int s, bool ok, size_t g) {
+    for_each_tile_vector<BN, CH, THREADS, OUT_STRIDE>(p, tc, ohw, kpad, ct, t, [&](int s, bool ok, size_t g) {
       if (ok) *reinterpret_cast<int4*>(p.y + g) = unpair_16_channels(*reinterpret_cast<const int4*>(staging + s));
     });
   }
@@ -504,7 +510,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
                                                 const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
   static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
-  static_assert(PIXM || WG_DIAG < 6 || WG_DIAG >= 10, "profiling builds 6-9 take the pixel-major epilogue apart");
+  static_assert(PIXM || WG_DIAG < 6 || WG_DIAG >= 10 || (kChannelPingpong && WG_DIAG >= 7),
+                "profiling builds 6-9 take the pixel-major epilogue apart (7-9 also the channel-major ping-pong's)");
   constexpr int CONSUMERS = 128 * WG_CONSUMERS;
   extern __shared__ __align__(1024) int8_t smem_raw[];
   // Align the operand ring to 1024 bytes of shared-memory address (the host asks for 1024 more).
@@ -519,7 +526,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
   const int kblocks = (t.kt + KS - 1) / KS;
   // WG_HALO: a tile's windows (one per 32-channel block, R * S k32 steps each) and their width
-  const int windows = L::HALO ? t.kt / (p.R * p.S) : 0, wh = L::HALO ? p.OW + p.S - 1 : 0;
+  const int windows = L::HALO ? t.kt / (p.R * p.S) : 0, wh = t.wh;
   // One tile per CTA, or (PERSISTENT) tiles blockIdx.x, + gridDim.x, ...: the ring and its phases run on
   // across tiles, so the producer fills the next tile's slots while the consumers store this one.
   const int tile_step = PERSISTENT ? gridDim.x : t.tiles;
@@ -600,7 +607,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
             sm90::mbar_arrive(hfull);
           } else {
             sm90::mbar_arrive_expect_tx(hfull, t.box_bytes);
-            sm90::tma_load_5d(base + L::HALO_OFFSET + hs * L::HALO_SLOT, tmap_x, hfull, 0, w0, h0, cb, tc.n0);
+            // the window view (32, W, N, H, CB) of the activation (plugins/wgmma.py): NB images side by side
+            sm90::tma_load_5d(base + L::HALO_OFFSET + hs * L::HALO_SLOT, tmap_x, hfull, 0, w0, tc.n0, h0, cb);
           }
         };
         if (kChannelPingpong) {  // resident weights: the windows are all the copy engine moves
@@ -685,10 +693,10 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   const uint32_t a_rows = wg * 64 * (WG_A128 ? 128 : 32);  // this warpgroup's 64 weight rows inside the A tile
   using Tile = TileCoord;
   auto issue_residual = [&](const Tile& tc, int8_t* staging) {
-    residual_to_staging<BN, CH, CONSUMERS, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, staging);
+    residual_to_staging<BN, CH, CONSUMERS, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, t, staging);
   };
   auto store = [&](const Tile& tc, const int8_t* staging) {
-    store_staging<BN, CH, CONSUMERS, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, wh, staging, !has_res);
+    store_staging<BN, CH, CONSUMERS, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, t, staging, !has_res);
   };
   // A tile's output leaves the staging tile during the NEXT tile's first wgmma batch (the tensor cores
   // work while the consumers store), so the epilogue's stores never idle the tensor cores.
@@ -1015,7 +1023,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   // Warp-uniform as the compiler sees it: the tile loop starts at a warpgroup-dependent tile (see consume_pixel_major).
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
-  const int kblocks = (t.kt + KS - 1) / KS, windows = t.kt / (p.R * p.S), wh = p.OW + p.S - 1;
+  const int kblocks = (t.kt + KS - 1) / KS, windows = t.kt / (p.R * p.S), wh = t.wh;
   const uint32_t wres_full = base + L::BAR_OFFSET + 2 * STAGES * 8;
   const uint32_t hfull0 = base + L::HALO_BARS, hempty0 = hfull0 + L::HALO_STAGES * 8;
   int8_t* const staging = smem + L::OUT_OFFSET + wg * L::OUT_BYTES;
@@ -1034,8 +1042,12 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   for (int i = wg, tile = tile_of(wg); tile < t.tiles; i += 2, tile += 2 * gridDim.x) {
     const TileCoord tc(tile, p, t, ohw, CH);
     const ChannelPairFactors factors(p, tc.c0 + c_lo, kpad);  // loaded now, used in the epilogue
+    if (kDiagEpilogueAlone) {
+#pragma unroll
+      for (int k = 0; k < BN / 2; ++k) acc[k] = fresh_tid() * k;  // not foldable to constants
+    }
     if (i > 0) sm90::named_barrier(kTurn + wg, 256);  // the CTA's tile i - 1 is issued; this warpgroup's stores are done
-    if (has_res) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, staging);
+    if (has_res) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
     cp_async_commit();
     WindowCursor<L> win(i * windows);
     for (int kb = 0; kb < kblocks; ++kb) {
@@ -1068,7 +1080,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed
     factors.requantize<BN, L::OUT_STRIDE>(acc, staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo, lane, es, has_res);
     sm90::named_barrier(kStagingBar + wg, 128);  // the whole staging tile is written before anyone stores from it
-    if (!kDiagNoStores) store_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, wh, staging, !has_res);
+    if (!kDiagNoStores) store_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging, !has_res);
   }
   cp_async_wait<0>();
 }
