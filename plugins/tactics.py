@@ -492,8 +492,11 @@ WGMMA_PREFERRED = (31, 28)
 # 0.0799 (w28) -> 0.0677 ms (w60), res4 conv2 0.0622 (w31) -> 0.0567 (w61).
 # Then (session 13) the channel-major ping-pong w70 first where its resident weights hold the GEMM-K (<= 1152: res3
 # conv2 0.0592-0.0599 ms on w60 -> 0.0576-0.0582 on w70, bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/
-# 34-select-cursor-if3-*.json; on res4 conv2, w71 0.0521-0.0526 stays behind w61's 0.0508-0.0516).
-WGMMA_HALO_PREFERRED = (70, 60, 61, 64)
+# 34-select-cursor-if3-*.json; on res4 conv2, w71 0.0521-0.0526 stays behind w61's 0.0508-0.0516). Since its output
+# leaves by TMA store (session 14, 42-tma-store.json), w71 leads on res4 conv2 (0.0462 ms against w61's 0.0515) and w70
+# on res3 conv2 0.0494. Among the window tiles that fit, choose_wgmma takes the one computing least, this order between
+# equals.
+WGMMA_HALO_PREFERRED = (70, 71, 60, 61, 64)
 # GEMM-K under 1024 (the 1x1 conv3 / downsample / conv1 layers): two staging tiles, the residual streaming
 # in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
 # conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).

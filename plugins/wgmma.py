@@ -1,14 +1,17 @@
 """Host side of the Hopper wgmma tactic (plugins/kernels/wgmma_conv.cu): tensor maps, module, launch.
 
-The kernel reads both operands through the bulk tensor copy engine, so each launch needs two
+The kernel reads both operands through the bulk tensor copy engine, so each launch needs their
 CUtensorMaps, encoded here with cuTensorMapEncodeTiled from the device pointers and the shape, and
-passed by value (128 bytes each) ahead of ConvParams:
+passed by value (128 bytes each, weights, activations, output) ahead of ConvParams:
 
 * weights: 2-D (KG_pad bytes, K_pad rows), row stride KG_pad, box (a_box, 128) with a_box = 32 (one
   k32 step, 32-byte swizzle) or 128 (a ring slot's 4 k32 steps in one box, 128-byte swizzle);
 * activations: the CHW32 tensor [N][CB][H][W][32] as 5-D (32, W, H, CB, N) with byte strides
   (32, W*32, H*W*32, CB*H*W*32), box (32, OW*stride_w, TH*stride_h, 1, NB), elementStrides
-  (1, stride_w, stride_h, 1, 1), 32-byte swizzle, out-of-bounds elements read as zero (the padding).
+  (1, stride_w, stride_h, 1, 1), 32-byte swizzle, out-of-bounds elements read as zero (the padding);
+  the window tiles' view (32, W, N, H, CB) instead (tensor_map_args);
+* output (the channel-major ping-pong tile, which stores by TMA; the others get a placeholder): the view
+  (32, OW, N, OH, KB), 32-byte swizzle, elements outside the tensor never written.
 
 Encoded maps are cached per (pointers, shape, tactic): a CUDA-graph capture or a benchmark loop
 re-encodes nothing. The module is compiled for sm_90a (wgmma, setmaxnreg are not in plain sm_90).
@@ -78,7 +81,7 @@ def _encode(rank: int, ptr: int, dims, strides, box, elem_strides, swizzle_bytes
 def swizzle_bytes(tactic: WgmmaTactic, name: str) -> int:
     """Shared-memory swizzle of a map: the activation boxes are 32-byte rows (one CHW32 vector per
     pixel); the weight boxes are as wide as the tactic's a_box (32, or 128 = a slot's 4 k32 steps)."""
-    return {"w": tactic.a_box, "x": 32}[name]
+    return {"w": tactic.a_box, "x": 32, "y": 32}[name]
 
 
 def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -> dict:
@@ -108,6 +111,16 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         hw = shape.h * shape.w
         args["x"] = ((32, 8, cb, geo.groups_per_image, shape.n), (32, hw * 32, 256, cb * hw * 32),
                      (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)
+    if tactic.pingpong and not tactic.pixel_major:
+        # The channel-major ping-pong tile's weight rows permuted inside each 16-channel group: dims (KGpad, g 8, h 2,
+        # Kpad/16, 1) with row strides (2, 1, 16) so box row 16u + 8h + g is channel 16u + 2g + h, and a consumer
+        # thread's two accumulator rows (g, g + 8) are adjacent channels. Its output leaves by TMA store: boxes (32,
+        # pitch, NB, TH, 1) of the view (32, OW, N, OH, KB), laid out as the window positions; the copy engine drops the
+        # positions past a row, the rows past the map and the channel blocks past Kpad.
+        args["w"] = ((kg_pad, 8, 2, kp // 16, 1), (2 * kg_pad, kg_pad, 16 * kg_pad, kp * kg_pad),
+                     (tactic.a_box, 8, 2, tactic.CHANNELS // 16, 1), (1,) * 5)
+        args["y"] = ((32, ow, shape.n, oh, kp // 32), (32, kp * oh * ow, ow * 32, oh * ow * 32),
+                     (32, geo.pitch, geo.nb, geo.th, 1), (1,) * 5)
     if tactic.pixel_major:
         # Weight rows permuted inside each 32-channel block: dims (KGpad, e 2, q 4, jj 4, Kpad/32) with row
         # strides (1, 8, 2, 32) so box row e + 2q + 8jj + 32b is channel 32b + 8q + 2jj + e: wgmma column
@@ -125,9 +138,10 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
     return args
 
 
-def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: int, w: int):
-    """(weight map, activation map) as 128-byte host buffers, cached."""
-    key = (x, w, shape, tactic.id)
+def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: int, w: int, y: int):
+    """(weight map, activation map, output map) as 128-byte host buffers, cached. Only the tactics that store by TMA
+    have an output map; the others get a copy of the activation map in its place (never read)."""
+    key = (x, w, y, shape, tactic.id)
     hit = _maps.get(key)
     if hit is not None:
         _maps.move_to_end(key)
@@ -135,10 +149,11 @@ def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: in
     args = tensor_map_args(shape, tactic, geo)
     wmap = _encode(len(args["w"][0]), w, *args["w"], swizzle_bytes(tactic, "w"))
     xmap = _encode(5, x, *args["x"], swizzle_bytes(tactic, "x"))
-    _maps[key] = (wmap, xmap)
+    ymap = _encode(5, y, *args["y"], swizzle_bytes(tactic, "y")) if "y" in args else TensorMapBytes(*xmap)
+    _maps[key] = (wmap, xmap, ymap)
     if len(_maps) > _MAP_CACHE:
         _maps.popitem(last=False)
-    return wmap, xmap
+    return wmap, xmap, ymap
 
 
 def _sms() -> int:
@@ -170,7 +185,7 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     geo = tactic.geometry(shape)
     if geo is None:
         raise ValueError(f"{tactic.name} does not handle {shape}")
-    wmap, xmap = tensor_maps(shape, tactic, geo, x, w)
+    wmap, xmap, ymap = tensor_maps(shape, tactic, geo, x, w, params.y)
     d, mul, shr = fast_divmod(max(geo.groups_per_image, 1))
     tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,
                            kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas, groups_per_image=geo.groups_per_image,
@@ -178,4 +193,5 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     smem = tactic.shared_bytes()
     fn = module_for(tactic).function(ENTRY, smem)
     cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,
-              [ctypes.addressof(wmap), ctypes.addressof(xmap), ctypes.addressof(params), ctypes.addressof(tile)])
+              [ctypes.addressof(wmap), ctypes.addressof(xmap), ctypes.addressof(ymap), ctypes.addressof(params),
+               ctypes.addressof(tile)])

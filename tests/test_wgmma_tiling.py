@@ -46,6 +46,14 @@ def permuted_weight_view(wp: np.ndarray) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(wp, (rows // 32, 4, 4, 2, kg), (32 * r, 2 * r, 8 * r, r, wp.strides[1]))
 
 
+def pingpong_weight_view(wp: np.ndarray) -> np.ndarray:
+    """The channel-major ping-pong tile's weight map (plugins/wgmma.py) as an array indexed [1][u][h][g][kg]: dims
+    (KGpad, g 8, h 2, Kpad/16, 1) with row strides (2, 1, 16)."""
+    rows, kg = wp.shape
+    r = wp.strides[0]
+    return np.lib.stride_tricks.as_strided(wp, (1, rows // 16, 2, 8, kg), (rows * r, 16 * r, r, 2 * r, wp.strides[1]))
+
+
 def tile_pixel(pos: int, oh: int, ow: int, valid_px: int, wh: int = 0, pitch: int = 0):
     """wgmma_conv.cu's tile_pixel: (pixel of tile position pos, a pixel of the tensor?); with a window of width wh
     and images `pitch` columns apart (halo tactics) position y * wh + i * pitch + x is pixel i * oh * ow + y * ow + x
@@ -138,6 +146,9 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
             if tactic.pixel_major:  # box rows (b, jj, q, e) in order: the weight map's permutation
                 a = tma_box(permuted_weight_view(wp), (k // 4 * 128, 0, 0, 0, c0 // 32), (128, 2, 4, 4, ch // 32),
                             (1,) * 5).reshape(ch, 128)[:, k % 4 * 32:k % 4 * 32 + 32]
+            elif tactic.pingpong:  # resident chunks of 4 k32 steps, box row 16u + 8h + g is channel 16u + 2g + h
+                a = tma_box(pingpong_weight_view(wp), (k // 4 * 128, 0, 0, c0 // 16, 0), (128, 8, 2, ch // 16, 1),
+                            (1,) * 5).reshape(ch, 128)[:, k % 4 * 32:k % 4 * 32 + 32]
             elif tactic.a_box == 128:  # one box per slot of 4 k32 steps; step k is its columns 32 (k % 4) ..
                 a = tma_box(wp, (k // 4 * 128, c0), (128, ch), (1, 1))[:, k % 4 * 32:k % 4 * 32 + 32]
             else:
@@ -178,6 +189,8 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                      for b in range(ch // 32) for jj in range(4) for q in range(4) for e in range(2)}
             if residual is not None:
                 rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn)
+        elif tactic.pingpong:  # wgmma row 16u + 8h + g holds channel 16u + 2g + h
+            store = {16 * u + 8 * h + g: 16 * u + 2 * g + h for u in range(ch // 16) for h in range(2) for g in range(8)}
         else:
             store = {c: c for c in range(ch)}
         # for_each_tile_vector: staging row px is pixel px, or (halo) window position px = oh * wh + ow
@@ -272,6 +285,8 @@ def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more_or_flat_tile
     # stride-1 3x3 convs: the window tiles, on the 7x7 maps the one computing least (4 images side by side in 224
     # positions, not 3 in 208); the strided convs keep the row boxes, multicast where 256+ output channels pair up
     assert choose_wgmma(shapes["res3 conv2 3x3 128"]).halo_rows and choose_wgmma(shapes["res4 conv2 3x3 256"]).halo_rows
+    # ... the channel-major ping-pong where its resident weights hold the GEMM-K
+    assert choose_wgmma(shapes["res3 conv2 3x3 128"]).pingpong and choose_wgmma(shapes["res4 conv2 3x3 256"]).pingpong
     res5 = choose_wgmma(shapes["res5 conv2 3x3 512"])
     assert res5.halo_rows and res5.geometry(shapes["res5 conv2 3x3 512"]).nb == 4 and res5.bm == 224
     assert choose_wgmma(shapes["res4 first conv2 3x3/2 256"]).multicast

@@ -81,6 +81,18 @@ __device__ __forceinline__ void tma_load_5d_multicast(uint32_t dst, const Tensor
       : "memory");
 }
 
+// ---- TMA: shared -> global (bulk groups); elements outside the tensor are not written ----
+__device__ __forceinline__ void tma_store_5d(const TensorMap* map, uint32_t src, int c0, int c1, int c2, int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n"
+      ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// The committed bulk stores have read their shared memory (it may be rewritten) / have completed.
+__device__ __forceinline__ void bulk_wait_group_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_group_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 // ---- clusters ----
 __device__ __forceinline__ uint32_t cluster_ctarank() {
   uint32_t r;

@@ -257,6 +257,14 @@ __device__ __forceinline__ int tile_pixel(int pos, const ConvParams& p, const Ti
 // OH*OW*32 bytes. f(staging offset, in the tensor?, global byte offset); consecutive threads cover consecutive
 // 16-byte halves of consecutive pixels, i.e. a warp moves 512 contiguous bytes per channel block. With WG_HALO
 // staging row n is window position n (tile_pixel).
+// Staging byte of (tile position px, channel block b, 16-byte half): [px][OUT_STRIDE] rows of the tile's channels, or
+// (OUT_STRIDE == 32, the channel-major ping-pong's) [b][px][32] blocks of BN 32-byte rows, 32-byte swizzled (the half
+// flips in rows 4-7 of each 8: the layout its TMA store reads, conflict-free for its 2-byte requantize stores).
+template <int BN, int OUT_STRIDE>
+__device__ __forceinline__ int staging_offset(int px, int b, int half) {
+  if (OUT_STRIDE == 32) return b * BN * 32 + px * 32 + 16 * (half ^ ((px >> 2) & 1));
+  return px * OUT_STRIDE + b * 32 + half * 16;
+}
 template <int BN, int CH, int THREADS, int OUT_STRIDE, typename F>
 __device__ __forceinline__ void for_each_tile_vector(const ConvParams& p, const TileCoord& tc, int ohw, int kpad, int ct,
                                                      const WgmmaTile& t, F&& f) {
@@ -272,7 +280,7 @@ __device__ __forceinline__ void for_each_tile_vector(const ConvParams& p, const 
     const int pix = tile_pixel(px, p, tc, t, ohw, row_ok);
     const size_t row = row_ok ? chw32_offset(p, tc.m0 + pix, tc.c0, ohw, kpad) + half * 16 : 0;
 #pragma unroll
-    for (int b = 0; b < CH / 32; ++b) f(px * OUT_STRIDE + b * 32 + half * 16, row_ok && b < blocks, row + b * block_bytes);
+    for (int b = 0; b < CH / 32; ++b) f(staging_offset<BN, OUT_STRIDE>(px, b, half), row_ok && b < blocks, row + b * block_bytes);
   }
 }
 
@@ -360,29 +368,64 @@ __device__ __forceinline__ void requantize_to_paired_staging(const int (&acc)[BN
   }
 }
 
+// The channel-major ping-pong tile's epilogue: its weight rows are permuted (plugins/wgmma.py) so that a thread's two
+// accumulator rows are adjacent channels, which one paired conversion (F2IP.S8) rounds and packs into the natural byte
+// order, stored by one 2-byte STS (in place over the residual's two bytes, read first; a group of J pixel blocks' reads
+// come before any of its writes, as in requantize_to_staging). `cells` points at the thread's pixel 2(lane % 4), channel
+// pair; STRIDE is the staging row.
+template <int BN, int STRIDE, bool RES>
+__device__ __forceinline__ void requantize_pairs(const int (&acc)[BN / 2], int8_t* cells, const float (&sc)[2], const float (&bi)[2],
+                                                 float rs, float relu_min) {
+  constexpr int J = (BN / 8) % 4 == 0 ? 4 : 2;
+  static_assert((BN / 8) % J == 0, "pixel blocks split into groups of J");
+#pragma unroll
+  for (int j0 = 0; j0 < BN / 8; j0 += J) {
+    int res[2 * J];  // pixel block j0 + i / 2, pixel e = i % 2: the two residual bytes
+    if (RES) {
+#pragma unroll
+      for (int i = 0; i < 2 * J; ++i) res[i] = *reinterpret_cast<const short*>(cells + (8 * (j0 + i / 2) + i % 2) * STRIDE);
+    }
+#pragma unroll
+    for (int i = 0; i < 2 * J; ++i) {
+      const int j = j0 + i / 2, e = i % 2;
+      float v[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        v[h] = requantize_f32<RES>(acc[4 * j + 2 * h + e], sc[h], bi[h],
+                                   [&] { return s32_to_float(h == 0 ? (int)(int8_t)res[i] : res[i] >> 8); }, rs, relu_min);
+      *reinterpret_cast<unsigned short*>(cells + (8 * j + e) * STRIDE) = static_cast<unsigned short>(round_pack_s8x2(v[0], v[1]));
+    }
+  }
+}
+
 // A channel-major consumer thread's two output channels, c_lo and c_lo + 8 of the tile: their docs/ops.md scale and
 // bias, loaded before the tile's main loop (the latency hides under it), folded in the epilogue, which requantizes
 // the thread's accumulators into the staging tile: in the natural order with a residual (in place over it), else
 // paired. `cells` is the staging tile's pixel 2(lane % 4), channel c_lo.
 struct ChannelPairFactors {
   float sc_raw[2], bi_raw[2];
-  __device__ __forceinline__ ChannelPairFactors(const ConvParams& p, int c, int kpad) {
+  // channels c and c + step: the thread's accumulator rows (step 8), or with permuted weight rows (the ping-pong tile) 1
+  __device__ __forceinline__ ChannelPairFactors(const ConvParams& p, int c, int kpad, int step = 8) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int cc = min(c + 8 * h, kpad - 1);  // channels past Kpad: computed, never stored
+      const int cc = min(c + step * h, kpad - 1);  // channels past Kpad: computed, never stored
       sc_raw[h] = p.scale[cc];
       bi_raw[h] = p.bias[cc];
     }
   }
-  template <int BN, int STRIDE>
-  __device__ __forceinline__ void requantize(const int (&acc)[BN / 2], int8_t* cells, int lane, const EpilogueScalars& es,
-                                             bool has_res) const {
-    float sc[2], bi[2];  // the folded factors scale / out_scale, bias / out_scale
+  // the folded factors scale / out_scale, bias / out_scale
+  __device__ __forceinline__ void fold(const EpilogueScalars& es, float (&sc)[2], float (&bi)[2]) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       sc[h] = es.fold(sc_raw[h]);
       bi[h] = es.fold(bi_raw[h]);
     }
+  }
+  template <int BN, int STRIDE>
+  __device__ __forceinline__ void requantize(const int (&acc)[BN / 2], int8_t* cells, int lane, const EpilogueScalars& es,
+                                             bool has_res) const {
+    float sc[2], bi[2];
+    fold(es, sc, bi);
     if (has_res) {
       requantize_to_staging<BN, STRIDE, true>(acc, cells, sc, bi, es.rs, es.relu_min);
     } else {  // paired order: channel c_lo = 16w + g at byte 16w + 2g, c_lo + 8 next to it
@@ -444,9 +487,11 @@ struct WgmmaSmem {
   static constexpr int HALO_OFFSET = RING_OFFSET + STAGES * STAGE;  // WG_HALO: the window ring
   static constexpr int HALO_SLOT = HALO ? (WG_HALO_ROWS * 32 + 1023) / 1024 * 1024 : 0;
   static constexpr int HALO_STAGES = HALO ? WG_HALO_STAGES : 1;  // (1 keeps the ring arithmetic defined)
-  static constexpr int OUT_STRIDE = CH + 16;        // staging row: 16-byte pad keeps 16-byte alignment, spreads banks
+  // staging row: 16-byte pad keeps 16-byte alignment, spreads banks; the ping-pong tile's staging is [block][BN][32]
+  // (staging_offset), what its TMA store reads
+  static constexpr int OUT_STRIDE = kChannelPingpong ? 32 : CH + 16;
   static constexpr int OUT_OFFSET = HALO_OFFSET + HALO_STAGES * HALO_SLOT;  // HALO_SLOT is 0 without windows
-  static constexpr int OUT_BYTES = PIXM ? WG_CONSUMERS * 64 * CH : BN * OUT_STRIDE;  // one staging (or residual) buffer
+  static constexpr int OUT_BYTES = PIXM ? WG_CONSUMERS * 64 * CH : kChannelPingpong ? BN * CH : BN * OUT_STRIDE;  // one staging (or residual) buffer
   static constexpr int BUFFERS = PIXM ? 2 : WG_STAGING;
   static constexpr int GROUPS = PIXM ? WG_CONSUMERS / (BN / 64) : 1;  // tile groups (pixel-major): consumer warpgroups per CTA / per tile
   static constexpr int FACTOR_OFFSET = OUT_OFFSET + BUFFERS * OUT_BYTES;
@@ -462,12 +507,14 @@ struct WgmmaSmem {
   static_assert(PIXM || !WRES || kChannelPingpong, "channel-major resident weights are the ping-pong tile's");
   static_assert(!kChannelPingpong || (CH == 64 && WRES && HALO && WG_STAGING == 2 && KS == 4),
                 "channel-major ping-pong: 64-channel tiles, resident weights, windows, a staging tile per warpgroup");
+  static_assert(!kChannelPingpong || (OUT_OFFSET % 256 == 0 && OUT_BYTES % 256 == 0), "32-byte-swizzled staging tiles start 256-byte aligned");
 };
 
 template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
 __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base);
 template <int BN, int STAGES, int KS, int CH>
-__device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base);
+__device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
+                                                         const sm90::TensorMap* tmap_y);
 
 // WG_HALO, consumer side, one tile: its windows are uses first .. first + windows - 1 of the window ring (the
 // producer issues them in the CTA's tile order). A batch waits for every window it reads before its first
@@ -506,7 +553,7 @@ struct WindowCursor {
 };
 
 template <int BN, int STAGES, int KS, bool PERSISTENT, int CH = 128, bool PIXM = false>
-__device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x,
+__device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x, const sm90::TensorMap* tmap_y,
                                                 const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
   static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
@@ -588,6 +635,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         for (int c = 0; c < chunks; ++c) {
           if (PIXM)
             sm90::tma_load_5d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, 0, 0, 0, c0 / 32);
+          else if (kChannelPingpong)  // (KGpad, 8, 2, Kpad/16, 1): box row 16u + 8h + g is channel 16u + 2g + h
+            sm90::tma_load_5d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, 0, 0, c0 / 16, 0);
           else
             sm90::tma_load_2d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, c0);
         }
@@ -671,7 +720,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     consume_pixel_major<BN, STAGES, KS, CH, PERSISTENT>(p, t, smem, base);
     return;
   } else if constexpr (kChannelPingpong) {
-    consume_channel_pingpong<BN, STAGES, KS, CH>(p, t, smem, base);
+    consume_channel_pingpong<BN, STAGES, KS, CH>(p, t, smem, base, tmap_y);
     return;
   }
   // ---------------- consumer warpgroups 0 and 1: 64 output channels each ----------------
@@ -1012,11 +1061,13 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
 // positions (its N), operand A the resident weight, B the window views. Before issuing tile i > 0 it waits on
 // barrier kTurn + g for the other warpgroup to have issued tile i - 1 (the CTA's tile order, the producer's), and
 // once its last batch is committed it hands the turn on, so the tensor cores take the tiles back to back while
-// the warpgroup drains its last batch, requantizes into its own staging tile and stores, all under the other's
-// main loop. The turn barrier also orders the warpgroup's stores before its next tile's residual copies and
-// staging writes (every one of its threads takes part in it).
+// the warpgroup drains its last batch, requantizes into its own staging tile and hands it to the copy engine (a TMA
+// store per channel block), all under the other's main loop. The turn barrier also orders the store's reads of the
+// staging tile (its issuing thread waits for them first) before the next tile's residual copies and staging writes
+// (every one of the warpgroup's threads takes part in it).
 template <int BN, int STAGES, int KS, int CH>
-__device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base) {
+__device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
+                                                         const sm90::TensorMap* tmap_y) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, false>;
   sm90::regs_alloc<kConsumerRegs>();
   const int tid = threadIdx.x, lane = tid % 32, warp = (tid % 128) / 32, ct = tid % 128;
@@ -1029,7 +1080,10 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   int8_t* const staging = smem + L::OUT_OFFSET + wg * L::OUT_BYTES;
   const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3 || WG_DIAG == 11);
   const EpilogueScalars es(p, has_res);
-  const int c_lo = warp * 16 + lane / 4;  // tile channel of this thread's accumulator rows (and + 8)
+  // The weight rows are permuted (plugins/wgmma.py): accumulator rows 16w + g and 16w + g + 8 of warp w are channels
+  // 16w + 2g and 16w + 2g + 1, adjacent bytes of staging block w / 2 (32-byte swizzle: the half flips in rows 4-7).
+  const int c_pair = warp * 16 + 2 * (lane / 4);
+  int8_t* const cells = staging + (warp / 2) * BN * 32 + 2 * (lane % 4) * 32 + ((16 * (warp % 2) + 2 * (lane / 4)) ^ (lane % 4 >= 2 ? 16 : 0));
   constexpr int kStagingBar = 1, kTurn = 3;  // named barriers: 1 + g (the warpgroup), 3 + g (its turn)
   constexpr int kInFlight = WG_PP_INFLIGHT;  // batches left in flight while the next is prepared
   // The CTA stays on one channel tile (its resident weights): the host's grid is a multiple of the channel tiles.
@@ -1041,12 +1095,13 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   if (!kDiagNoCopies) sm90::mbar_wait(wres_full, 0);
   for (int i = wg, tile = tile_of(wg); tile < t.tiles; i += 2, tile += 2 * gridDim.x) {
     const TileCoord tc(tile, p, t, ohw, CH);
-    const ChannelPairFactors factors(p, tc.c0 + c_lo, kpad);  // loaded now, used in the epilogue
+    const ChannelPairFactors factors(p, tc.c0 + c_pair, kpad, 1);  // loaded now, used in the epilogue
     if (kDiagEpilogueAlone) {
 #pragma unroll
       for (int k = 0; k < BN / 2; ++k) acc[k] = fresh_tid() * k;  // not foldable to constants
     }
-    if (i > 0) sm90::named_barrier(kTurn + wg, 256);  // the CTA's tile i - 1 is issued; this warpgroup's stores are done
+    if (ct == 0) sm90::bulk_wait_group_read_all();  // this warpgroup's previous TMA store has read the staging tile
+    if (i > 0) sm90::named_barrier(kTurn + wg, 256);  // the CTA's tile i - 1 is issued; the staging tile is free
     if (has_res) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
     cp_async_commit();
     WindowCursor<L> win(i * windows);
@@ -1078,11 +1133,27 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     }
     cp_async_wait<0>();
     sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed
-    factors.requantize<BN, L::OUT_STRIDE>(acc, staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo, lane, es, has_res);
-    sm90::named_barrier(kStagingBar + wg, 128);  // the whole staging tile is written before anyone stores from it
-    if (!kDiagNoStores) store_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging, !has_res);
+    float sc[2], bi[2];
+    factors.fold(es, sc, bi);
+    if (has_res) {
+      requantize_pairs<BN, 32, true>(acc, cells, sc, bi, es.rs, es.relu_min);
+    } else {
+      requantize_pairs<BN, 32, false>(acc, cells, sc, bi, 0.0f, es.relu_min);
+    }
+    sm90::fence_proxy_async_shared();  // the staging writes, visible to the TMA store
+    sm90::named_barrier(kStagingBar + wg, 128);  // the whole staging tile is written before it is stored
+    // The tile leaves by TMA store, one box per channel block, (32, pitch, NB, TH) of the output's view (32, OW, N, OH, KB):
+    // the copy engine drops the positions past a row (ow >= OW), the rows past the map and the blocks past Kpad. Stored
+    // by the consumer threads, 16 bytes each, the stores made the epilogue outlast the other warpgroup's main loop (res3
+    // conv2 w70 0.0578 ms, 0.0480 without them: bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/40-pingpong-epilogue.json).
+    if (ct == 0 && !kDiagNoStores) {
+      for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b)
+        sm90::tma_store_5d(tmap_y, smem_u32(staging + b * BN * 32), 0, 0, tc.n0, tc.oh0, tc.c0 / 32 + b);
+      sm90::bulk_commit_group();
+    }
   }
   cp_async_wait<0>();
+  if (ct == 0) sm90::bulk_wait_group_all();  // the stores are done before the CTA's shared memory goes
 }
 
 }  // namespace trtfuse
@@ -1096,7 +1167,8 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
 #endif
 extern "C" __global__ void WG_CLUSTER __launch_bounds__(128 * (WG_CONSUMERS + 1), 1)
     trtfuse_wgmma_conv(const __grid_constant__ trtfuse::sm90::TensorMap tmap_w,
-                       const __grid_constant__ trtfuse::sm90::TensorMap tmap_x, const trtfuse::ConvParams p,
+                       const __grid_constant__ trtfuse::sm90::TensorMap tmap_x,
+                       const __grid_constant__ trtfuse::sm90::TensorMap tmap_y, const trtfuse::ConvParams p,
                        const trtfuse::WgmmaTile t) {
-  trtfuse::wgmma_conv_body<WG_BN, WG_STAGES, WG_KS, WG_PERSISTENT != 0, WG_CH, WG_PIXM != 0>(&tmap_w, &tmap_x, p, t);
+  trtfuse::wgmma_conv_body<WG_BN, WG_STAGES, WG_KS, WG_PERSISTENT != 0, WG_CH, WG_PIXM != 0>(&tmap_w, &tmap_x, &tmap_y, p, t);
 }
