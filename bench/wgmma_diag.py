@@ -37,6 +37,7 @@ LAYERS = [
     ("res3 first conv2 3x3/2 128", ConvShape(256, 128, 56, 56, 128, 3, 3, (2, 2), (1, 1, 1, 1))),
     ("res4 first conv2 3x3/2 256", ConvShape(256, 256, 28, 28, 256, 3, 3, (2, 2), (1, 1, 1, 1))),
     ("res5 first conv2 3x3/2 512", ConvShape(256, 512, 14, 14, 512, 3, 3, (2, 2), (1, 1, 1, 1))),
+    ("res2 conv2 3x3 64", ConvShape(256, 64, 56, 56, 64, 3, 3, (1, 1), (1, 1, 1, 1))),
 ]
 # The residual 1x1 layers (short GEMM-K, the epilogue's share is largest): --residual
 RESIDUAL_LAYERS = [

@@ -194,7 +194,7 @@ class WgmmaGeometry:
         return self.pix_tiles * self.ch_tiles
 
 
-WGMMA_S8_WIDTHS = (64, 96, 128, 160, 192, 208, 224, 256)  # the wgmma N widths plugins/kernels/wgmma_s8.cuh instantiates
+WGMMA_S8_WIDTHS = (64, 96, 128, 160, 176, 192, 208, 224, 256)  # the wgmma N widths plugins/kernels/wgmma_s8.cuh instantiates
 
 
 @dataclass(frozen=True)
@@ -461,6 +461,11 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
                 staging=2, resident_kt=36, pingpong=True),
     WgmmaTactic(71, 224, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4,
                 staging=2, resident_kt=72, pingpong=True),
+    # ... for 56 x 56 maps (res2's 64-channel conv2: a 64-channel tile is the whole layer): 3 rows of pitch 57 are 170
+    # positions, N 176, whose views reach row 292 (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/44-*: 0.0649 ms
+    # against mma.sync's 0.1494; 6 window slots 0.0659).
+    WgmmaTactic(73, 176, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320, halo_stages=8,
+                staging=2, resident_kt=36, pingpong=True),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).
@@ -496,7 +501,7 @@ WGMMA_PREFERRED = (31, 28)
 # leaves by TMA store (session 14, 42-tma-store.json), w71 leads on res4 conv2 (0.0462 ms against w61's 0.0515) and w70
 # on res3 conv2 0.0494. Among the window tiles that fit, choose_wgmma takes the one computing least, this order between
 # equals.
-WGMMA_HALO_PREFERRED = (70, 71, 60, 61, 64)
+WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 64)
 # GEMM-K under 1024 (the 1x1 conv3 / downsample / conv1 layers): two staging tiles, the residual streaming
 # in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
 # conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).
@@ -521,13 +526,22 @@ WGMMA_FLAT_PREFERRED = {True: (52, 55), False: (56,)}  # by "256+ output channel
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     """The wgmma tactic for a shape where it is expected to beat the mma.sync kernel, else None.
 
-    Rule (measured on the H200 at batch 256, docs/wgmma.md): a grid of at least one full wave, and first, for
-    GEMM-K under 1024, WGMMA_FLAT_PREFERRED's flat tile where one fits; otherwise at least 128 output channels
-    (a tile is 128 channels: 64 would leave half the tensor-core work empty) and WGMMA_HALO_PREFERRED's then WGMMA_PREFERRED's (GEMM-K >= 1024), WGMMA_PIXEL_MAJOR_PREFERRED's (GEMM-K < 512, 256+ channels) or
+    Rule (measured on the H200 at batch 256, docs/wgmma.md): a grid of at least one full wave (two for the ping-pong
+    tiles), and first the window tile of WGMMA_HALO_PREFERRED computing least where one fits (stride-1 R x S convs,
+    64-channel ones included); then, for GEMM-K under 1024, WGMMA_FLAT_PREFERRED's flat tile where one fits; otherwise
+    at least 128 output channels (a tile is 128 channels: 64 would leave half the tensor-core work empty) and
+    WGMMA_PREFERRED's (GEMM-K >= 1024), WGMMA_PIXEL_MAJOR_PREFERRED's (GEMM-K < 512, 256+ channels) or
     WGMMA_SHORT_K_PREFERRED's first tactic whose geometry fits, else the fewest waves x pixel capacity x
     k32 steps (wgmma_cost).
     """
     m, n, kg = shape.gemm
+    # stride-1 R x S convs: the window tile computing least (7 x 7 maps: 3 images in 208 positions or 4 in 224; 64 output
+    # channels: a 64-channel ping-pong tile), whatever the GEMM-K and channel count, the preferred order between equals;
+    # a ping-pong tile only where every CTA gets two tiles (one per consumer warpgroup)
+    windows = [t for i in WGMMA_HALO_PREFERRED if (g := (t := TACTICS_BY_ID[i]).geometry(shape)) is not None
+               and g.ctas >= (2 if t.pingpong else 1) * sms]
+    if windows:
+        return min(windows, key=lambda t: wgmma_cost(shape, t, sms))
     if kg < 1024:
         for i in WGMMA_FLAT_PREFERRED[n >= 256]:
             geo = TACTICS_BY_ID[i].geometry(shape)
@@ -536,17 +550,12 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     if n < 128:
         return None
     if kg >= 1024:
-        preferred = WGMMA_HALO_PREFERRED + WGMMA_PREFERRED
+        preferred = WGMMA_PREFERRED
     elif kg < 512 and n >= 256:
         preferred = WGMMA_PIXEL_MAJOR_PREFERRED
     else:
         preferred = WGMMA_SHORT_K_PREFERRED
     best = next((TACTICS_BY_ID[i] for i in preferred if TACTICS_BY_ID[i].geometry(shape) is not None), None)
-    if best is not None and best.halo_rows:
-        # the window tiles that fit, by the work they compute (7 x 7 maps: 3 images in 208 positions or 4 in 224), the
-        # preferred order between equals
-        windows = [TACTICS_BY_ID[i] for i in WGMMA_HALO_PREFERRED if TACTICS_BY_ID[i].geometry(shape) is not None]
-        best = min(windows, key=lambda t: wgmma_cost(shape, t, sms))
     if best is None:
         costs = [(c, t) for t in WGMMA_TACTICS if (c := wgmma_cost(shape, t, sms)) is not None]
         if not costs:
