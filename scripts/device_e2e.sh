@@ -21,7 +21,7 @@ $T bench e2e --batch 256 --streams 6 --autotune -o "$OUT/e2e.json" 2>&1 | tail -
 for g in $GPUS; do
   extra=""; [ "$g" = "1" ] && extra="--compare-torch"
   $T offline --model /tmp/r50_all.onnx --backend cuda --count 4096 --batch 256 --gpus "$g" --min-duration 10 \
-    --expected-qps $((60000 * g)) --autotune --log-dir "/tmp/logs-g$g" -o "$OUT/offline-g$g.json" $extra 2>&1 | tail -14
+    --expected-qps $((75000 * g)) --autotune --log-dir "/tmp/logs-g$g" -o "$OUT/offline-g$g.json" $extra 2>&1 | tail -14
   mkdir -p "$OUT/logs-g$g"; cp /tmp/logs-g$g/mlperf_log_summary.txt /tmp/logs-g$g/mlperf_log_detail.txt "$OUT/logs-g$g/" 2>/dev/null
 done
 kill $SMI 2>/dev/null
