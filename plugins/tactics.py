@@ -462,8 +462,9 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(71, 224, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4,
                 staging=2, resident_kt=72, pingpong=True),
     # ... for 56 x 56 maps (res2's 64-channel conv2: a 64-channel tile is the whole layer): 3 rows of pitch 57 are 170
-    # positions, N 176, whose views reach row 292 (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/44-*: 0.0649 ms
-    # against mma.sync's 0.1494; 6 window slots 0.0659).
+    # positions, N 176, whose views reach row 292 (H200, batch 256: 0.0649 ms against mma.sync's 0.1494, 6 window slots
+    # 0.0659, printed by a wgmma_diag call whose JSON its timeout cut off; bench/results/kernels-NVIDIA_H200-2026-11-22.json,
+    # v17: 0.0655, 3.58x cuBLASLt).
     WgmmaTactic(73, 176, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320, halo_stages=8,
                 staging=2, resident_kt=36, pingpong=True),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
