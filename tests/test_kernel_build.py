@@ -87,7 +87,7 @@ def test_shared_memory_fits_every_architecture():
 
 
 # ---- Hopper wgmma tactic (plugins/kernels/wgmma_conv.cu): sm_90a only ----
-from trtfuse.plugins.tactics import WGMMA_TACTICS  # noqa: E402
+from trtfuse.plugins.tactics import TACTICS_BY_ID, WGMMA_TACTICS  # noqa: E402
 
 
 @pytest.mark.parametrize("tactic", WGMMA_TACTICS, ids=[t.name for t in WGMMA_TACTICS])
@@ -125,6 +125,18 @@ def test_wgmma_ptx_uses_the_hopper_instructions():
     for needle in ("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8", "cp.async.bulk.tensor.5d", "cp.async.bulk.tensor.2d",
                    "mbarrier.try_wait.parity", "setmaxnreg.inc", "setmaxnreg.dec", ".param .align 64 .b8 trtfuse_wgmma_conv_param_0[128]"):
         assert needle in ptx, needle
+
+
+def test_wgmma_pingpong_tile_stores_by_tma():
+    # the channel-major ping-pong tile's output map (the kernel's third parameter), its bulk tensor stores from shared
+    # memory and the waits before the staging tile is rewritten and before the CTA exits
+    ptx = compile_kernel("wgmma_conv.cu", TACTICS_BY_ID[70].defines(), "sm_90a", "ptx").image.decode(errors="replace")
+    for needle in (".param .align 64 .b8 trtfuse_wgmma_conv_param_2[128]", "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group",
+                   "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read 0", "cp.async.bulk.wait_group 0",
+                   "fence.proxy.async.shared::cta"):
+        assert needle in ptx, needle
+    row_box = compile_kernel("wgmma_conv.cu", TACTICS_BY_ID[31].defines(), "sm_90a", "ptx").image.decode(errors="replace")
+    assert "cp.async.bulk.tensor.5d.global" not in row_box  # the other channel-major tiles store through the threads
 
 
 def test_wgmma_kernel_refuses_plain_sm90():

@@ -115,7 +115,8 @@
 // taking the tensor cores in turn the same way. The channel-major epilogue then runs under the other warpgroup's
 // main loop instead of idling the tensor cores, and the tile's drain (wait_group 0) and the ring's per-slot
 // handshakes go (bench/wgmma_diag.py builds 12, 13: 30 % of res3 conv2's main loop); the channel tile's whole
-// weight stays in shared memory, so the copy engine moves windows only.
+// weight stays in shared memory, so the copy engine moves windows only; the output leaves by TMA store (the threads'
+// own 16-byte stores had made the epilogue outlast the other warpgroup's main loop).
 #ifndef WG_PINGPONG
 #define WG_PINGPONG 0
 #endif
@@ -398,7 +399,8 @@ __device__ __forceinline__ void requantize_pairs(const int (&acc)[BN / 2], int8_
   }
 }
 
-// A channel-major consumer thread's two output channels, c_lo and c_lo + 8 of the tile: their docs/ops.md scale and
+// A channel-major consumer thread's two output channels, c_lo and c_lo + 8 of the tile (c and c + 1 with the ping-pong
+// tile's permuted weight rows): their docs/ops.md scale and
 // bias, loaded before the tile's main loop (the latency hides under it), folded in the epilogue, which requantizes
 // the thread's accumulators into the staging tile: in the natural order with a residual (in place over it), else
 // paired. `cells` is the staging tile's pixel 2(lane % 4), channel c_lo.
