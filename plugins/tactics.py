@@ -208,7 +208,8 @@ class WgmmaTactic(Tactic):
     `resident_kt` the channel tile's whole weight (GEMM-K up to resident_kt k32 steps) stays in shared
     memory (WG_WRES_KT). Channel-major with `halo_rows` (WG_HALO, stride-1 convs): one input window per
     32-channel block in a ring of `halo_stages` slots of `halo_rows` 32-byte rows, each tap's operand a
-    shifted view of it; a tile is TH output rows whose positions oh * (OW + S - 1) + ow fill the wgmma N.
+    shifted view of it; a tile is TH output rows of one image, or NB whole images side by side, whose positions
+    oh * WH + i * pitch + ow fill the wgmma N (_window_tiles).
     Channel-major ping-pong (`pingpong` with bn = 64, windows, `resident_kt`): each consumer warpgroup a 64-channel
     window tile of its own, the CTA's channel tile's weight resident, the two taking the tensor cores in turn."""
 
