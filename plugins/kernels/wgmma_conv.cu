@@ -180,17 +180,13 @@
 #define WG_DIAG 0
 #endif
 constexpr bool kChannelPingpong = WG_PINGPONG && !WG_PIXM;
-// Profiling builds 14 / 15 (channel-major row-box tiles without multicast): the activations gathered by the producer
-// warpgroup's 128 threads with cp.async, 16 bytes each, zero-filled outside the map, instead of the copy engine's boxes
-// of 32-byte rows (the weights still by TMA); 15 = as 14 without wgmma or epilogue (the gather's feed rate alone).
-constexpr bool kDiagLsuGather = WG_DIAG == 14 || WG_DIAG == 15;
 constexpr bool kDiagNoRing = WG_DIAG == 13;
 constexpr bool kDiagNoCopies = WG_DIAG == 3 || WG_DIAG == 8 || WG_DIAG == 9 || WG_DIAG == 12 || kDiagNoRing;
 constexpr bool kDiagNoResidualLoads = WG_DIAG == 6 || WG_DIAG == 9;
 constexpr bool kDiagNoStores = WG_DIAG == 7 || WG_DIAG == 9;
 constexpr bool kDiagEpilogueAlone = WG_DIAG == 8 || WG_DIAG == 9;
 constexpr bool kDiagNoWeightCopies = WG_DIAG == 10 || WG_DIAG == 11;
-constexpr bool kDiagNoWgmma = WG_DIAG == 2 || WG_DIAG == 4 || WG_DIAG == 5 || kDiagEpilogueAlone || WG_DIAG == 15;
+constexpr bool kDiagNoWgmma = WG_DIAG == 2 || WG_DIAG == 4 || WG_DIAG == 5 || kDiagEpilogueAlone;
 
 namespace trtfuse {
 
@@ -312,7 +308,7 @@ static_assert(WG_CONSUMERS == 2 || WG_PIXM, "the channel-major tile has two cons
 // Profiling builds that leave the epilogue out (WG_DIAG 1, 2, 4, 5) keep the accumulators live instead,
 // so the compiler cannot drop the wgmmas that produce them.
 constexpr bool kDiagSkipsEpilogue =
-    WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG == 4 || WG_DIAG == 5 || WG_DIAG == 10 || WG_DIAG == 12 || WG_DIAG == 13 || WG_DIAG == 15;
+    WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG == 4 || WG_DIAG == 5 || WG_DIAG == 10 || WG_DIAG == 12 || WG_DIAG == 13;
 template <int NACC>
 __device__ __forceinline__ void keep_accumulators_live(const int (&acc)[NACC], const ConvParams& p, int tid) {
   int folded = 0;
@@ -587,7 +583,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      sm90::mbar_init(full0 + 8 * s, kDiagLsuGather ? 129 : 1);  // the producer's arrive + the copy engine's bytes (+ the gathers)
+      sm90::mbar_init(full0 + 8 * s, 1);       // the producer's arrive + the copy engine's bytes
       // one arrive per consumer warp that reads the slot: of both CTAs (multicast), of one tile group (pixel-major)
       sm90::mbar_init(empty0 + 8 * s, PIXM ? 4 * BN / 64 : (WG_MCAST ? 2 : 1) * CONSUMERS / 32);
     }
@@ -626,41 +622,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   if (wg == WG_CONSUMERS) {
     // ---------------- producer warpgroup: one thread drives the copy engine ----------------
     sm90::regs_dealloc<kProducerRegs>();
-    if constexpr (kDiagLsuGather) {
-      static_assert(!PIXM && !L::HALO && !WG_FLAT && !WG_MCAST && !L::WRES && WG_A128, "the gather builds: channel-major row boxes");
-      const int pt = tid - CONSUMERS, half = pt % 2, cbs = (p.C + 31) / 32, rows = t.box_bytes / 32;
-      int it = 0;
-      for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step) {
-        const TileCoord tc(tile, p, t, ohw, CH);
-        int cb = 0, r = 0, s = 0;
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
-          const int slot = it % STAGES;
-          sm90::mbar_wait(empty0 + 8 * slot, ((it / STAGES) & 1) ^ 1);
-          const uint32_t full = full0 + 8 * slot, sa = base + L::RING_OFFSET + slot * L::STAGE, sb = sa + L::A_IN_SLOT;
-          if (pt == 0) {
-            sm90::mbar_arrive_expect_tx(full, KS * L::A_STEP);
-            sm90::tma_load_2d(sa, tmap_w, full, kb * KS * 32, tc.c0);
-          }
-          const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
-          for (int j = 0; j < steps; ++j) {
-            // box row q = (image * TH + oh) * OW + ow, as the copy engine lands it
-            for (int q = pt / 2; q < rows; q += 64) {
-              const int image = t.nb > 1 ? p.div_ohw.div(q) : 0, rest = q - image * ohw, oh = p.div_ow.div(rest), ow = rest - oh * p.OW;
-              const int n = tc.n0 + image, ih = (tc.oh0 + oh) * p.stride_h + r - p.pad_top, iw = ow * p.stride_w + s - p.pad_left;
-              const bool ok = q < tc.valid_px && n < p.N && ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
-              const int8_t* src = p.x + ((((size_t)n * cbs + cb) * p.H + ih) * p.W + iw) * 32 + half * 16;
-              cp_async_16(sb + j * L::B_STEP + q * 32 + 16 * (half ^ ((q >> 2) & 1)), ok ? src : p.x, ok);
-            }
-            if (++s == p.S) {
-              s = 0;
-              if (++r == p.R) { r = 0; ++cb; }
-            }
-          }
-          asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full) : "memory");
-        }
-      }
-    }
-    if (tid == CONSUMERS && !kDiagNoRing && !kDiagLsuGather) {
+    if (tid == CONSUMERS && !kDiagNoRing) {
       // What the copy engine moves: profiling builds 3, 8, 9 nothing, 4 only weights, 5 only activations;
       // resident weights once, below, instead of in every slot.
       constexpr bool kCopyWeights = !kDiagNoCopies && !kDiagNoWeightCopies && WG_DIAG != 5, kLoadActivations = !kDiagNoCopies && WG_DIAG != 4;
@@ -817,7 +779,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     auto batch = [&](int kb, bool whole) {
       const int slot = it % STAGES;
       if (!kDiagNoRing) sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
-      if (kDiagLsuGather) sm90::fence_proxy_async_shared();  // the gathers' generic-proxy writes, read by wgmma
       const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
       if (L::HALO && !kDiagNoRing) win.wait_for_steps_before(kb * KS + steps, p, hfull0);
       __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
