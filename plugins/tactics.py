@@ -187,11 +187,15 @@ class WgmmaGeometry:
     groups_per_image: int = 0  # flat tiles: 8-pixel groups per image, OH * OW / 8
     box_groups: int = 0  # flat tiles: groups per activation box
     pitch: int = 0  # window tiles: window columns per image, W + max(pad_left, pad_right)
-    wh: int = 0  # window tiles: window width, nb * pitch (tile position n = oh * wh + image * pitch + ow)
 
     @property
     def ctas(self) -> int:
         return self.pix_tiles * self.ch_tiles
+
+    @property
+    def wh(self) -> int:
+        """Window tiles: the window's width, nb images of `pitch` columns (tile position n = oh * wh + image * pitch + ow)."""
+        return self.nb * self.pitch
 
 
 WGMMA_S8_WIDTHS = (64, 96, 128, 160, 176, 192, 208, 224, 256)  # the wgmma N widths plugins/kernels/wgmma_s8.cuh instantiates
@@ -332,24 +336,23 @@ class WgmmaTactic(Tactic):
                 return None
             groups_per_image = shape.h * shape.w // 8
             box_groups = min(groups_per_image & -groups_per_image, self.bm // 8)  # a power of two dividing both
-            tiles = 1, 1, 1, self.bm * 32, math.ceil(shape.n * shape.h * shape.w / self.bm)
+            tiles = 1, 1, 1, self.bm * 32, math.ceil(shape.n * shape.h * shape.w / self.bm), 0
         else:
             tiles = self._window_tiles(shape) if self.halo_rows else self._row_tiles(shape)
         if tiles is None:
             return None
-        th, nb, tpi, box_bytes, pix_tiles = tiles[:5]
-        pitch, wh = tiles[5:] or (0, 0)
+        th, nb, tpi, box_bytes, pix_tiles, pitch = tiles
         kt = math.ceil(shape.c / 32) * shape.r * shape.s
         if self.resident_kt and kt > self.resident_kt:
             return None  # the channel tile's weight does not fit the resident buffer
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
         if self.multicast and ch_tiles % 2:
             return None  # a cluster pairs a pixel tile's channel tiles
-        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_image, box_groups, pitch, wh)
+        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_image, box_groups, pitch)
 
     def _row_tiles(self, shape: ConvShape):
-        """(TH, NB, tiles per image, box bytes, pixel tiles): TH full output rows of one image, balanced, or
-        NB whole images (TH = OH), each one activation box per k32 step."""
+        """(TH, NB, tiles per image, box bytes, pixel tiles, 0 (no window pitch)): TH full output rows of one image,
+        balanced, or NB whole images (TH = OH), each one activation box per k32 step."""
         oh, ow = shape.out_hw
         sh, sw = shape.stride
         if sh > 8 or sw > 8 or ow * sw > 256 or ow > self.bm:
@@ -358,14 +361,14 @@ class WgmmaTactic(Tactic):
             nb, th = min(self.bm // (oh * ow), shape.n, 256), oh
             if th * sh > 256:
                 return None
-            return th, nb, 1, nb * th * ow * 32, math.ceil(shape.n / nb)
+            return th, nb, 1, nb * th * ow * 32, math.ceil(shape.n / nb), 0
         th_max = min(self.bm // ow, 256 // sh)
         tpi = math.ceil(oh / th_max)
         th = math.ceil(oh / tpi)
-        return th, 1, tpi, th * ow * 32, shape.n * tpi
+        return th, 1, tpi, th * ow * 32, shape.n * tpi, 0
 
     def _window_tiles(self, shape: ConvShape):
-        """WG_HALO: (TH, NB, tiles per image, box bytes, pixel tiles, pitch, WH). The window holds TH + R - 1 input
+        """WG_HALO: (TH, NB, tiles per image, box bytes, pixel tiles, pitch). The window holds TH + R - 1 input
         rows of NB images side by side, each image `pitch` = W + max(pad_left, pad_right) columns from -pad_left,
         so a window row is WH = NB * pitch columns; tile position n = oh * WH + i * pitch + ow is output pixel (oh, ow)
         of image i, and tap (r, s) reads window row n + r * WH + s. A read past an image's columns (ow + s >= pitch)
@@ -399,7 +402,7 @@ class WgmmaTactic(Tactic):
             return None
         if nb * th * ow * 2 < self.bm:
             return None  # under half the tile's positions would be pixels: the row-box tiles do better
-        return th, nb, tpi, (th + shape.r - 1) * wh * 32, pix_tiles, pitch, wh
+        return th, nb, tpi, (th + shape.r - 1) * wh * 32, pix_tiles, pitch
 
 
 WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (

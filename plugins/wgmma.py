@@ -38,7 +38,7 @@ class WgmmaTileStruct(ctypes.Structure):
     """Mirror of trtfuse::WgmmaTile (plugins/kernels/wgmma_conv.cu); same field order."""
 
     _fields_ = [(n, ctypes.c_int32) for n in ("th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles",
-                                              "groups_per_image", "box_groups", "pitch", "wh")] + [
+                                              "groups_per_image", "box_groups", "pitch")] + [
         (f"div_groups_{f}", ctypes.c_uint32) for f in ("d", "mul", "shr")]
 
 
@@ -140,7 +140,7 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
 
 def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: int, w: int, y: int):
     """(weight map, activation map, output map) as 128-byte host buffers, cached. Only the tactics that store by TMA
-    have an output map; the others get a copy of the activation map in its place (never read)."""
+    have an output map; the others get the activation map in its place (never read)."""
     key = (x, w, y, shape, tactic.id)
     hit = _maps.get(key)
     if hit is not None:
@@ -149,7 +149,7 @@ def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: in
     args = tensor_map_args(shape, tactic, geo)
     wmap = _encode(len(args["w"][0]), w, *args["w"], swizzle_bytes(tactic, "w"))
     xmap = _encode(5, x, *args["x"], swizzle_bytes(tactic, "x"))
-    ymap = _encode(5, y, *args["y"], swizzle_bytes(tactic, "y")) if "y" in args else TensorMapBytes(*xmap)
+    ymap = _encode(5, y, *args["y"], swizzle_bytes(tactic, "y")) if "y" in args else xmap
     _maps[key] = (wmap, xmap, ymap)
     if len(_maps) > _MAP_CACHE:
         _maps.popitem(last=False)
@@ -189,7 +189,7 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     d, mul, shr = fast_divmod(max(geo.groups_per_image, 1))
     tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,
                            kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas, groups_per_image=geo.groups_per_image,
-                           box_groups=geo.box_groups, pitch=geo.pitch, wh=geo.wh, div_groups_d=d, div_groups_mul=mul, div_groups_shr=shr)
+                           box_groups=geo.box_groups, pitch=geo.pitch, div_groups_d=d, div_groups_mul=mul, div_groups_shr=shr)
     smem = tactic.shared_bytes()
     fn = module_for(tactic).function(ENTRY, smem)
     cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,

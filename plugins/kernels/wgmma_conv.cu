@@ -137,7 +137,7 @@
 // view of it: tile position n = oh * WH + ow reads window row n + r * WH + s, which is one descriptor whose start
 // moves by (r * WH + s) * 32 bytes. A window row is NB images side by side, each W + max(pad_left, pad_right)
 // columns (the pitch), so one padding column serves as an image's left and its neighbour's right padding and
-// small maps put several images in one tile (WgmmaTile::pitch, wh; plugins/tactics.py: _window_tiles). The 32-byte
+// small maps put several images in one tile (WgmmaTile::pitch; plugins/tactics.py: _window_tiles). The 32-byte
 // swizzle is applied by TMA and wgmma alike to the absolute shared-memory address (as for any K offset inside
 // a swizzle atom), so a view may start at any row. Positions with ow >= OW are computed and never stored;
 // the window ring's slots hold WG_HALO_ROWS rows (>= the tile's positions + (R - 1) * WH + S - 1), the rows
@@ -201,8 +201,7 @@ struct WgmmaTile {
   int tiles;            // CTA tiles: pixel tiles x channel tiles (a persistent CTA walks tile += gridDim.x)
   int groups_per_image; // WG_FLAT: 8-pixel groups per image, OH * OW / 8 (unused otherwise)
   int box_groups;       // WG_FLAT: groups per activation box (a power of two dividing groups_per_image and WG_BN / 8)
-  int pitch;            // WG_HALO: window columns per image, W + max(pad_left, pad_right)
-  int wh;               // WG_HALO: window width, nb * pitch (tile position oh * wh + image * pitch + ow)
+  int pitch;            // WG_HALO: window columns per image, W + max(pad_left, pad_right); the window is nb * pitch wide
   FastDivmod div_groups;  // by groups_per_image
 };
 constexpr int kFlatGroup = 8;  // pixels per group: one 8-row core-matrix group of the operand
@@ -246,7 +245,7 @@ __device__ __forceinline__ int tile_pixel(int pos, const ConvParams& p, const Ti
     ok = pos < tc.valid_px;
     return pos;
   }
-  const int oh = pos / t.wh, x = pos - oh * t.wh, image = t.nb > 1 ? x / t.pitch : 0, ow = x - image * t.pitch;
+  const int wh = t.nb * t.pitch, oh = pos / wh, x = pos - oh * wh, image = t.nb > 1 ? x / t.pitch : 0, ow = x - image * t.pitch;
   const int pix = image * ohw + oh * p.OW + ow;
   ok = ow < p.OW && oh < p.OH && pix < tc.valid_px;
   return pix;
@@ -575,7 +574,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
   const int kblocks = (t.kt + KS - 1) / KS;
   // WG_HALO: a tile's windows (one per 32-channel block, R * S k32 steps each) and their width
-  const int windows = L::HALO ? t.kt / (p.R * p.S) : 0, wh = t.wh;
+  const int windows = L::HALO ? t.kt / (p.R * p.S) : 0, wh = t.nb * t.pitch;
   // One tile per CTA, or (PERSISTENT) tiles blockIdx.x, + gridDim.x, ...: the ring and its phases run on
   // across tiles, so the producer fills the next tile's slots while the consumers store this one.
   const int tile_step = PERSISTENT ? gridDim.x : t.tiles;
@@ -1076,7 +1075,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   // Warp-uniform as the compiler sees it: the tile loop starts at a warpgroup-dependent tile (see consume_pixel_major).
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32;
-  const int kblocks = (t.kt + KS - 1) / KS, windows = t.kt / (p.R * p.S), wh = t.wh;
+  const int kblocks = (t.kt + KS - 1) / KS, windows = t.kt / (p.R * p.S), wh = t.nb * t.pitch;
   const uint32_t wres_full = base + L::BAR_OFFSET + 2 * STAGES * 8;
   const uint32_t hfull0 = base + L::HALO_BARS, hempty0 = hfull0 + L::HALO_STAGES * 8;
   int8_t* const staging = smem + L::OUT_OFFSET + wg * L::OUT_BYTES;
