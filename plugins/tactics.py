@@ -231,6 +231,10 @@ class WgmmaTactic(Tactic):
     halo_rows: int = 0  # > 0: one input window per 32-channel block, each tap a shifted view of it (WG_HALO; slot rows)
     halo_stages: int = 3  # window ring slots (WG_HALO_STAGES)
     flat: bool = False  # pixel-major, 1x1 stride-1 unpadded convs, OH * OW % 8 == 0: tiles of bm consecutive pixels (WG_FLAT)
+    # windows of 3x3 stride-2 convs (WG_S2WIN): a window row is a pair of input columns, 64 bytes, so halo_rows counts
+    # 64-byte rows; both row phases of TH + 1 pair rows land in one box (_stride2_window_tiles)
+    stride2_windows: bool = False
+    pp_inflight: int = 3  # channel-major ping-pong: wgmma batches left in flight (WG_PP_INFLIGHT); holds up to pp_inflight + 1 windows
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
 
@@ -245,11 +249,15 @@ class WgmmaTactic(Tactic):
             assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
         else:
             assert self.bm in WGMMA_S8_WIDTHS, "the wgmma N of s8: 8, 16, 24, then multiples of 16 up to 256"
-            assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
+            assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and self.bm <= self.halo_rows)
+            assert not (self.halo_rows and self.multicast) or (self.pingpong and self.stride2_windows), \
+                "windows multicast only as the ping-pong tile's stride-2 phases (WG_S2WIN)"
+            assert not self.stride2_windows or self.halo_rows, "stride-2 windows are windows"
             if self.pingpong:  # each consumer warpgroup a 64-channel tile of its own, the weight resident, windows
                 assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
                 assert self.halo_rows and self.persistent and self.staging == 2, "channel-major ping-pong: windows, persistent, a staging tile per warpgroup"
-                assert self.halo_stages >= 4, "3 wgmma batches in flight hold up to 4 windows (WG_PP_INFLIGHT)"
+                assert 1 <= self.pp_inflight and self.halo_stages >= self.pp_inflight + 1, \
+                    "k wgmma batches in flight hold up to k + 1 windows (WG_PP_INFLIGHT)"
             else:
                 assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
             assert not self.flat, "flat tiles are pixel-major"
@@ -272,7 +280,8 @@ class WgmmaTactic(Tactic):
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
-                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_flat' if self.flat else ''}"
+                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -297,14 +306,23 @@ class WgmmaTactic(Tactic):
             d["WG_PINGPONG"] = 1
         if self.halo_rows:
             d.update(WG_HALO=1, WG_HALO_ROWS=self.halo_rows, WG_HALO_STAGES=self.halo_stages)
+        if self.stride2_windows:
+            d["WG_S2WIN"] = 1
+        if self.pp_inflight != 3:
+            d["WG_PP_INFLIGHT"] = self.pp_inflight
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
 
     @property
+    def window_row_bytes(self) -> int:
+        """Bytes of one window row: a CHW32 vector (32), or with stride-2 windows a pair of them (64)."""
+        return 64 if self.stride2_windows else 32
+
+    @property
     def halo_slot_bytes(self) -> int:
-        """One window slot: halo_rows rows of 32 bytes, 1024-byte aligned (WgmmaSmem::HALO_SLOT)."""
-        return round_up(self.halo_rows * 32, 1024) if self.halo_rows else 0
+        """One window slot: halo_rows window rows, 1024-byte aligned (WgmmaSmem::HALO_SLOT)."""
+        return round_up(self.halo_rows * self.window_row_bytes, 1024) if self.halo_rows else 0
 
     def shared_bytes(self, in_channels: int = 0, kernel_shape=None) -> int:
         """Operand ring + staging tiles [pixels][channels + 16] (pixel-major: resident weights, two residual
@@ -338,7 +356,8 @@ class WgmmaTactic(Tactic):
             box_groups = min(groups_per_image & -groups_per_image, self.bm // 8)  # a power of two dividing both
             tiles = 1, 1, 1, self.bm * 32, math.ceil(shape.n * shape.h * shape.w / self.bm), 0
         else:
-            tiles = self._window_tiles(shape) if self.halo_rows else self._row_tiles(shape)
+            tiles = (self._stride2_window_tiles(shape) if self.stride2_windows else self._window_tiles(shape) if self.halo_rows
+                     else self._row_tiles(shape))
         if tiles is None:
             return None
         th, nb, tpi, box_bytes, pix_tiles, pitch = tiles
@@ -403,6 +422,32 @@ class WgmmaTactic(Tactic):
         if nb * th * ow * 2 < self.bm:
             return None  # under half the tile's positions would be pixels: the row-box tiles do better
         return th, nb, tpi, (th + shape.r - 1) * wh * 32, pix_tiles, pitch
+
+    def _stride2_window_tiles(self, shape: ConvShape):
+        """WG_S2WIN: (TH, 1, tiles per image, box bytes, pixel tiles, pitch) for a 3x3 stride-2 conv padded by 1 on an
+        even map. Output pixel (oh, ow)'s taps read input rows 2oh - 1 + r and columns 2ow - 1 + s. Seen as pairs of
+        columns (64 bytes: columns 2j, 2j + 1) and rows split by phase (row 2 h2 + ph), a tile of TH output rows from
+        oh0 needs pair rows h2 = oh0 - 1 .. oh0 + TH - 1 of both phases and pairs -1 .. OW - 1, so its window is one
+        box (64, pitch = OW + 1, TH + 1, 2, 1) of the view (64, W / 2, H / 2, 2, N * CB), landing [ph][h2][pair][64]
+        (zero-filled where it leaves the map: the padding). Tile position n = oh * pitch + ow then reads, for tap (r, s),
+        the 32 bytes at n * 64 + (1 + s) * 32 (columns 2ow - 1 + s are consecutive 32-byte vectors) of window rows
+        phase 1 from h2 = oh - 1 (r = 0), phase 0 from oh (r = 1) or phase 1 from oh (r = 2): one descriptor per tap
+        with 64-byte rows, like the stride-1 windows' shifted views, so each input pixel is loaded once per channel
+        block instead of once per tap reading it (the row-box tiles' 9 boxes per block). One image per tile."""
+        oh, ow = shape.out_hw
+        if ((shape.r, shape.s, shape.stride, shape.pads) != (3, 3, (2, 2), (1, 1, 1, 1)) or shape.h % 2 or shape.w % 2
+                or ow > self.bm):
+            return None
+        pitch = ow + 1
+        th_max = min((self.bm - ow) // pitch + 1, 255)  # TH + 1 pair rows <= 256 (box limit)
+        tpi = math.ceil(oh / th_max)
+        th = math.ceil(oh / tpi)
+        phase_rows = (th + 1) * pitch
+        if phase_rows + pitch + 1 + self.bm > self.halo_rows or pitch > 256:
+            return None  # tap (2, 2)'s view, from row phase_rows + pitch + 1, must stay inside the slot
+        if th * ow * 2 < self.bm:
+            return None  # under half the tile's positions would be pixels
+        return th, 1, tpi, 2 * phase_rows * 64, shape.n * tpi, pitch
 
 
 WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
@@ -471,6 +516,20 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # v17: 0.0655, 3.58x cuBLASLt).
     WgmmaTactic(73, 176, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320, halo_stages=8,
                 staging=2, resident_kt=36, pingpong=True),
+    # Stride-2 windows (WG_S2WIN) for the 3x3 stride-2 layers, whose row-box tiles are bound by the copy engine's rows
+    # (9 boxes of 32-byte rows per channel block, docs/wgmma.md): one box of 64-byte pair rows per channel block. w74 for
+    # 28 x 28 outputs (res3 first conv2: 7 rows of pitch 29), w75 for 14 x 14 (res4 first conv2: 7 rows of pitch 15, its
+    # 72 k32 steps of resident weight leave room for 3 window slots, so 2 batches in flight), w65 a 128-channel tile
+    # sharing each window between its two warpgroups, the weights through the ring.
+    WgmmaTactic(74, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
+                staging=2, resident_kt=36, pingpong=True, stride2_windows=True),
+    WgmmaTactic(75, 128, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=272, halo_stages=3,
+                staging=2, resident_kt=72, pingpong=True, stride2_windows=True, pp_inflight=2),
+    WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, stride2_windows=True),
+    # ... w74 in clusters of 2 CTAs (the two channel tiles of the same pixel tiles) sharing the windows, each CTA's copy
+    # engine loading one row phase and multicasting it into both: half the rows per engine.
+    WgmmaTactic(76, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
+                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, multicast=True),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).

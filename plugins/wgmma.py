@@ -9,7 +9,8 @@ passed by value (128 bytes each, weights, activations, output) ahead of ConvPara
 * activations: the CHW32 tensor [N][CB][H][W][32] as 5-D (32, W, H, CB, N) with byte strides
   (32, W*32, H*W*32, CB*H*W*32), box (32, OW*stride_w, TH*stride_h, 1, NB), elementStrides
   (1, stride_w, stride_h, 1, 1), 32-byte swizzle, out-of-bounds elements read as zero (the padding);
-  the window tiles' view (32, W, N, H, CB) instead (tensor_map_args);
+  the window tiles' view (32, W, N, H, CB) instead, the stride-2 windows' (64, W/2, H/2, 2, N*CB) with
+  64-byte swizzle (tensor_map_args);
 * output (the channel-major ping-pong tile, which stores by TMA; the others get a placeholder): the view
   (32, OW, N, OH, KB), 32-byte swizzle, elements outside the tensor never written.
 
@@ -67,7 +68,7 @@ def module_for(tactic: WgmmaTactic) -> cd.Module:
 def _encode(rank: int, ptr: int, dims, strides, box, elem_strides, swizzle_bytes: int):
     drv = cd._driver()
     swizzle = {0: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE, 32: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
-               128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}[swizzle_bytes]
+               64: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B, 128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}[swizzle_bytes]
     tmap = cd.check(drv.cuTensorMapEncodeTiled(
         drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, rank, ptr,
         [drv.cuuint64_t(v) for v in dims], [drv.cuuint64_t(v) for v in strides],
@@ -80,8 +81,9 @@ def _encode(rank: int, ptr: int, dims, strides, box, elem_strides, swizzle_bytes
 
 def swizzle_bytes(tactic: WgmmaTactic, name: str) -> int:
     """Shared-memory swizzle of a map: the activation boxes are 32-byte rows (one CHW32 vector per
-    pixel); the weight boxes are as wide as the tactic's a_box (32, or 128 = a slot's 4 k32 steps)."""
-    return {"w": tactic.a_box, "x": 32, "y": 32}[name]
+    pixel; the stride-2 windows' 64-byte pairs of them); the weight boxes are as wide as the tactic's a_box (32,
+    or 128 = a slot's 4 k32 steps)."""
+    return {"w": tactic.a_box, "x": tactic.window_row_bytes, "y": 32}[name]
 
 
 def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -> dict:
@@ -98,7 +100,15 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
               (32, shape.w * 32, shape.h * shape.w * 32, cb * shape.h * shape.w * 32),
               (32, ow * sw, geo.th * sh, 1, geo.nb), (1, sw, sh, 1, 1)),
     }
-    if tactic.halo_rows:
+    if tactic.stride2_windows:
+        # WG_S2WIN: pairs of columns (64 bytes) x rows split by parity (row 2 h2 + ph): the view (64, W / 2, H / 2, 2,
+        # N * CB), box (64, pitch, TH + 1, 2, 1) from (0, -1, oh0 - 1, 0, n * CB + cb), landing [ph][h2][pair][64]
+        # (tactics.py: _stride2_window_tiles).
+        hw32 = shape.h * shape.w * 32
+        # Multicast (a cluster of 2 shares the windows): each CTA loads one phase, box (64, pitch, TH + 1, 1, 1).
+        args["x"] = ((64, shape.w // 2, shape.h // 2, 2, shape.n * cb), (64, 2 * shape.w * 32, shape.w * 32, hw32),
+                     (64, geo.pitch, geo.th + 1, 1 if tactic.multicast else 2, 1), (1,) * 5)
+    elif tactic.halo_rows:
         # One window per channel block (WG_HALO): TH + R - 1 input rows of NB images side by side, each `pitch`
         # columns from -pad_left, the padding zero-filled; each tap reads a shifted view of it. The view (32, W, N,
         # H, CB) puts the images between a row's columns and the rows, so one box lands [row][image][column][32].

@@ -129,7 +129,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
     pt, pl = shape.pads[0], shape.pads[1]
     bn, ch = tactic.bm, tactic.CHANNELS
     box_px = g.box_bytes // 32
-    assert box_px <= (tactic.halo_rows or bn)
+    assert g.box_bytes <= (tactic.halo_rows * tactic.window_row_bytes or bn * 32)
     wh = g.wh  # halo tactics: the window's width; tile position n = oh * wh + image * pitch + ow
     x_windows = x5.transpose(1, 2, 0, 3, 4)  # the window map's view (32, W, N, H, CB): [CB][H][N][W][32]
     acc_out = np.zeros((shape.n, kpad, oh, ow), np.int64)
@@ -153,13 +153,27 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                 a = tma_box(wp, (k // 4 * 128, c0), (128, ch), (1, 1))[:, k % 4 * 32:k % 4 * 32 + 32]
             else:
                 a = tma_box(wp, (k * 32, c0), (32, ch), (1, 1))  # [128][32]
-            if tactic.halo_rows:  # channel block cb's window (zeros past the box), tap (r, s) its view from row r * wh + s
+            if tactic.halo_rows:  # channel block cb's window (zeros past the box), tap (r, s) its view (WindowCursor)
+                row_bytes = tactic.window_row_bytes
                 if r == 0 and s == 0:
-                    window = np.zeros((tactic.halo_rows, 32), np.int64)
-                    window[:box_px] = tma_box(x_windows, (0, w0, n0, h0, cb), (32, g.pitch, g.nb, g.th + shape.r - 1, 1),
-                                              (1,) * 5).reshape(-1, 32)
-                b = window[r * wh + s:r * wh + s + bn]
-                assert b.shape == (bn, 32), "a view stays inside its window slot"
+                    window = np.zeros(tactic.halo_rows * row_bytes, np.int64)
+                    if tactic.stride2_windows:  # the pair view (64, W/2, H/2, 2, N * CB): [n * CB + cb][ph][h2][pair][64]
+                        x_pairs = x5.reshape(shape.n * x5.shape[1], shape.h // 2, 2, shape.w // 2, 64).transpose(0, 2, 1, 3, 4)
+                        coords = (0, -1, oh0 - 1, 0, n0 * x5.shape[1] + cb)
+                        box = tma_box(x_pairs, coords, (64, g.pitch, g.th + 1, 2, 1), (1,) * 5)
+                        if tactic.multicast:  # rank r's box is phase r, landing phase_rows rows further
+                            box = np.concatenate([tma_box(x_pairs, coords[:3] + (rank,) + coords[4:], (64, g.pitch, g.th + 1, 1, 1),
+                                                          (1,) * 5) for rank in (0, 1)], axis=1)
+                    else:
+                        box = tma_box(x_windows, (0, w0, n0, h0, cb), (32, g.pitch, g.nb, g.th + shape.r - 1, 1), (1,) * 5)
+                    assert box.size == g.box_bytes
+                    window[:box.size] = box.reshape(-1)
+                if tactic.stride2_windows:  # phase(r) + row(r) + (1 + s) * 32: WindowCursor::s2_offset
+                    offset = ((g.th + 1) * g.pitch * 64 if r != 1 else 0) + (g.pitch * 64 if r != 0 else 0) + 32 + 32 * s
+                else:
+                    offset = (r * wh + s) * 32
+                assert offset + (bn - 1) * row_bytes + 32 <= window.size, "a view stays inside its window slot"
+                b = np.stack([window[offset + n * row_bytes:offset + n * row_bytes + 32] for n in range(bn)])
             elif tactic.flat:
                 # the slot's boxes of the (32, 8, CB, G, N) view, box_groups groups x 4 blocks each (boxes past the
                 # batch load its last), land [group][block][8][32]; step k % 4 is block k % 4 of every group
@@ -223,6 +237,9 @@ CASES = [
     ConvShape(7, 96, 6, 4, 288, 1, 1),  # flat tiles: 3 groups of 8 per image (one-group boxes), the last tile past the batch
     ConvShape(3, 64, 12, 4, 256, 1, 1),  # 6 groups: two-group boxes
     ConvShape(5, 160, 8, 8, 256, 1, 1),  # 8 groups: 8-group boxes; 5 channel blocks: a slot with 3 past CB
+    ConvShape(2, 64, 58, 56, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # stride-2 windows: 29 x 28 outputs, a short last tile per image
+    ConvShape(3, 96, 28, 28, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 14 x 14 outputs
+    ConvShape(1, 64, 56, 54, 128, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... two channel tiles of 64: the multicast pairs
 ]
 
 
@@ -258,9 +275,12 @@ def test_geometry_respects_the_hardware_limits():
             if g is None:
                 continue
             oh, ow = shape.out_hw
-            assert g.box_bytes <= (t.halo_rows or t.bm) * 32 and g.box_bytes % 32 == 0, name  # the box fits its slot
+            assert g.box_bytes <= (t.halo_rows * t.window_row_bytes or t.bm * 32) and g.box_bytes % 32 == 0, name  # the box fits its slot
             assert ow * shape.stride[1] <= 256 and g.th * shape.stride[0] <= 256 and g.nb <= 256, name
-            if t.halo_rows:  # every tap's view of the window stays inside the slot, the window's box within TMA limits
+            if t.stride2_windows:  # tap (2, 2)'s view, the furthest, stays inside the slot; one image per tile
+                assert (g.th + 2) * g.pitch + 1 + t.bm <= t.halo_rows and g.pitch == ow + 1 and g.nb == 1, name
+                assert (g.th - 1) * g.pitch + ow <= t.bm and g.th + 1 <= 256, name
+            elif t.halo_rows:  # every tap's view of the window stays inside the slot, the window's box within TMA limits
                 assert g.wh == g.nb * g.pitch and g.pitch >= shape.w + max(shape.pads[1], shape.pads[3]), name
                 assert t.bm + (shape.r - 1) * g.wh + shape.s - 1 <= t.halo_rows and g.pitch <= 256 and g.th + shape.r - 1 <= 256, name
                 assert (g.th - 1) * g.wh + (g.nb - 1) * g.pitch + ow <= t.bm, name  # the tile's last pixel is a wgmma position

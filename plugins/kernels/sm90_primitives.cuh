@@ -145,6 +145,9 @@ __device__ __forceinline__ uint64_t desc_kmajor(uint32_t smem_byte_addr, uint32_
 // Dense 32-byte rows, CU_TENSOR_MAP_SWIZZLE_32B (one k32 step of s8 is exactly the swizzle width):
 // 8 rows x 32 B = 256 B per group, layout type 3.
 __device__ __forceinline__ uint64_t desc_kmajor_sw32(uint32_t smem_byte_addr) { return desc_kmajor(smem_byte_addr, 256, 3); }
+// Rows of 64 bytes, CU_TENSOR_MAP_SWIZZLE_64B: 8 rows x 64 B = 512 B per group, layout type 2 (the stride-2 windows'
+// pair rows; their k32 step is the descriptor of (row + 32 h), as below).
+__device__ __forceinline__ uint64_t desc_kmajor_sw64(uint32_t smem_byte_addr) { return desc_kmajor(smem_byte_addr, 512, 2); }
 // Rows of 128 bytes, CU_TENSOR_MAP_SWIZZLE_128B (tile 1024-byte aligned): 1024 B per group, layout type
 // 1. The k32 step j of such a tile is the descriptor of (tile + 32 j): the hardware applies the swizzle to
 // the full address, as for any K offset inside one swizzle atom.

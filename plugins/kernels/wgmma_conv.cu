@@ -160,6 +160,22 @@
 #ifndef WG_FLAT
 #define WG_FLAT 0
 #endif
+// 1 (with WG_HALO, 3x3 stride-2 convs padded by 1 on even maps): "stride-2" windows. A strided conv's taps are not
+// shifts of one window of input columns, but they are of a window of column PAIRS: output column ow's taps s = 0, 1, 2
+// read input columns 2ow - 1 + s, i.e. bytes (1 + s) * 32 of the 64-byte pair row ow (pairs from -1), and its rows
+// 2oh - 1 + r are phase-1 row oh - 1 (r = 0), phase-0 row oh (r = 1) and phase-1 row oh (r = 2) of the input split by
+// row parity. One box (64, pitch, TH + 1, 2, 1) of the view (64, W / 2, H / 2, 2, N * CB) brings a channel block's
+// window [phase][TH + 1 rows][pitch pairs][64] (64-byte swizzle), and tap (r, s)'s operand is the descriptor of 64-byte
+// rows (wgmma's 64-byte-swizzle K-major layout, 8-row groups 512 bytes apart) from byte phase(r) + row(r) + (1 + s) * 32:
+// the K offset inside a 64-byte row, as for any K step inside a swizzle atom (plugins/tactics.py:
+// _stride2_window_tiles). The copy engine then moves 2 (TH + 1) pitch rows per channel block instead of 9 boxes of
+// TH * OW rows; WG_HALO_ROWS counts 64-byte rows. With WG_MCAST (the channel-major ping-pong tile) the CTAs of a
+// cluster of 2 hold the two channel tiles of the same pixel tiles and share the windows: rank r loads phase r and
+// multicasts it into both, so each copy engine moves half the rows; a window slot goes back once the consumer warps
+// of both CTAs have read it (each arrives on both CTAs' "empty" barriers).
+#ifndef WG_S2WIN
+#define WG_S2WIN 0
+#endif
 #ifndef WG_HALO_ROWS
 #define WG_HALO_ROWS 288
 #endif
@@ -486,7 +502,8 @@ struct WgmmaSmem {
   static constexpr int A_IN_SLOT = WRES ? 0 : KS * A_STEP;  // a slot's weight bytes, ahead of its activations
   static constexpr int STAGE = A_IN_SLOT + (HALO ? 0 : KS * B_STEP);
   static constexpr int HALO_OFFSET = RING_OFFSET + STAGES * STAGE;  // WG_HALO: the window ring
-  static constexpr int HALO_SLOT = HALO ? (WG_HALO_ROWS * 32 + 1023) / 1024 * 1024 : 0;
+  static constexpr int HALO_ROW_BYTES = WG_S2WIN ? 64 : 32;  // a window row: one CHW32 vector, or (WG_S2WIN) a pair
+  static constexpr int HALO_SLOT = HALO ? (WG_HALO_ROWS * HALO_ROW_BYTES + 1023) / 1024 * 1024 : 0;
   static constexpr int HALO_STAGES = HALO ? WG_HALO_STAGES : 1;  // (1 keeps the ring arithmetic defined)
   // staging row: 16-byte pad keeps 16-byte alignment, spreads banks; the ping-pong tile's staging is [block][BN][32]
   // (staging_offset), what its TMA store reads
@@ -503,7 +520,9 @@ struct WgmmaSmem {
   static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
-  static_assert(!HALO || (!PIXM && WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes, no multicast");
+  static_assert(!HALO || (!PIXM && WG_A128 && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes");
+  static_assert(!HALO || !WG_MCAST || (kChannelPingpong && WG_S2WIN), "windows multicast only as the ping-pong tile's stride-2 phases");
+  static_assert(!WG_S2WIN || HALO, "stride-2 windows are windows");
   static_assert(!WG_FLAT || PIXM, "flat tiles are pixel-major");
   static_assert(PIXM || !WRES || kChannelPingpong, "channel-major resident weights are the ping-pong tile's");
   static_assert(!kChannelPingpong || (CH == 64 && WRES && HALO && WG_STAGING == 2 && KS == 4),
@@ -524,31 +543,54 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
 // `advance` selects rather than branches: a branch between two wgmmas of a batch makes ptxas fence each one
 // (WARPGROUP.ARRIVE), and with one warpgroup issuing at a time (WG_PINGPONG) the issue then falls behind the
 // tensor cores.
+// With WG_S2WIN, tap (r, s)'s view starts at byte phase(r) + row(r) + (1 + s) * 32 of the window (see WG_S2WIN):
+// `offset` is kept as those bytes, the stride-1 windows' as (r * wh + s) * 32.
 template <class L>
 struct WindowCursor {
-  int first, waited = 0, released = 0, slot, r = 0, s = 0, row = 0;
-  __device__ __forceinline__ explicit WindowCursor(int first_use) : first(first_use), slot(first_use % L::HALO_STAGES) {}
+  int first, waited = 0, released = 0, slot, r = 0, s = 0, offset;
+  __device__ __forceinline__ WindowCursor(int first_use, const WgmmaTile& t)
+      : first(first_use), slot(first_use % L::HALO_STAGES), offset(WG_S2WIN ? s2_offset(0, 0, (t.th + 1) * t.pitch * 64, t.pitch * 64) : 0) {}
+  // (r, s) of a stride-2 window whose phases are phase_bytes apart and rows row_bytes
+  __device__ __forceinline__ static int s2_offset(int r, int s, int phase_bytes, int row_bytes) {
+    return (r != 1 ? phase_bytes : 0) + (r != 0 ? row_bytes : 0) + 32 + 32 * s;
+  }
   __device__ __forceinline__ void wait_for_steps_before(int k_end, const ConvParams& p, uint32_t hfull0) {
     for (; waited * p.R * p.S < k_end; ++waited) {
       const int use = first + waited;
       sm90::mbar_wait(hfull0 + 8 * (use % L::HALO_STAGES), (use / L::HALO_STAGES) & 1);
     }
   }
-  // Every window whose k32 steps all lie before step k: one arrive per consumer warp.
+  // Every window whose k32 steps all lie before step k: one arrive per consumer warp (multicast windows: on the
+  // barriers of both CTAs, whose copy engines both write the slot).
   __device__ __forceinline__ void release_before(int k, int windows, const ConvParams& p, uint32_t hempty0, int lane) {
-    for (; released < windows && (released + 1) * p.R * p.S <= k; ++released)
-      if (lane == 0) sm90::mbar_arrive(hempty0 + 8 * ((first + released) % L::HALO_STAGES));
+    for (; released < windows && (released + 1) * p.R * p.S <= k; ++released) {
+      const uint32_t empty = hempty0 + 8 * ((first + released) % L::HALO_STAGES);
+      if (lane == 0 && WG_MCAST) {
+        sm90::mbar_arrive_cluster(empty, 0);
+        sm90::mbar_arrive_cluster(empty, 1);
+      } else if (lane == 0) {
+        sm90::mbar_arrive(empty);
+      }
+    }
   }
   __device__ __forceinline__ uint32_t view(uint32_t base) const {
-    return base + L::HALO_OFFSET + slot * L::HALO_SLOT + row * 32;
+    return base + L::HALO_OFFSET + slot * L::HALO_SLOT + offset;
+  }
+  // The wgmma operand B of the current tap
+  __device__ __forceinline__ uint64_t desc(uint32_t base) const {
+    return WG_S2WIN ? sm90::desc_kmajor_sw64(view(base)) : sm90::desc_kmajor_sw32(view(base));
   }
   // The next tap: (r, s + 1), (r + 1, 0), or the next channel block's (0, 0). Past the tile's last window the
-  // views point into the ring's next slot: only steps past the GEMM-K read them, against zero weights.
-  __device__ __forceinline__ void advance(const ConvParams& p, int wh) {
+  // views point into the ring's next slot: only steps past the GEMM-K read them, against zero weights. wh: the
+  // window's width (stride 1); th, pitch: the stride-2 window's rows per phase and pairs per row.
+  __device__ __forceinline__ void advance(const ConvParams& p, int wh, int th, int pitch) {
     const bool next_row = s + 1 == p.S, next_window = next_row && r + 1 == p.R;
     s = next_row ? 0 : s + 1;
     r = next_window ? 0 : (next_row ? r + 1 : r);
-    row = next_window ? 0 : row + (next_row ? wh - p.S + 1 : 1);
+    if (WG_S2WIN)
+      offset = s2_offset(r, s, (th + 1) * pitch * 64, pitch * 64);
+    else
+      offset = next_window ? 0 : offset + 32 * (next_row ? wh - p.S + 1 : 1);
     slot = next_window ? (slot + 1 == L::HALO_STAGES ? 0 : slot + 1) : slot;
   }
 };
@@ -590,7 +632,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 #pragma unroll
     for (int s = 0; s < (L::HALO ? L::HALO_STAGES : 0); ++s) {
       sm90::mbar_init(hfull0 + 8 * s, 1);
-      sm90::mbar_init(hempty0 + 8 * s, (kChannelPingpong ? 128 : CONSUMERS) / 32);  // the warps that read the window
+      sm90::mbar_init(hempty0 + 8 * s, (WG_MCAST ? 2 : 1) * (kChannelPingpong ? 128 : CONSUMERS) / 32);  // the warps that read the window
     }
     sm90::fence_barrier_init();
   }
@@ -657,8 +699,14 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
             sm90::mbar_arrive(hfull);
           } else {
             sm90::mbar_arrive_expect_tx(hfull, t.box_bytes);
-            // the window view (32, W, N, H, CB) of the activation (plugins/wgmma.py): NB images side by side
-            sm90::tma_load_5d(base + L::HALO_OFFSET + hs * L::HALO_SLOT, tmap_x, hfull, 0, w0, tc.n0, h0, cb);
+            const uint32_t slot = base + L::HALO_OFFSET + hs * L::HALO_SLOT;
+            if (WG_S2WIN && WG_MCAST)  // this rank's phase, into both CTAs (the box is one phase: plugins/wgmma.py)
+              sm90::tma_load_5d_multicast(slot + rank * (t.th + 1) * t.pitch * 64, tmap_x, hfull, 0, -1, tc.oh0 - 1, rank,
+                                          tc.n0 * windows + cb, 0x3);
+            else if (WG_S2WIN)  // the pair view (64, W / 2, H / 2, 2, N * CB): pairs from -1, rows of both phases from oh0 - 1
+              sm90::tma_load_5d(slot, tmap_x, hfull, 0, -1, tc.oh0 - 1, 0, tc.n0 * windows + cb);
+            else  // the window view (32, W, N, H, CB) of the activation (plugins/wgmma.py): NB images side by side
+              sm90::tma_load_5d(slot, tmap_x, hfull, 0, w0, tc.n0, h0, cb);
           }
         };
         if (kChannelPingpong) {  // resident weights: the windows are all the copy engine moves
@@ -768,7 +816,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     cp_async_commit();
     const ChannelPairFactors factors(p, tc.c0 + c_lo, kpad);  // loaded now, used in the epilogue
 
-    WindowCursor<L> win(local * windows);  // WG_HALO
+    WindowCursor<L> win(local * windows, t);  // WG_HALO
     // One ring slot's batch of k32 steps. `whole`: all KS of them, with no branch between the wgmmas (a branch makes
     // ptxas fence each wgmma, and a merge after a batch costs it a dummy wgmma); steps past the GEMM-K then read the
     // 128-byte weight box's zero fill (windows: against the next window slot) and add nothing. Windows always take
@@ -786,11 +834,10 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 #pragma unroll
       for (int j = 0; j < KS; ++j) {
         if (!whole && j >= steps) continue;
-        const uint32_t b_tile = L::HALO ? win.view(base) : sb + j * L::B_STEP;
         if (!kDiagNoWgmma)
           sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
-                                 sm90::desc_kmajor_sw32(b_tile), kb * KS + j > 0);
-        if (L::HALO) win.advance(p, wh);
+                                 L::HALO ? win.desc(base) : sm90::desc_kmajor_sw32(sb + j * L::B_STEP), kb * KS + j > 0);
+        if (L::HALO) win.advance(p, wh, t.th, t.pitch);
       }
       sm90::wgmma_commit();
       if (kb == 0) {
@@ -1105,7 +1152,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     if (i > 0) sm90::named_barrier(kTurn + wg, 256);  // the CTA's tile i - 1 is issued; the staging tile is free
     if (has_res) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
     cp_async_commit();
-    WindowCursor<L> win(i * windows);
+    WindowCursor<L> win(i * windows, t);
     for (int kb = 0; kb < kblocks; ++kb) {
       const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
       if (!kDiagNoRing) win.wait_for_steps_before(kb * KS + steps, p, hfull0);
@@ -1114,9 +1161,8 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
 #pragma unroll
       for (int j = 0; j < KS; ++j) {  // KS wgmmas, no branch between them: steps past the GEMM-K have zero weights
         if (!kDiagNoWgmma)
-          sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + kb * L::WRES_CHUNK + 32 * j),
-                                 sm90::desc_kmajor_sw32(win.view(base)), kb * KS + j > 0);
-        win.advance(p, wh);
+          sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + kb * L::WRES_CHUNK + 32 * j), win.desc(base), kb * KS + j > 0);
+        win.advance(p, wh, t.th, t.pitch);
       }
       sm90::wgmma_commit();
       // Every wgmma of the tile is issued: the other warpgroup's next tile may queue behind them.
@@ -1155,6 +1201,8 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   }
   cp_async_wait<0>();
   if (ct == 0) sm90::bulk_wait_group_all();  // the stores are done before the CTA's shared memory goes
+  // No CTA of a pair leaves while its partner may still multicast into it or arrive on its barriers.
+  if (WG_MCAST) sm90::cluster_sync();
 }
 
 }  // namespace trtfuse
