@@ -249,9 +249,7 @@ class WgmmaTactic(Tactic):
             assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
         else:
             assert self.bm in WGMMA_S8_WIDTHS, "the wgmma N of s8: 8, 16, 24, then multiples of 16 up to 256"
-            assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and self.bm <= self.halo_rows)
-            assert not (self.halo_rows and self.multicast) or (self.pingpong and self.stride2_windows), \
-                "windows multicast only as the ping-pong tile's stride-2 phases (WG_S2WIN)"
+            assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
             assert not self.stride2_windows or self.halo_rows, "stride-2 windows are windows"
             if self.pingpong:  # each consumer warpgroup a 64-channel tile of its own, the weight resident, windows
                 assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
@@ -517,19 +515,17 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(73, 176, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320, halo_stages=8,
                 staging=2, resident_kt=36, pingpong=True),
     # Stride-2 windows (WG_S2WIN) for the 3x3 stride-2 layers, whose row-box tiles are bound by the copy engine's rows
-    # (9 boxes of 32-byte rows per channel block, docs/wgmma.md): one box of 64-byte pair rows per channel block. w74 for
-    # 28 x 28 outputs (res3 first conv2: 7 rows of pitch 29), w75 for 14 x 14 (res4 first conv2: 7 rows of pitch 15, its
-    # 72 k32 steps of resident weight leave room for 3 window slots, so 2 batches in flight), w65 a 128-channel tile
-    # sharing each window between its two warpgroups, the weights through the ring.
+    # (9 boxes of 32-byte rows per channel block, docs/wgmma.md): one box of 64-byte pair rows per channel block. w74, a
+    # 64-channel ping-pong tile with resident weights, for 28 x 28 outputs (res3 first conv2: 7 rows of pitch 29); w65, a
+    # 128-channel tile sharing each window between its two warpgroups, the weights through the ring (res4 first conv2,
+    # whose 72 k32 steps of weight leave no room for resident weights and windows). Measured on the H200 at batch 256
+    # (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/46-stride2-windows.json, 47-*.json): res3 first conv2 w35 0.0765 ->
+    # w74 0.0556 ms (w65 0.0655), res4 first conv2 w31 0.0567 -> w65 0.0534 (3 window slots 0.0547). Not kept: w74's 14 x 14
+    # form (bm 128, resident weights, 3 slots, 2 batches in flight) 0.1061 ms, and w74 sharing its windows over clusters of
+    # 2 CTAs by multicast, 0.0587.
     WgmmaTactic(74, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
                 staging=2, resident_kt=36, pingpong=True, stride2_windows=True),
-    WgmmaTactic(75, 128, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=272, halo_stages=3,
-                staging=2, resident_kt=72, pingpong=True, stride2_windows=True, pp_inflight=2),
-    WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, stride2_windows=True),
-    # ... w74 in clusters of 2 CTAs (the two channel tiles of the same pixel tiles) sharing the windows, each CTA's copy
-    # engine loading one row phase and multicasting it into both: half the rows per engine.
-    WgmmaTactic(76, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
-                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, multicast=True),
+    WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).
@@ -564,8 +560,8 @@ WGMMA_PREFERRED = (31, 28)
 # 34-select-cursor-if3-*.json; on res4 conv2, w71 0.0521-0.0526 stays behind w61's 0.0508-0.0516). Since its output
 # leaves by TMA store (session 14, 42-tma-store.json), w71 leads on res4 conv2 (0.0462 ms against w61's 0.0515) and w70
 # on res3 conv2 0.0494. Among the window tiles that fit, choose_wgmma takes the one computing least, this order between
-# equals.
-WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 64)
+# equals. The stride-2 windows (session 15) take the 3x3 stride-2 layers: res3 first conv2 w74, res4 first conv2 w65.
+WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 64, 74, 65)
 # GEMM-K under 1024 (the 1x1 conv3 / downsample / conv1 layers): two staging tiles, the residual streaming
 # in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
 # conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).
@@ -592,7 +588,7 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
 
     Rule (measured on the H200 at batch 256, docs/wgmma.md): a grid of at least one full wave (two for the ping-pong
     tiles), and first the window tile of WGMMA_HALO_PREFERRED computing least where one fits (stride-1 R x S convs,
-    64-channel ones included); then, for GEMM-K under 1024, WGMMA_FLAT_PREFERRED's flat tile where one fits; otherwise
+    64-channel ones included, and 3x3 stride-2 convs on even maps); then, for GEMM-K under 1024, WGMMA_FLAT_PREFERRED's flat tile where one fits; otherwise
     at least 128 output channels (a tile is 128 channels: 64 would leave half the tensor-core work empty) and
     WGMMA_PREFERRED's (GEMM-K >= 1024), WGMMA_PIXEL_MAJOR_PREFERRED's (GEMM-K < 512, 256+ channels) or
     WGMMA_SHORT_K_PREFERRED's first tactic whose geometry fits, else the fewest waves x pixel capacity x
@@ -602,6 +598,7 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     # stride-1 R x S convs: the window tile computing least (7 x 7 maps: 3 images in 208 positions or 4 in 224; 64 output
     # channels: a 64-channel ping-pong tile), whatever the GEMM-K and channel count, the preferred order between equals;
     # a ping-pong tile only where every CTA gets two tiles (one per consumer warpgroup)
+    # (the stride-2 windows likewise for 3x3 stride-2 convs padded by 1 on even maps)
     windows = [t for i in WGMMA_HALO_PREFERRED if (g := (t := TACTICS_BY_ID[i]).geometry(shape)) is not None
                and g.ctas >= (2 if t.pingpong else 1) * sms]
     if windows:

@@ -105,9 +105,8 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         # N * CB), box (64, pitch, TH + 1, 2, 1) from (0, -1, oh0 - 1, 0, n * CB + cb), landing [ph][h2][pair][64]
         # (tactics.py: _stride2_window_tiles).
         hw32 = shape.h * shape.w * 32
-        # Multicast (a cluster of 2 shares the windows): each CTA loads one phase, box (64, pitch, TH + 1, 1, 1).
         args["x"] = ((64, shape.w // 2, shape.h // 2, 2, shape.n * cb), (64, 2 * shape.w * 32, shape.w * 32, hw32),
-                     (64, geo.pitch, geo.th + 1, 1 if tactic.multicast else 2, 1), (1,) * 5)
+                     (64, geo.pitch, geo.th + 1, 2, 1), (1,) * 5)
     elif tactic.halo_rows:
         # One window per channel block (WG_HALO): TH + R - 1 input rows of NB images side by side, each `pitch`
         # columns from -pad_left, the padding zero-filled; each tap reads a shifted view of it. The view (32, W, N,

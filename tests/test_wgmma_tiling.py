@@ -159,11 +159,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                     window = np.zeros(tactic.halo_rows * row_bytes, np.int64)
                     if tactic.stride2_windows:  # the pair view (64, W/2, H/2, 2, N * CB): [n * CB + cb][ph][h2][pair][64]
                         x_pairs = x5.reshape(shape.n * x5.shape[1], shape.h // 2, 2, shape.w // 2, 64).transpose(0, 2, 1, 3, 4)
-                        coords = (0, -1, oh0 - 1, 0, n0 * x5.shape[1] + cb)
-                        box = tma_box(x_pairs, coords, (64, g.pitch, g.th + 1, 2, 1), (1,) * 5)
-                        if tactic.multicast:  # rank r's box is phase r, landing phase_rows rows further
-                            box = np.concatenate([tma_box(x_pairs, coords[:3] + (rank,) + coords[4:], (64, g.pitch, g.th + 1, 1, 1),
-                                                          (1,) * 5) for rank in (0, 1)], axis=1)
+                        box = tma_box(x_pairs, (0, -1, oh0 - 1, 0, n0 * x5.shape[1] + cb), (64, g.pitch, g.th + 1, 2, 1), (1,) * 5)
                     else:
                         box = tma_box(x_windows, (0, w0, n0, h0, cb), (32, g.pitch, g.nb, g.th + shape.r - 1, 1), (1,) * 5)
                     assert box.size == g.box_bytes
@@ -239,7 +235,7 @@ CASES = [
     ConvShape(5, 160, 8, 8, 256, 1, 1),  # 8 groups: 8-group boxes; 5 channel blocks: a slot with 3 past CB
     ConvShape(2, 64, 58, 56, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # stride-2 windows: 29 x 28 outputs, a short last tile per image
     ConvShape(3, 96, 28, 28, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 14 x 14 outputs
-    ConvShape(1, 64, 56, 54, 128, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... two channel tiles of 64: the multicast pairs
+    ConvShape(1, 64, 56, 54, 128, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 28 x 27 outputs, two channel tiles of 64
 ]
 
 
@@ -303,14 +299,16 @@ def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more_or_flat_tile
         assert t.family == "wgmma" and splits == 1, name
         assert choose_wgmma(shapes[name]) is t
     # stride-1 3x3 convs: the window tiles, on the 7x7 maps the one computing least (4 images side by side in 224
-    # positions, not 3 in 208); the strided convs keep the row boxes, multicast where 256+ output channels pair up
+    # positions, not 3 in 208); the stride-2 3x3 convs the stride-2 windows where one fits (res3 first conv2: the
+    # 64-channel ping-pong w74, res4 first conv2: the 128-channel w65), else (res5 first conv2, 7 x 7 outputs) the row
+    # boxes, multicast where 256+ output channels pair up
     assert choose_wgmma(shapes["res3 conv2 3x3 128"]).halo_rows and choose_wgmma(shapes["res4 conv2 3x3 256"]).halo_rows
     # ... the channel-major ping-pong where its resident weights hold the GEMM-K
     assert choose_wgmma(shapes["res3 conv2 3x3 128"]).pingpong and choose_wgmma(shapes["res4 conv2 3x3 256"]).pingpong
     res5 = choose_wgmma(shapes["res5 conv2 3x3 512"])
     assert res5.halo_rows and res5.geometry(shapes["res5 conv2 3x3 512"]).nb == 4 and res5.bm == 224
-    assert choose_wgmma(shapes["res4 first conv2 3x3/2 256"]).multicast
-    assert not choose_wgmma(shapes["res3 first conv2 3x3/2 128"]).multicast
+    assert choose_wgmma(shapes["res3 first conv2 3x3/2 128"]).id == 74 and choose_wgmma(shapes["res4 first conv2 3x3/2 256"]).id == 65
+    assert choose_wgmma(shapes["res5 first conv2 3x3/2 512"]).multicast
     # GEMM-K under 512 with 256+ channels: the pixel-major tile; res5 conv3 (GEMM-K 512): the two-staging-tile
     # tactics; fewer than 128 output channels stay on mma.sync
     for name in ("res2 conv3 1x1 64->256 +res", "res3 conv3 1x1 128->512 +res", "res4 conv3 1x1 256->1024 +res",

@@ -169,10 +169,9 @@
 // rows (wgmma's 64-byte-swizzle K-major layout, 8-row groups 512 bytes apart) from byte phase(r) + row(r) + (1 + s) * 32:
 // the K offset inside a 64-byte row, as for any K step inside a swizzle atom (plugins/tactics.py:
 // _stride2_window_tiles). The copy engine then moves 2 (TH + 1) pitch rows per channel block instead of 9 boxes of
-// TH * OW rows; WG_HALO_ROWS counts 64-byte rows. With WG_MCAST (the channel-major ping-pong tile) the CTAs of a
-// cluster of 2 hold the two channel tiles of the same pixel tiles and share the windows: rank r loads phase r and
-// multicasts it into both, so each copy engine moves half the rows; a window slot goes back once the consumer warps
-// of both CTAs have read it (each arrives on both CTAs' "empty" barriers).
+// TH * OW rows; WG_HALO_ROWS counts 64-byte rows. (Not kept: the two channel tiles' CTAs of a cluster sharing the
+// windows, each copy engine loading one phase and multicasting it: res3 first conv2 0.0587 ms against 0.0555,
+// bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/47-stride2-multicast-not-kept.json.)
 #ifndef WG_S2WIN
 #define WG_S2WIN 0
 #endif
@@ -520,8 +519,7 @@ struct WgmmaSmem {
   static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
-  static_assert(!HALO || (!PIXM && WG_A128 && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes");
-  static_assert(!HALO || !WG_MCAST || (kChannelPingpong && WG_S2WIN), "windows multicast only as the ping-pong tile's stride-2 phases");
+  static_assert(!HALO || (!PIXM && WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes, no multicast");
   static_assert(!WG_S2WIN || HALO, "stride-2 windows are windows");
   static_assert(!WG_FLAT || PIXM, "flat tiles are pixel-major");
   static_assert(PIXM || !WRES || kChannelPingpong, "channel-major resident weights are the ping-pong tile's");
@@ -560,18 +558,10 @@ struct WindowCursor {
       sm90::mbar_wait(hfull0 + 8 * (use % L::HALO_STAGES), (use / L::HALO_STAGES) & 1);
     }
   }
-  // Every window whose k32 steps all lie before step k: one arrive per consumer warp (multicast windows: on the
-  // barriers of both CTAs, whose copy engines both write the slot).
+  // Every window whose k32 steps all lie before step k: one arrive per consumer warp.
   __device__ __forceinline__ void release_before(int k, int windows, const ConvParams& p, uint32_t hempty0, int lane) {
-    for (; released < windows && (released + 1) * p.R * p.S <= k; ++released) {
-      const uint32_t empty = hempty0 + 8 * ((first + released) % L::HALO_STAGES);
-      if (lane == 0 && WG_MCAST) {
-        sm90::mbar_arrive_cluster(empty, 0);
-        sm90::mbar_arrive_cluster(empty, 1);
-      } else if (lane == 0) {
-        sm90::mbar_arrive(empty);
-      }
-    }
+    for (; released < windows && (released + 1) * p.R * p.S <= k; ++released)
+      if (lane == 0) sm90::mbar_arrive(hempty0 + 8 * ((first + released) % L::HALO_STAGES));
   }
   __device__ __forceinline__ uint32_t view(uint32_t base) const {
     return base + L::HALO_OFFSET + slot * L::HALO_SLOT + offset;
@@ -632,7 +622,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 #pragma unroll
     for (int s = 0; s < (L::HALO ? L::HALO_STAGES : 0); ++s) {
       sm90::mbar_init(hfull0 + 8 * s, 1);
-      sm90::mbar_init(hempty0 + 8 * s, (WG_MCAST ? 2 : 1) * (kChannelPingpong ? 128 : CONSUMERS) / 32);  // the warps that read the window
+      sm90::mbar_init(hempty0 + 8 * s, (kChannelPingpong ? 128 : CONSUMERS) / 32);  // the warps that read the window
     }
     sm90::fence_barrier_init();
   }
@@ -700,10 +690,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           } else {
             sm90::mbar_arrive_expect_tx(hfull, t.box_bytes);
             const uint32_t slot = base + L::HALO_OFFSET + hs * L::HALO_SLOT;
-            if (WG_S2WIN && WG_MCAST)  // this rank's phase, into both CTAs (the box is one phase: plugins/wgmma.py)
-              sm90::tma_load_5d_multicast(slot + rank * (t.th + 1) * t.pitch * 64, tmap_x, hfull, 0, -1, tc.oh0 - 1, rank,
-                                          tc.n0 * windows + cb, 0x3);
-            else if (WG_S2WIN)  // the pair view (64, W / 2, H / 2, 2, N * CB): pairs from -1, rows of both phases from oh0 - 1
+            if (WG_S2WIN)  // the pair view (64, W / 2, H / 2, 2, N * CB): pairs from -1, rows of both phases from oh0 - 1
               sm90::tma_load_5d(slot, tmap_x, hfull, 0, -1, tc.oh0 - 1, 0, tc.n0 * windows + cb);
             else  // the window view (32, W, N, H, CB) of the activation (plugins/wgmma.py): NB images side by side
               sm90::tma_load_5d(slot, tmap_x, hfull, 0, w0, tc.n0, h0, cb);
@@ -1201,8 +1188,6 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   }
   cp_async_wait<0>();
   if (ct == 0) sm90::bulk_wait_group_all();  // the stores are done before the CTA's shared memory goes
-  // No CTA of a pair leaves while its partner may still multicast into it or arrive on its barriers.
-  if (WG_MCAST) sm90::cluster_sync();
 }
 
 }  // namespace trtfuse
