@@ -273,11 +273,18 @@ def capture_graph(stream, work, thread_local: bool = False):
         work(stream)
     finally:
         graph = check(drv.cuStreamEndCapture(stream))
-    return check(drv.cuGraphInstantiate(graph, 0))
+    try:
+        return check(drv.cuGraphInstantiate(graph, 0))
+    finally:
+        check(drv.cuGraphDestroy(graph))  # the executable does not need it
 
 
 def launch_graph(graph_exec, stream) -> None:
     check(_driver().cuGraphLaunch(graph_exec, stream))
+
+
+def destroy_graph(graph_exec) -> None:
+    check(_driver().cuGraphExecDestroy(graph_exec))
 
 
 class Stream:
