@@ -198,7 +198,7 @@ class WgmmaGeometry:
         return self.nb * self.pitch
 
 
-WGMMA_S8_WIDTHS = (64, 96, 112, 128, 160, 176, 192, 208, 224, 256)  # the wgmma N widths plugins/kernels/wgmma_s8.cuh instantiates
+WGMMA_S8_WIDTHS = (64, 96, 128, 160, 176, 192, 208, 224, 256)  # the wgmma N widths plugins/kernels/wgmma_s8.cuh instantiates
 
 
 @dataclass(frozen=True)
@@ -234,9 +234,6 @@ class WgmmaTactic(Tactic):
     # windows of 3x3 stride-2 convs (WG_S2WIN): a window row is a pair of input columns, 64 bytes, so halo_rows counts
     # 64-byte rows; both row phases of TH + 1 pair rows land in one box (_stride2_window_tiles)
     stride2_windows: bool = False
-    # ... of 128-byte rows (column quads, WG_S2WIN 2): the tile's positions split by output column parity, two wgmmas of
-    # N / 2 per k32 step, half the copy engine's rows of the pairs
-    quad_windows: bool = False
     pp_inflight: int = 3  # channel-major ping-pong: wgmma batches left in flight (WG_PP_INFLIGHT); holds up to pp_inflight + 1 windows
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
@@ -254,7 +251,6 @@ class WgmmaTactic(Tactic):
             assert self.bm in WGMMA_S8_WIDTHS, "the wgmma N of s8: 8, 16, 24, then multiples of 16 up to 256"
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
             assert not self.stride2_windows or self.halo_rows, "stride-2 windows are windows"
-            assert not self.quad_windows or (self.stride2_windows and self.bm // 2 in WGMMA_S8_WIDTHS), "quads: two wgmmas of N / 2"
             if self.pingpong:  # each consumer warpgroup a 64-channel tile of its own, the weight resident, windows
                 assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
                 assert self.halo_rows and self.persistent and self.staging == 2, "channel-major ping-pong: windows, persistent, a staging tile per warpgroup"
@@ -282,7 +278,7 @@ class WgmmaTactic(Tactic):
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
-                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{('_s2q' if self.quad_windows else '_s2') if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
+                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
                 f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
@@ -309,7 +305,7 @@ class WgmmaTactic(Tactic):
         if self.halo_rows:
             d.update(WG_HALO=1, WG_HALO_ROWS=self.halo_rows, WG_HALO_STAGES=self.halo_stages)
         if self.stride2_windows:
-            d["WG_S2WIN"] = 2 if self.quad_windows else 1
+            d["WG_S2WIN"] = 1
         if self.pp_inflight != 3:
             d["WG_PP_INFLIGHT"] = self.pp_inflight
         if self.diag:
@@ -318,8 +314,8 @@ class WgmmaTactic(Tactic):
 
     @property
     def window_row_bytes(self) -> int:
-        """Bytes of one window row: a CHW32 vector (32), or with stride-2 windows a pair (64) or quad (128) of them."""
-        return 128 if self.quad_windows else 64 if self.stride2_windows else 32
+        """Bytes of one window row: a CHW32 vector (32), or with stride-2 windows a pair of them (64)."""
+        return 64 if self.stride2_windows else 32
 
     @property
     def halo_slot_bytes(self) -> int:
@@ -437,27 +433,21 @@ class WgmmaTactic(Tactic):
         the 32 bytes at n * 64 + (1 + s) * 32 (columns 2ow - 1 + s are consecutive 32-byte vectors) of window rows
         phase 1 from h2 = oh - 1 (r = 0), phase 0 from oh (r = 1) or phase 1 from oh (r = 2): one descriptor per tap
         with 64-byte rows, like the stride-1 windows' shifted views, so each input pixel is loaded once per channel
-        block instead of once per tap reading it (the row-box tiles' 9 boxes per block). One image per tile.
-        With quads (quad_windows: 128-byte rows of columns 4j .. 4j + 3 from quad -1, 128-byte swizzle) the tile's
-        positions are split by output column parity e: position e * bm / 2 + oh * pitch + t is pixel (oh, 2t + e), pitch =
-        OW / 2 + 1 quads, and tap (r, s) of half e reads 32 bytes at phase(r) + row(r) + (3 + s + 2e) * 32 + t * 128: two
-        wgmmas of N / 2 per k32 step, half the rows of the pairs."""
+        block instead of once per tap reading it (the row-box tiles' 9 boxes per block). One image per tile."""
         oh, ow = shape.out_hw
-        cols = 4 if self.quad_windows else 2  # input columns per window row
-        if ((shape.r, shape.s, shape.stride, shape.pads) != (3, 3, (2, 2), (1, 1, 1, 1)) or shape.h % 2 or shape.w % cols
+        if ((shape.r, shape.s, shape.stride, shape.pads) != (3, 3, (2, 2), (1, 1, 1, 1)) or shape.h % 2 or shape.w % 2
                 or ow > self.bm):
             return None
-        span, row_px = (self.bm // 2, ow // 2) if self.quad_windows else (self.bm, ow)  # one wgmma's positions, a row's
-        pitch = row_px + 1
-        th_max = min((span - row_px) // pitch + 1, 255)  # TH + 1 rows per phase <= 256 (box limit)
+        pitch = ow + 1
+        th_max = min((self.bm - ow) // pitch + 1, 255)  # TH + 1 pair rows <= 256 (box limit)
         tpi = math.ceil(oh / th_max)
         th = math.ceil(oh / tpi)
         phase_rows = (th + 1) * pitch
-        if phase_rows + pitch + 1 + span > self.halo_rows or pitch > 256:
-            return None  # tap (2, 2)'s view (of the odd half), from row phase_rows + pitch + 1, must stay inside the slot
+        if phase_rows + pitch + 1 + self.bm > self.halo_rows or pitch > 256:
+            return None  # tap (2, 2)'s view, from row phase_rows + pitch + 1, must stay inside the slot
         if th * ow * 2 < self.bm:
             return None  # under half the tile's positions would be pixels
-        return th, 1, tpi, 2 * phase_rows * self.window_row_bytes, shape.n * tpi, pitch
+        return th, 1, tpi, 2 * phase_rows * 64, shape.n * tpi, pitch
 
 
 WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
@@ -533,14 +523,13 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # whose 72 k32 steps of weight leave no room for resident weights and windows). Measured on the H200 at batch 256
     # (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/46-stride2-windows.json, 47-*.json): res3 first conv2 w35 0.0765 ->
     # w74 0.0556 ms (w65 0.0655), res4 first conv2 w31 0.0567 -> w65 0.0534 (3 window slots 0.0547). Not kept: w74's 14 x 14
-    # form (bm 128, resident weights, 3 slots, 2 batches in flight) 0.1061 ms, and w74 sharing its windows over clusters of
-    # 2 CTAs by multicast, 0.0587.
+    # form (bm 128, resident weights, 3 slots, 2 batches in flight) 0.1061 ms; w74 sharing its windows over clusters of
+    # 2 CTAs by multicast, 0.0587; w74 with 128-byte rows of column quads (positions split by column parity, two wgmmas of
+    # N 112 per k32 step; "w77" of commit 39834de, reverted): copies alone 0.0440 -> 0.0352 ms, but the wgmma issue alone
+    # 0.0451 -> 0.0481 and the kernel 0.0572 (48-quad-windows-not-kept.json).
     WgmmaTactic(74, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
                 staging=2, resident_kt=36, pingpong=True, stride2_windows=True),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True),
-    # ... w74 with quads (128-byte rows): 7-row tiles of 2 x 112 positions (pitch 15 quads), half the window rows
-    WgmmaTactic(77, 224, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=248, halo_stages=4,
-                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, quad_windows=True),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).

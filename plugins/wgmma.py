@@ -104,10 +104,9 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         # WG_S2WIN: pairs of columns (64 bytes) x rows split by parity (row 2 h2 + ph): the view (64, W / 2, H / 2, 2,
         # N * CB), box (64, pitch, TH + 1, 2, 1) from (0, -1, oh0 - 1, 0, n * CB + cb), landing [ph][h2][pair][64]
         # (tactics.py: _stride2_window_tiles).
-        # Quads (quad_windows): the same with 128-byte rows, (128, W / 4, H / 2, 2, N * CB).
-        hw32, rb = shape.h * shape.w * 32, tactic.window_row_bytes
-        args["x"] = ((rb, shape.w * 32 // rb, shape.h // 2, 2, shape.n * cb), (rb, 2 * shape.w * 32, shape.w * 32, hw32),
-                     (rb, geo.pitch, geo.th + 1, 2, 1), (1,) * 5)
+        hw32 = shape.h * shape.w * 32
+        args["x"] = ((64, shape.w // 2, shape.h // 2, 2, shape.n * cb), (64, 2 * shape.w * 32, shape.w * 32, hw32),
+                     (64, geo.pitch, geo.th + 1, 2, 1), (1,) * 5)
     elif tactic.halo_rows:
         # One window per channel block (WG_HALO): TH + R - 1 input rows of NB images side by side, each `pitch`
         # columns from -pad_left, the padding zero-filled; each tap reads a shifted view of it. The view (32, W, N,
@@ -131,9 +130,6 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
                      (tactic.a_box, 8, 2, tactic.CHANNELS // 16, 1), (1,) * 5)
         args["y"] = ((32, ow, shape.n, oh, kp // 32), (32, kp * oh * ow, ow * 32, oh * ow * 32),
                      (32, geo.pitch, geo.nb, geo.th, 1), (1,) * 5)
-        if tactic.quad_windows:  # positions split by column parity: one store per parity of (32, OW / 2, 2, OH, N * KB)
-            args["y"] = ((32, ow // 2, 2, oh, shape.n * kp // 32), (64, 32, ow * 32, oh * ow * 32),
-                         (32, geo.pitch, 1, geo.th, 1), (1,) * 5)
     if tactic.pixel_major:
         # Weight rows permuted inside each 32-channel block: dims (KGpad, e 2, q 4, jj 4, Kpad/32) with row
         # strides (1, 8, 2, 32) so box row e + 2q + 8jj + 32b is channel 32b + 8q + 2jj + e: wgmma column

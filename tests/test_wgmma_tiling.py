@@ -54,15 +54,10 @@ def pingpong_weight_view(wp: np.ndarray) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(wp, (1, rows // 16, 2, 8, kg), (rows * r, 16 * r, r, 2 * r, wp.strides[1]))
 
 
-def tile_pixel(pos: int, oh: int, ow: int, valid_px: int, wh: int = 0, pitch: int = 0, quad_half: int = 0):
+def tile_pixel(pos: int, oh: int, ow: int, valid_px: int, wh: int = 0, pitch: int = 0):
     """wgmma_conv.cu's tile_pixel: (pixel of tile position pos, a pixel of the tensor?); with a window of width wh
     and images `pitch` columns apart (halo tactics) position y * wh + i * pitch + x is pixel i * oh * ow + y * ow + x
-    where x < ow; with quad windows (quad_half = N / 2) position e * quad_half + y * pitch + t is pixel y * ow + 2t + e."""
-    if quad_half:
-        e, q = divmod(pos, quad_half)
-        y, t = divmod(q, pitch)
-        pix = y * ow + 2 * t + e
-        return pix, 2 * t + e < ow and pix < valid_px
+    where x < ow."""
     if not wh:
         return pos, pos < valid_px
     y, rest = divmod(pos, wh)
@@ -162,24 +157,19 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                 row_bytes = tactic.window_row_bytes
                 if r == 0 and s == 0:
                     window = np.zeros(tactic.halo_rows * row_bytes, np.int64)
-                    if tactic.stride2_windows:  # the pair (quad) view (64, W/2, H/2, 2, N * CB): [n * CB + cb][ph][h2][pair][64]
-                        x_pairs = x5.reshape(shape.n * x5.shape[1], shape.h // 2, 2, shape.w * 32 // row_bytes, row_bytes)
-                        box = tma_box(x_pairs.transpose(0, 2, 1, 3, 4), (0, -1, oh0 - 1, 0, n0 * x5.shape[1] + cb),
-                                      (row_bytes, g.pitch, g.th + 1, 2, 1), (1,) * 5)
+                    if tactic.stride2_windows:  # the pair view (64, W/2, H/2, 2, N * CB): [n * CB + cb][ph][h2][pair][64]
+                        x_pairs = x5.reshape(shape.n * x5.shape[1], shape.h // 2, 2, shape.w // 2, 64).transpose(0, 2, 1, 3, 4)
+                        box = tma_box(x_pairs, (0, -1, oh0 - 1, 0, n0 * x5.shape[1] + cb), (64, g.pitch, g.th + 1, 2, 1), (1,) * 5)
                     else:
                         box = tma_box(x_windows, (0, w0, n0, h0, cb), (32, g.pitch, g.nb, g.th + shape.r - 1, 1), (1,) * 5)
                     assert box.size == g.box_bytes
                     window[:box.size] = box.reshape(-1)
-                if tactic.stride2_windows:  # phase(r) + row(r) + (1 + s) * 32 (quads: (3 + s) * 32): WindowCursor::s2_offset
-                    offset = (((g.th + 1) * g.pitch * row_bytes if r != 1 else 0) + (g.pitch * row_bytes if r != 0 else 0)
-                              + (96 if tactic.quad_windows else 32) + 32 * s)
+                if tactic.stride2_windows:  # phase(r) + row(r) + (1 + s) * 32: WindowCursor::s2_offset
+                    offset = ((g.th + 1) * g.pitch * 64 if r != 1 else 0) + (g.pitch * 64 if r != 0 else 0) + 32 + 32 * s
                 else:
                     offset = (r * wh + s) * 32
-                # quads: two wgmmas of N / 2, the odd column half's view 64 bytes further
-                views = [(offset, bn)] if not tactic.quad_windows else [(offset, bn // 2), (offset + 64, bn // 2)]
-                assert all(o + (n - 1) * row_bytes + 32 <= window.size for o, n in views), "a view stays inside its window slot"
-                b = np.concatenate([np.stack([window[o + n * row_bytes:o + n * row_bytes + 32] for n in range(count)])
-                                    for o, count in views])
+                assert offset + (bn - 1) * row_bytes + 32 <= window.size, "a view stays inside its window slot"
+                b = np.stack([window[offset + n * row_bytes:offset + n * row_bytes + 32] for n in range(bn)])
             elif tactic.flat:
                 # the slot's boxes of the (32, 8, CB, G, N) view, box_groups groups x 4 blocks each (boxes past the
                 # batch load its last), land [group][block][8][32]; step k % 4 is block k % 4 of every group
@@ -214,7 +204,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
         else:
             store = {c: c for c in range(ch)}
         # for_each_tile_vector: staging row px is pixel px, or (halo) window position px = oh * wh + ow
-        positions = [(px, *tile_pixel(px, oh, ow, valid_px, wh, g.pitch, bn // 2 if tactic.quad_windows else 0)) for px in range(bn)]
+        positions = [(px, *tile_pixel(px, oh, ow, valid_px, wh, g.pitch)) for px in range(bn)]
         stored = [(px, pix) for px, pix, ok in positions if ok]
         for px, tile_pix in stored:
             m = m0 + tile_pix
@@ -284,9 +274,8 @@ def test_geometry_respects_the_hardware_limits():
             assert g.box_bytes <= (t.halo_rows * t.window_row_bytes or t.bm * 32) and g.box_bytes % 32 == 0, name  # the box fits its slot
             assert ow * shape.stride[1] <= 256 and g.th * shape.stride[0] <= 256 and g.nb <= 256, name
             if t.stride2_windows:  # tap (2, 2)'s view, the furthest, stays inside the slot; one image per tile
-                span, row_px = (t.bm // 2, ow // 2) if t.quad_windows else (t.bm, ow)
-                assert (g.th + 2) * g.pitch + 1 + span <= t.halo_rows and g.pitch == row_px + 1 and g.nb == 1, name
-                assert (g.th - 1) * g.pitch + row_px <= span and g.th + 1 <= 256, name
+                assert (g.th + 2) * g.pitch + 1 + t.bm <= t.halo_rows and g.pitch == ow + 1 and g.nb == 1, name
+                assert (g.th - 1) * g.pitch + ow <= t.bm and g.th + 1 <= 256, name
             elif t.halo_rows:  # every tap's view of the window stays inside the slot, the window's box within TMA limits
                 assert g.wh == g.nb * g.pitch and g.pitch >= shape.w + max(shape.pads[1], shape.pads[3]), name
                 assert t.bm + (shape.r - 1) * g.wh + shape.s - 1 <= t.halo_rows and g.pitch <= 256 and g.th + shape.r - 1 <= 256, name

@@ -172,15 +172,9 @@
 // TH * OW rows; WG_HALO_ROWS counts 64-byte rows. (Not kept: the two channel tiles' CTAs of a cluster sharing the
 // windows, each copy engine loading one phase and multicasting it: res3 first conv2 0.0587 ms against 0.0555,
 // bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/47-stride2-multicast-not-kept.json.)
-// WG_S2WIN 2: the same with 128-byte rows of column quads (128-byte swizzle), half the rows again. A quad row holds
-// two output columns' taps, so the tile's positions are split by output column parity e into two wgmmas of N / 2 per
-// k32 step: position e * N / 2 + oh * pitch + t is pixel (oh, 2t + e), and tap (r, s) of half e starts at byte
-// phase(r) + row(r) + (3 + s + 2e) * 32 (columns 2(2t + e) - 1 + s from quad -1). The output leaves by two TMA stores
-// per channel block, one per parity, of the view (32, OW / 2, 2, OH, N * KB) (plugins/wgmma.py).
 #ifndef WG_S2WIN
 #define WG_S2WIN 0
 #endif
-constexpr bool kQuadWindows = WG_S2WIN == 2;
 #ifndef WG_HALO_ROWS
 #define WG_HALO_ROWS 288
 #endif
@@ -265,12 +259,6 @@ __device__ __forceinline__ int tile_pixel(int pos, const ConvParams& p, const Ti
   if (!WG_HALO) {
     ok = pos < tc.valid_px;
     return pos;
-  }
-  if (kQuadWindows) {  // position e * BN / 2 + oh * pitch + t is pixel (oh, 2t + e)
-    const int e = pos >= WG_BN / 2, q = pos - e * (WG_BN / 2), oh = q / t.pitch, tq = q - oh * t.pitch;
-    const int pix = oh * p.OW + 2 * tq + e;
-    ok = 2 * tq + e < p.OW && pix < tc.valid_px;
-    return pix;
   }
   const int wh = t.nb * t.pitch, oh = pos / wh, x = pos - oh * wh, image = t.nb > 1 ? x / t.pitch : 0, ow = x - image * t.pitch;
   const int pix = image * ohw + oh * p.OW + ow;
@@ -513,7 +501,7 @@ struct WgmmaSmem {
   static constexpr int A_IN_SLOT = WRES ? 0 : KS * A_STEP;  // a slot's weight bytes, ahead of its activations
   static constexpr int STAGE = A_IN_SLOT + (HALO ? 0 : KS * B_STEP);
   static constexpr int HALO_OFFSET = RING_OFFSET + STAGES * STAGE;  // WG_HALO: the window ring
-  static constexpr int HALO_ROW_BYTES = kQuadWindows ? 128 : WG_S2WIN ? 64 : 32;  // a window row: one CHW32 vector, a pair or a quad
+  static constexpr int HALO_ROW_BYTES = WG_S2WIN ? 64 : 32;  // a window row: one CHW32 vector, or (WG_S2WIN) a pair
   static constexpr int HALO_SLOT = HALO ? (WG_HALO_ROWS * HALO_ROW_BYTES + 1023) / 1024 * 1024 : 0;
   static constexpr int HALO_STAGES = HALO ? WG_HALO_STAGES : 1;  // (1 keeps the ring arithmetic defined)
   // staging row: 16-byte pad keeps 16-byte alignment, spreads banks; the ping-pong tile's staging is [block][BN][32]
@@ -559,12 +547,10 @@ template <class L>
 struct WindowCursor {
   int first, waited = 0, released = 0, slot, r = 0, s = 0, offset;
   __device__ __forceinline__ WindowCursor(int first_use, const WgmmaTile& t)
-      : first(first_use), slot(first_use % L::HALO_STAGES),
-        offset(WG_S2WIN ? s2_offset(0, 0, (t.th + 1) * t.pitch * L::HALO_ROW_BYTES, t.pitch * L::HALO_ROW_BYTES) : 0) {}
-  // (r, s) of a stride-2 window whose phases are phase_bytes apart and rows row_bytes (quads: the even half's view; the
-  // odd half's is 64 bytes further)
+      : first(first_use), slot(first_use % L::HALO_STAGES), offset(WG_S2WIN ? s2_offset(0, 0, (t.th + 1) * t.pitch * 64, t.pitch * 64) : 0) {}
+  // (r, s) of a stride-2 window whose phases are phase_bytes apart and rows row_bytes
   __device__ __forceinline__ static int s2_offset(int r, int s, int phase_bytes, int row_bytes) {
-    return (r != 1 ? phase_bytes : 0) + (r != 0 ? row_bytes : 0) + (kQuadWindows ? 96 : 32) + 32 * s;
+    return (r != 1 ? phase_bytes : 0) + (r != 0 ? row_bytes : 0) + 32 + 32 * s;
   }
   __device__ __forceinline__ void wait_for_steps_before(int k_end, const ConvParams& p, uint32_t hfull0) {
     for (; waited * p.R * p.S < k_end; ++waited) {
@@ -581,19 +567,8 @@ struct WindowCursor {
     return base + L::HALO_OFFSET + slot * L::HALO_SLOT + offset;
   }
   // The wgmma operand B of the current tap
-  __device__ __forceinline__ uint64_t desc(uint32_t base, int half = 0) const {
-    return kQuadWindows ? sm90::desc_kmajor_sw128(view(base) + 64 * half)
-                        : WG_S2WIN ? sm90::desc_kmajor_sw64(view(base)) : sm90::desc_kmajor_sw32(view(base));
-  }
-  // The k32 step's wgmma(s) on the current tap: one of N, or (quads) one of N / 2 per column parity
-  template <int BN>
-  __device__ __forceinline__ void mma(int (&acc)[BN / 2], uint64_t desc_a, uint32_t base, bool accumulate) const {
-    if constexpr (kQuadWindows) {
-      sm90::WgmmaS8<BN / 2>::template mma<0>(acc, desc_a, desc(base, 0), accumulate);
-      sm90::WgmmaS8<BN / 2>::template mma<BN / 4>(acc, desc_a, desc(base, 1), accumulate);
-    } else {
-      sm90::WgmmaS8<BN>::mma(acc, desc_a, desc(base), accumulate);
-    }
+  __device__ __forceinline__ uint64_t desc(uint32_t base) const {
+    return WG_S2WIN ? sm90::desc_kmajor_sw64(view(base)) : sm90::desc_kmajor_sw32(view(base));
   }
   // The next tap: (r, s + 1), (r + 1, 0), or the next channel block's (0, 0). Past the tile's last window the
   // views point into the ring's next slot: only steps past the GEMM-K read them, against zero weights. wh: the
@@ -603,7 +578,7 @@ struct WindowCursor {
     s = next_row ? 0 : s + 1;
     r = next_window ? 0 : (next_row ? r + 1 : r);
     if (WG_S2WIN)
-      offset = s2_offset(r, s, (th + 1) * pitch * L::HALO_ROW_BYTES, pitch * L::HALO_ROW_BYTES);
+      offset = s2_offset(r, s, (th + 1) * pitch * 64, pitch * 64);
     else
       offset = next_window ? 0 : offset + 32 * (next_row ? wh - p.S + 1 : 1);
     slot = next_window ? (slot + 1 == L::HALO_STAGES ? 0 : slot + 1) : slot;
@@ -715,7 +690,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           } else {
             sm90::mbar_arrive_expect_tx(hfull, t.box_bytes);
             const uint32_t slot = base + L::HALO_OFFSET + hs * L::HALO_SLOT;
-            if (WG_S2WIN)  // the pair (quad) view (64 (128), W / 2 (4), H / 2, 2, N * CB): from pair (quad) -1, rows of both phases from oh0 - 1
+            if (WG_S2WIN)  // the pair view (64, W / 2, H / 2, 2, N * CB): pairs from -1, rows of both phases from oh0 - 1
               sm90::tma_load_5d(slot, tmap_x, hfull, 0, -1, tc.oh0 - 1, 0, tc.n0 * windows + cb);
             else  // the window view (32, W, N, H, CB) of the activation (plugins/wgmma.py): NB images side by side
               sm90::tma_load_5d(slot, tmap_x, hfull, 0, w0, tc.n0, h0, cb);
@@ -846,11 +821,9 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 #pragma unroll
       for (int j = 0; j < KS; ++j) {
         if (!whole && j >= steps) continue;
-        const uint64_t desc_a = WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP);
-        if (!kDiagNoWgmma && L::HALO)
-          win.template mma<BN>(acc, desc_a, base, kb * KS + j > 0);
-        else if (!kDiagNoWgmma)
-          sm90::WgmmaS8<BN>::mma(acc, desc_a, sm90::desc_kmajor_sw32(sb + j * L::B_STEP), kb * KS + j > 0);
+        if (!kDiagNoWgmma)
+          sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
+                                 L::HALO ? win.desc(base) : sm90::desc_kmajor_sw32(sb + j * L::B_STEP), kb * KS + j > 0);
         if (L::HALO) win.advance(p, wh, t.th, t.pitch);
       }
       sm90::wgmma_commit();
@@ -1175,7 +1148,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
 #pragma unroll
       for (int j = 0; j < KS; ++j) {  // KS wgmmas, no branch between them: steps past the GEMM-K have zero weights
         if (!kDiagNoWgmma)
-          win.template mma<BN>(acc, sm90::desc_kmajor_sw128(base + kb * L::WRES_CHUNK + 32 * j), base, kb * KS + j > 0);
+          sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + kb * L::WRES_CHUNK + 32 * j), win.desc(base), kb * KS + j > 0);
         win.advance(p, wh, t.th, t.pitch);
       }
       sm90::wgmma_commit();
@@ -1208,15 +1181,8 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     // by the consumer threads, 16 bytes each, the stores made the epilogue outlast the other warpgroup's main loop (res3
     // conv2 w70 0.0578 ms, 0.0480 without them: bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/40-pingpong-epilogue.json).
     if (ct == 0 && !kDiagNoStores) {
-      for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b) {
-        if (kQuadWindows) {  // one store per column parity: the view (32, OW / 2, 2, OH, N * KB), box (32, pitch, 1, TH, 1)
-          for (int e = 0; e < 2; ++e)
-            sm90::tma_store_5d(tmap_y, smem_u32(staging + b * BN * 32 + e * (BN / 2) * 32), 0, 0, e, tc.oh0,
-                               tc.n0 * (kpad / 32) + tc.c0 / 32 + b);
-        } else {
-          sm90::tma_store_5d(tmap_y, smem_u32(staging + b * BN * 32), 0, 0, tc.n0, tc.oh0, tc.c0 / 32 + b);
-        }
-      }
+      for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b)
+        sm90::tma_store_5d(tmap_y, smem_u32(staging + b * BN * 32), 0, 0, tc.n0, tc.oh0, tc.c0 / 32 + b);
       sm90::bulk_commit_group();
     }
   }
