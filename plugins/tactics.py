@@ -323,9 +323,9 @@ class WgmmaTactic(Tactic):
         return round_up(self.halo_rows * self.window_row_bytes, 1024) if self.halo_rows else 0
 
     def shared_bytes(self, in_channels: int = 0, kernel_shape=None) -> int:
-        """Operand ring + staging tiles [pixels][channels + 16] (channel-major ping-pong: [block][pixels][32]; pixel-major: resident weights, two residual
-        buffers of every consumer warp's 16 pixels x channels and each tile group's folded factors) +
-        mbarriers + 1024 for aligning the ring (WgmmaSmem in wgmma_conv.cu)."""
+        """Operand ring + staging tiles [pixels][channels + 16] (channel-major ping-pong: [block][pixels][32];
+        pixel-major: resident weights, two residual buffers of every consumer warp's 16 pixels x channels and each
+        tile group's folded factors) + mbarriers + 1024 for aligning the ring (WgmmaSmem in wgmma_conv.cu)."""
         bars = 8 * (2 * self.stages + 1)
         if self.pixel_major:
             weights_in_slot = 0 if self.resident_kt else self.CHANNELS
@@ -592,7 +592,8 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
 
     Rule (measured on the H200 at batch 256, docs/wgmma.md): a grid of at least one full wave (two for the ping-pong
     tiles), and first the window tile of WGMMA_HALO_PREFERRED computing least where one fits (stride-1 R x S convs,
-    64-channel ones included, and 3x3 stride-2 convs on even maps); then, for GEMM-K under 1024, WGMMA_FLAT_PREFERRED's flat tile where one fits; otherwise
+    64-channel ones included, and 3x3 stride-2 convs on even maps); then, for GEMM-K under 1024,
+    WGMMA_FLAT_PREFERRED's flat tile where one fits; otherwise
     at least 128 output channels (a tile is 128 channels: 64 would leave half the tensor-core work empty) and
     WGMMA_PREFERRED's (GEMM-K >= 1024), WGMMA_PIXEL_MAJOR_PREFERRED's (GEMM-K < 512, 256+ channels) or
     WGMMA_SHORT_K_PREFERRED's first tactic whose geometry fits, else the fewest waves x pixel capacity x
