@@ -527,8 +527,11 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # 2 CTAs by multicast, 0.0587; w74 with 128-byte rows of column quads (positions split by column parity, two wgmmas of
     # N 112 per k32 step; "w77" of commit 39834de, reverted): copies alone 0.0440 -> 0.0352 ms, but the wgmma issue alone
     # 0.0451 -> 0.0481 and the kernel 0.0572 (48-quad-windows-not-kept.json).
+    # w74 leaves 2 wgmma batches in flight, not 3: with 4 window slots of 9 taps, 3 batches (12 k32 steps) held windows
+    # the producer was waiting for (res3 first conv2 0.0552 -> 0.0539 ms, 49-stride2-ring-depths.json; 0.0555 -> 0.0544,
+    # 50-w74-two-in-flight.json, after the v18 bench).
     WgmmaTactic(74, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
-                staging=2, resident_kt=36, pingpong=True, stride2_windows=True),
+                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=2),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
