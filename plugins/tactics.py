@@ -447,7 +447,7 @@ class WgmmaTactic(Tactic):
             return None  # tap (2, 2)'s view, from row phase_rows + pitch + 1, must stay inside the slot
         if th * ow * 2 < self.bm:
             return None  # under half the tile's positions would be pixels
-        return th, 1, tpi, 2 * phase_rows * 64, shape.n * tpi, pitch
+        return th, 1, tpi, 2 * phase_rows * self.window_row_bytes, shape.n * tpi, pitch
 
 
 WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (

@@ -87,8 +87,9 @@ def swizzle_bytes(tactic: WgmmaTactic, name: str) -> int:
 
 
 def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -> dict:
-    """(dims, byte strides of dims 1.., box, element strides) of the two maps; checked against
-    cuTensorMapEncodeTiled's documented limits so a bad shape fails here, by name."""
+    """(dims, byte strides of dims 1.., box, element strides) of each map (weights, activations and, for the tactics
+    that store by TMA, output); checked against cuTensorMapEncodeTiled's documented limits so a bad shape fails
+    here, by name."""
     kp = round_up(shape.k, 32)
     _, kg_pad = gemm_k(shape.c, (shape.r, shape.s))
     cb = math.ceil(shape.c / 32)

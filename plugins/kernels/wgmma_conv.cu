@@ -545,11 +545,13 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
 // `offset` is kept as those bytes, the stride-1 windows' as (r * wh + s) * 32.
 template <class L>
 struct WindowCursor {
-  int first, waited = 0, released = 0, slot, r = 0, s = 0, offset;
+  // phase_bytes, row_bytes: the stride-2 window's phases and pair rows apart (TH + 1 rows of `pitch` pairs per phase)
+  int first, waited = 0, released = 0, slot, r = 0, s = 0, phase_bytes, row_bytes, offset;
   __device__ __forceinline__ WindowCursor(int first_use, const WgmmaTile& t)
-      : first(first_use), slot(first_use % L::HALO_STAGES), offset(WG_S2WIN ? s2_offset(0, 0, (t.th + 1) * t.pitch * 64, t.pitch * 64) : 0) {}
-  // (r, s) of a stride-2 window whose phases are phase_bytes apart and rows row_bytes
-  __device__ __forceinline__ static int s2_offset(int r, int s, int phase_bytes, int row_bytes) {
+      : first(first_use), slot(first_use % L::HALO_STAGES), phase_bytes((t.th + 1) * t.pitch * 64), row_bytes(t.pitch * 64),
+        offset(WG_S2WIN ? s2_offset() : 0) {}
+  // the current tap (r, s) of a stride-2 window
+  __device__ __forceinline__ int s2_offset() const {
     return (r != 1 ? phase_bytes : 0) + (r != 0 ? row_bytes : 0) + 32 + 32 * s;
   }
   __device__ __forceinline__ void wait_for_steps_before(int k_end, const ConvParams& p, uint32_t hfull0) {
@@ -572,13 +574,13 @@ struct WindowCursor {
   }
   // The next tap: (r, s + 1), (r + 1, 0), or the next channel block's (0, 0). Past the tile's last window the
   // views point into the ring's next slot: only steps past the GEMM-K read them, against zero weights. wh: the
-  // window's width (stride 1); th, pitch: the stride-2 window's rows per phase and pairs per row.
-  __device__ __forceinline__ void advance(const ConvParams& p, int wh, int th, int pitch) {
+  // window's width (stride 1).
+  __device__ __forceinline__ void advance(const ConvParams& p, int wh) {
     const bool next_row = s + 1 == p.S, next_window = next_row && r + 1 == p.R;
     s = next_row ? 0 : s + 1;
     r = next_window ? 0 : (next_row ? r + 1 : r);
     if (WG_S2WIN)
-      offset = s2_offset(r, s, (th + 1) * pitch * 64, pitch * 64);
+      offset = s2_offset();
     else
       offset = next_window ? 0 : offset + 32 * (next_row ? wh - p.S + 1 : 1);
     slot = next_window ? (slot + 1 == L::HALO_STAGES ? 0 : slot + 1) : slot;
@@ -824,7 +826,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         if (!kDiagNoWgmma)
           sm90::WgmmaS8<BN>::mma(acc, WG_A128 ? sm90::desc_kmajor_sw128(sa + j * 32) : sm90::desc_kmajor_sw32(sa + j * L::A_STEP),
                                  L::HALO ? win.desc(base) : sm90::desc_kmajor_sw32(sb + j * L::B_STEP), kb * KS + j > 0);
-        if (L::HALO) win.advance(p, wh, t.th, t.pitch);
+        if (L::HALO) win.advance(p, wh);
       }
       sm90::wgmma_commit();
       if (kb == 0) {
@@ -1149,7 +1151,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
       for (int j = 0; j < KS; ++j) {  // KS wgmmas, no branch between them: steps past the GEMM-K have zero weights
         if (!kDiagNoWgmma)
           sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + kb * L::WRES_CHUNK + 32 * j), win.desc(base), kb * KS + j > 0);
-        win.advance(p, wh, t.th, t.pitch);
+        win.advance(p, wh);
       }
       sm90::wgmma_commit();
       // Every wgmma of the tile is issued: the other warpgroup's next tile may queue behind them.
