@@ -103,11 +103,12 @@ def tiny() -> int:
              (ConvShape(2, 32, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1)), True),
              (ConvShape(2, 64, 12, 10, 256, 1, 1), True),  # short GEMM-K: the resident-weight tiles
              (ConvShape(13, 64, 5, 5, 64, 3, 3, (1, 1), (1, 1, 1, 1)), True),  # window tiles of several images side by side
-             (ConvShape(2, 64, 24, 28, 96, 3, 3, (2, 2), (1, 1, 1, 1)), False)]  # stride-2 windows
+             (ConvShape(2, 64, 24, 28, 96, 3, 3, (2, 2), (1, 1, 1, 1)), False),  # stride-2 windows
+             (ConvShape(9, 64, 14, 14, 160, 3, 3, (2, 2), (1, 1, 1, 1)), True)]  # stride-2 windows of stacked images
     by_id = {t.id: t for t in WGMMA_TACTICS}
     for shape, res in cases:
         for t in (by_id[22], by_id[24], by_id[28], by_id[31], by_id[33], by_id[35], by_id[40], by_id[41], by_id[45], by_id[46],
-                  by_id[50], by_id[52], by_id[54], by_id[55], by_id[56], by_id[60], by_id[61], by_id[64], by_id[70], by_id[71], by_id[73], by_id[65], by_id[74]):
+                  by_id[50], by_id[52], by_id[54], by_id[55], by_id[56], by_id[60], by_id[61], by_id[64], by_id[70], by_id[71], by_id[73], by_id[65], by_id[74], by_id[66]):
             if only and t.id not in only:
                 continue
             if t.geometry(shape) is None:

@@ -424,26 +424,50 @@ class WgmmaTactic(Tactic):
         return th, nb, tpi, (th + shape.r - 1) * wh * 32, pix_tiles, pitch
 
     def _stride2_window_tiles(self, shape: ConvShape):
-        """WG_S2WIN: (TH, 1, tiles per image, box bytes, pixel tiles, pitch) for a 3x3 stride-2 conv padded by 1 on an
+        """WG_S2WIN: (TH, NB, tiles per image, box bytes, pixel tiles, pitch) for a 3x3 stride-2 conv padded by 1 on an
         even map. Output pixel (oh, ow)'s taps read input rows 2oh - 1 + r and columns 2ow - 1 + s. Seen as pairs of
-        columns (64 bytes: columns 2j, 2j + 1) and rows split by phase (row 2 h2 + ph), a tile of TH output rows from
-        oh0 needs pair rows h2 = oh0 - 1 .. oh0 + TH - 1 of both phases and pairs -1 .. OW - 1, so its window is one
-        box (64, pitch = OW + 1, TH + 1, 2, 1) of the view (64, W / 2, H / 2, 2, N * CB), landing [ph][h2][pair][64]
-        (zero-filled where it leaves the map: the padding). Tile position n = oh * pitch + ow then reads, for tap (r, s),
-        the 32 bytes at n * 64 + (1 + s) * 32 (columns 2ow - 1 + s are consecutive 32-byte vectors) of window rows
-        phase 1 from h2 = oh - 1 (r = 0), phase 0 from oh (r = 1) or phase 1 from oh (r = 2): one descriptor per tap
-        with 64-byte rows, like the stride-1 windows' shifted views, so each input pixel is loaded once per channel
-        block instead of once per tap reading it (the row-box tiles' 9 boxes per block). One image per tile."""
+        columns (64 bytes: columns 2j, 2j + 1), tap s of column ow reads the 32 bytes at (1 + s) * 32 of pair row ow
+        when pairs start at -1 (columns 2ow - 1 + s are consecutive 32-byte vectors), so with rows of pitch = OW + 1
+        pairs, tile position n = oh * pitch + ow reads byte n * 64 + (1 + s) * 32 of tap row r's window: one descriptor
+        per tap with 64-byte rows, like the stride-1 windows' shifted views, each input pixel loaded once per channel
+        block instead of once per tap reading it (the row-box tiles' 9 boxes per block). Two forms:
+
+        * TH output rows of one image (maps whose image fills at least half the tile): the rows split by phase (row
+          2 h2 + ph) serve all three tap rows, as phase 1 from h2 = oh - 1 (r = 0), phase 0 from oh (r = 1) and phase 1
+          from oh (r = 2), so the window is one box (64, pitch, TH + 1, 2, 1) of the view (64, W / 2, H / 2, 2, N * CB)
+          from (0, -1, oh0 - 1, 0, n * CB + cb), landing [ph][h2][pair][64], (TH + 1) * pitch pair rows per phase.
+        * NB whole images stacked (small maps, 7 x 7 outputs: 4 images of 56 positions fill N 224), positions
+          n = (i * OH + oh) * pitch + ow. One phase-1 window cannot serve both r = 0 and r = 2 here: image i's rows
+          would need OH + 1 of them (the zero padding row above) in OH rows of positions. So each tap row r has a
+          window of its own, rows 2oh + r - 1 of the NB images: one box (64, pitch, 2 OH, NB, 1) with element strides
+          (1, 1, 2, 1, 1) of the view (64, W / 2, H, N, CB) from (0, -1, r - 1, n0, cb), landing [image][oh][pair][64];
+          the three windows sit win = NB * OH * pitch rows apart (a multiple of 16 rows: 1024 bytes, so every box lands
+          on the same swizzle phase), and tap row r's view starts r * win rows in. 3 OH pitch pair rows per image, where
+          the first form's 2 (OH + 1) pitch would need 64 positions per 7 x 7 image instead of 56.
+        """
         oh, ow = shape.out_hw
         if ((shape.r, shape.s, shape.stride, shape.pads) != (3, 3, (2, 2), (1, 1, 1, 1)) or shape.h % 2 or shape.w % 2
                 or ow > self.bm):
             return None
         pitch = ow + 1
+        if pitch > 256:
+            return None
+        image_rows = oh * pitch  # positions of one image
+        if 2 * image_rows <= self.bm:  # stacked images
+            nb = min(self.bm // image_rows, shape.n)
+            while nb > 1 and nb * image_rows % 16:
+                nb -= 1  # whole 1024-byte windows
+            win = nb * image_rows
+            if nb * image_rows % 16 or 2 * oh > 256 or 2 * win + self.bm + 1 > self.halo_rows:
+                return None  # tap (2, 2)'s view, from row 2 win + 1, must stay inside the slot
+            if nb * oh * ow * 2 < self.bm:
+                return None  # under half the tile's positions would be pixels
+            return oh, nb, 1, 3 * win * self.window_row_bytes, math.ceil(shape.n / nb), pitch
         th_max = min((self.bm - ow) // pitch + 1, 255)  # TH + 1 pair rows <= 256 (box limit)
         tpi = math.ceil(oh / th_max)
         th = math.ceil(oh / tpi)
         phase_rows = (th + 1) * pitch
-        if phase_rows + pitch + 1 + self.bm > self.halo_rows or pitch > 256:
+        if phase_rows + pitch + 1 + self.bm > self.halo_rows:
             return None  # tap (2, 2)'s view, from row phase_rows + pitch + 1, must stay inside the slot
         if th * ow * 2 < self.bm:
             return None  # under half the tile's positions would be pixels
@@ -533,6 +557,10 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(74, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
                 staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=2),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True),
+    # w66: w65's tile with stacked-image windows for 7 x 7 outputs (res5 first conv2: 4 images, 196 pixels in 224
+    # positions, against the row-box tiles' 98 in 128 or 196 in 208 with 9 boxes per channel block): 3 windows of 224
+    # pair rows per channel block, 44 KB slots, 3 of them.
+    WgmmaTactic(66, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=688, halo_stages=3, stride2_windows=True),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).

@@ -9,8 +9,8 @@ passed by value (128 bytes each, weights, activations, output) ahead of ConvPara
 * activations: the CHW32 tensor [N][CB][H][W][32] as 5-D (32, W, H, CB, N) with byte strides
   (32, W*32, H*W*32, CB*H*W*32), box (32, OW*stride_w, TH*stride_h, 1, NB), elementStrides
   (1, stride_w, stride_h, 1, 1), 32-byte swizzle, out-of-bounds elements read as zero (the padding);
-  the window tiles' view (32, W, N, H, CB) instead, the stride-2 windows' (64, W/2, H/2, 2, N*CB) with
-  64-byte swizzle (tensor_map_args);
+  the window tiles' view (32, W, N, H, CB) instead, the stride-2 windows' (64, W/2, H/2, 2, N*CB) or, images
+  stacked, (64, W/2, H, N, CB) with 64-byte swizzle (tensor_map_args);
 * output (the channel-major ping-pong tile, which stores by TMA; the others get a placeholder): the view
   (32, OW, N, OH, KB), 32-byte swizzle, elements outside the tensor never written.
 
@@ -105,9 +105,15 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         # WG_S2WIN: pairs of columns (64 bytes) x rows split by parity (row 2 h2 + ph): the view (64, W / 2, H / 2, 2,
         # N * CB), box (64, pitch, TH + 1, 2, 1) from (0, -1, oh0 - 1, 0, n * CB + cb), landing [ph][h2][pair][64]
         # (tactics.py: _stride2_window_tiles).
+        # Stacked images (nb > 1): the view (64, W / 2, H, N, CB), one box (64, pitch, 2 OH, NB, 1) with element strides
+        # (1, 1, 2, 1, 1) per tap row r from (0, -1, r - 1, n0, cb): rows 2oh + r - 1, landing [image][oh][pair][64].
         hw32 = shape.h * shape.w * 32
-        args["x"] = ((64, shape.w // 2, shape.h // 2, 2, shape.n * cb), (64, 2 * shape.w * 32, shape.w * 32, hw32),
-                     (64, geo.pitch, geo.th + 1, 2, 1), (1,) * 5)
+        if geo.nb > 1:
+            args["x"] = ((64, shape.w // 2, shape.h, shape.n, cb), (64, shape.w * 32, cb * hw32, hw32),
+                         (64, geo.pitch, 2 * geo.th, geo.nb, 1), (1, 1, 2, 1, 1))
+        else:
+            args["x"] = ((64, shape.w // 2, shape.h // 2, 2, shape.n * cb), (64, 2 * shape.w * 32, shape.w * 32, hw32),
+                         (64, geo.pitch, geo.th + 1, 2, 1), (1,) * 5)
     elif tactic.halo_rows:
         # One window per channel block (WG_HALO): TH + R - 1 input rows of NB images side by side, each `pitch`
         # columns from -pad_left, the padding zero-filled; each tap reads a shifted view of it. The view (32, W, N,

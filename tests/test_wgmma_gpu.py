@@ -132,6 +132,21 @@ def test_stride2_windows_walk_several_tiles(monkeypatch, tactic_id, c, has_res):
     _check(shape, has_res, tactic)
 
 
+@pytest.mark.parametrize("has_res", [True, False], ids=["residual", "no-residual"])
+@pytest.mark.parametrize("n,c,hw,k", [(9, 128, 14, 160), (19, 64, 6, 64)], ids=["7x7-4-images", "3x3-16-images"])
+def test_stride2_stacked_windows_walk_several_tiles(monkeypatch, n, c, hw, k, has_res):
+    # Stride-2 windows of stacked images (w66): three windows per channel block, one per tap row; 4 images of 7 x 7 or
+    # 16 of 3 x 3 outputs per tile, the batch's last tile short (1 or 3 images, the rest of its windows zero-filled by the
+    # copy engine), 2 CTAs walking 6 or 2 tiles, 4 or 2 channel blocks through 3 window slots.
+    monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "2")
+    tactic = TACTICS_BY_ID[66]
+    shape = ConvShape(n, c, hw, hw, k, 3, 3, (2, 2), (1, 1, 1, 1))
+    geo = tactic.geometry(shape)
+    assert geo is not None and geo.nb > 1 and n % geo.nb != 0 and geo.kt // 9 % tactic.halo_stages != 0
+    assert ConvLaunch(shape, tactic, 1).grid[0] == 2 and geo.ctas >= 2
+    _check(shape, has_res, tactic)
+
+
 def test_multicast_pairs_walk_several_tiles(monkeypatch):
     monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")  # rounded down to one cluster of 2 CTAs for 8 tiles
     tactic = next(t for t in WGMMA_TACTICS if t.persistent and t.multicast)

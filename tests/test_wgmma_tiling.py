@@ -54,12 +54,17 @@ def pingpong_weight_view(wp: np.ndarray) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(wp, (1, rows // 16, 2, 8, kg), (rows * r, 16 * r, r, 2 * r, wp.strides[1]))
 
 
-def tile_pixel(pos: int, oh: int, ow: int, valid_px: int, wh: int = 0, pitch: int = 0):
+def tile_pixel(pos: int, oh: int, ow: int, valid_px: int, wh: int = 0, pitch: int = 0, th: int = 0):
     """wgmma_conv.cu's tile_pixel: (pixel of tile position pos, a pixel of the tensor?); with a window of width wh
     and images `pitch` columns apart (halo tactics) position y * wh + i * pitch + x is pixel i * oh * ow + y * ow + x
-    where x < ow."""
+    where x < ow; with stride-2 windows (th given) position (i * th + y) * pitch + x."""
     if not wh:
         return pos, pos < valid_px
+    if th:
+        row, x = divmod(pos, pitch)
+        image, y = divmod(row, th)
+        pix = image * oh * ow + y * ow + x
+        return pix, x < ow and pix < valid_px
     y, rest = divmod(pos, wh)
     image, x = divmod(rest, pitch)
     pix = image * oh * ow + y * ow + x
@@ -157,14 +162,20 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                 row_bytes = tactic.window_row_bytes
                 if r == 0 and s == 0:
                     window = np.zeros(tactic.halo_rows * row_bytes, np.int64)
-                    if tactic.stride2_windows:  # the pair view (64, W/2, H/2, 2, N * CB): [n * CB + cb][ph][h2][pair][64]
+                    if tactic.stride2_windows and g.nb > 1:  # stacked: per tap row r, (64, W/2, H, N, CB) from row r - 1
+                        x_rows = x5.reshape(shape.n, x5.shape[1], shape.h, shape.w // 2, 64).transpose(1, 0, 2, 3, 4)
+                        box = np.concatenate([tma_box(x_rows, (0, -1, rr - 1, n0, cb), (64, g.pitch, 2 * g.th, g.nb, 1),
+                                                      (1, 1, 2, 1, 1)).reshape(-1) for rr in range(3)])
+                    elif tactic.stride2_windows:  # the pair view (64, W/2, H/2, 2, N * CB): [n * CB + cb][ph][h2][pair][64]
                         x_pairs = x5.reshape(shape.n * x5.shape[1], shape.h // 2, 2, shape.w // 2, 64).transpose(0, 2, 1, 3, 4)
                         box = tma_box(x_pairs, (0, -1, oh0 - 1, 0, n0 * x5.shape[1] + cb), (64, g.pitch, g.th + 1, 2, 1), (1,) * 5)
                     else:
                         box = tma_box(x_windows, (0, w0, n0, h0, cb), (32, g.pitch, g.nb, g.th + shape.r - 1, 1), (1,) * 5)
                     assert box.size == g.box_bytes
                     window[:box.size] = box.reshape(-1)
-                if tactic.stride2_windows:  # phase(r) + row(r) + (1 + s) * 32: WindowCursor::s2_offset
+                if tactic.stride2_windows and g.nb > 1:  # window r of three: WindowCursor::s2_offset
+                    offset = r * (g.box_bytes // 3) + 32 + 32 * s
+                elif tactic.stride2_windows:  # phase(r) + row(r) + (1 + s) * 32
                     offset = ((g.th + 1) * g.pitch * 64 if r != 1 else 0) + (g.pitch * 64 if r != 0 else 0) + 32 + 32 * s
                 else:
                     offset = (r * wh + s) * 32
@@ -204,7 +215,8 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
         else:
             store = {c: c for c in range(ch)}
         # for_each_tile_vector: staging row px is pixel px, or (halo) window position px = oh * wh + ow
-        positions = [(px, *tile_pixel(px, oh, ow, valid_px, wh, g.pitch)) for px in range(bn)]
+        positions = [(px, *tile_pixel(px, oh, ow, valid_px, wh, g.pitch, g.th if tactic.stride2_windows else 0))
+                     for px in range(bn)]
         stored = [(px, pix) for px, pix, ok in positions if ok]
         for px, tile_pix in stored:
             m = m0 + tile_pix
@@ -236,6 +248,8 @@ CASES = [
     ConvShape(2, 64, 58, 56, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # stride-2 windows: 29 x 28 outputs, a short last tile per image
     ConvShape(3, 96, 28, 28, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 14 x 14 outputs
     ConvShape(1, 64, 56, 54, 128, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 28 x 27 outputs, two channel tiles of 64
+    ConvShape(5, 96, 14, 14, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 7 x 7 outputs: 4 images stacked, then 1
+    ConvShape(19, 64, 6, 6, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 3 x 3: 16 images (whole 1024-byte windows), then 3
 ]
 
 
@@ -273,8 +287,12 @@ def test_geometry_respects_the_hardware_limits():
             oh, ow = shape.out_hw
             assert g.box_bytes <= (t.halo_rows * t.window_row_bytes or t.bm * 32) and g.box_bytes % 32 == 0, name  # the box fits its slot
             assert ow * shape.stride[1] <= 256 and g.th * shape.stride[0] <= 256 and g.nb <= 256, name
-            if t.stride2_windows:  # tap (2, 2)'s view, the furthest, stays inside the slot; one image per tile
-                assert (g.th + 2) * g.pitch + 1 + t.bm <= t.halo_rows and g.pitch == ow + 1 and g.nb == 1, name
+            if t.stride2_windows and g.nb > 1:  # stacked images: three whole 1024-byte windows, tap (2, 2)'s view inside
+                win = g.nb * g.th * g.pitch
+                assert g.th == oh and g.pitch == ow + 1 and win % 16 == 0 and g.box_bytes == 3 * win * 64, name
+                assert 2 * win + 1 + t.bm <= t.halo_rows and win - 1 <= t.bm and 2 * g.th <= 256, name
+            elif t.stride2_windows:  # tap (2, 2)'s view, the furthest, stays inside the slot; TH rows of one image
+                assert (g.th + 2) * g.pitch + 1 + t.bm <= t.halo_rows and g.pitch == ow + 1, name
                 assert (g.th - 1) * g.pitch + ow <= t.bm and g.th + 1 <= 256, name
             elif t.halo_rows:  # every tap's view of the window stays inside the slot, the window's box within TMA limits
                 assert g.wh == g.nb * g.pitch and g.pitch >= shape.w + max(shape.pads[1], shape.pads[3]), name
@@ -342,6 +360,8 @@ def test_tensor_map_arguments_are_within_tma_limits():
                 dims, strides, box, es = args["x"]
                 if t.flat:  # a slot's boxes bring 4 k32 steps of bm pixels: expect_tx = 4 x box_bytes
                     assert t.bm // 8 // g.box_groups * math.prod(box) == t.ks * g.box_bytes, name
+                elif t.stride2_windows and g.nb > 1:  # stacked images: one box per tap row
+                    assert 3 * math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name
                 else:
                     assert math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name  # = expect_tx bytes
 

@@ -169,7 +169,11 @@
 // rows (wgmma's 64-byte-swizzle K-major layout, 8-row groups 512 bytes apart) from byte phase(r) + row(r) + (1 + s) * 32:
 // the K offset inside a 64-byte row, as for any K step inside a swizzle atom (plugins/tactics.py:
 // _stride2_window_tiles). The copy engine then moves 2 (TH + 1) pitch rows per channel block instead of 9 boxes of
-// TH * OW rows; WG_HALO_ROWS counts 64-byte rows. (Not kept: the two channel tiles' CTAs of a cluster sharing the
+// TH * OW rows; WG_HALO_ROWS counts 64-byte rows. Small maps stack NB whole images instead (7 x 7 outputs: 4 in N 224),
+// positions (i * OH + oh) * pitch + ow: there each tap row r has a window of its own, one box (64, pitch, 2 OH, NB, 1)
+// with element strides (1, 1, 2, 1, 1) of the view (64, W / 2, H, N, CB) bringing rows 2oh + r - 1 of the NB images,
+// the three box_bytes / 3 apart (an image's phase-1 rows with the padding row above are OH + 1, one more than its rows
+// of positions). (Not kept: the two channel tiles' CTAs of a cluster sharing the
 // windows, each copy engine loading one phase and multicasting it: res3 first conv2 0.0587 ms against 0.0555,
 // bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/47-stride2-multicast-not-kept.json.)
 #ifndef WG_S2WIN
@@ -253,12 +257,19 @@ __device__ __forceinline__ size_t chw32_offset(const ConvParams& p, int m, int c
 
 // The pixel of tile position `pos` (its index in the tile's linear pixel range) and whether it is one of
 // the tensor's: the same index, or with WG_HALO position oh * wh + i * pitch + ow = pixel i * OH * OW + oh * OW + ow
-// (image i of the tile's), a pixel only where ow < OW (plugins/tactics.py: WgmmaTactic._window_tiles).
+// (image i of the tile's), a pixel only where ow < OW (plugins/tactics.py: WgmmaTactic._window_tiles); with WG_S2WIN
+// position (i * TH + oh) * pitch + ow (_stride2_window_tiles).
 __device__ __forceinline__ int tile_pixel(int pos, const ConvParams& p, const TileCoord& tc, const WgmmaTile& t, int ohw,
                                           bool& ok) {
   if (!WG_HALO) {
     ok = pos < tc.valid_px;
     return pos;
+  }
+  if (WG_S2WIN) {  // positions (i * TH + oh) * pitch + ow: one image (i = 0), or NB stacked (TH = OH)
+    const int row = pos / t.pitch, ow = pos - row * t.pitch, image = row / t.th, oh = row - image * t.th;
+    const int pix = image * ohw + oh * p.OW + ow;
+    ok = ow < p.OW && pix < tc.valid_px;
+    return pix;
   }
   const int wh = t.nb * t.pitch, oh = pos / wh, x = pos - oh * wh, image = t.nb > 1 ? x / t.pitch : 0, ow = x - image * t.pitch;
   const int pix = image * ohw + oh * p.OW + ow;
@@ -541,18 +552,25 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
 // `advance` selects rather than branches: a branch between two wgmmas of a batch makes ptxas fence each one
 // (WARPGROUP.ARRIVE), and with one warpgroup issuing at a time (WG_PINGPONG) the issue then falls behind the
 // tensor cores.
-// With WG_S2WIN, tap (r, s)'s view starts at byte phase(r) + row(r) + (1 + s) * 32 of the window (see WG_S2WIN):
-// `offset` is kept as those bytes, the stride-1 windows' as (r * wh + s) * 32.
+// With WG_S2WIN, tap (r, s)'s view starts at byte row_view(r) + (1 + s) * 32 of the window (see WG_S2WIN): `offset`
+// is kept as those bytes, the stride-1 windows' as (r * wh + s) * 32.
 template <class L>
 struct WindowCursor {
-  // phase_bytes, row_bytes: the stride-2 window's phases and pair rows apart (TH + 1 rows of `pitch` pairs per phase)
-  int first, waited = 0, released = 0, slot, r = 0, s = 0, phase_bytes, row_bytes, offset;
+  // row_view0..2: where tap row r's view starts in a stride-2 window. One image: phase 1 from pair row oh - 1, phase 0
+  // from oh, phase 1 from oh (phases TH + 1 rows of `pitch` pairs apart); stacked images: window r of three, each
+  // box_bytes / 3 (plugins/tactics.py: _stride2_window_tiles).
+  int first, waited = 0, released = 0, slot, r = 0, s = 0, row_view0, row_view1, row_view2, offset;
   __device__ __forceinline__ WindowCursor(int first_use, const WgmmaTile& t)
-      : first(first_use), slot(first_use % L::HALO_STAGES), phase_bytes((t.th + 1) * t.pitch * 64), row_bytes(t.pitch * 64),
-        offset(WG_S2WIN ? s2_offset() : 0) {}
+      : first(first_use), slot(first_use % L::HALO_STAGES) {
+    const int phase_bytes = (t.th + 1) * t.pitch * 64, row_bytes = t.pitch * 64, stacked = t.box_bytes / 3;
+    row_view0 = t.nb > 1 ? 0 : phase_bytes;
+    row_view1 = t.nb > 1 ? stacked : row_bytes;
+    row_view2 = t.nb > 1 ? 2 * stacked : phase_bytes + row_bytes;
+    offset = WG_S2WIN ? s2_offset() : 0;
+  }
   // the current tap (r, s) of a stride-2 window
   __device__ __forceinline__ int s2_offset() const {
-    return (r != 1 ? phase_bytes : 0) + (r != 0 ? row_bytes : 0) + 32 + 32 * s;
+    return (r == 0 ? row_view0 : r == 1 ? row_view1 : row_view2) + 32 + 32 * s;
   }
   __device__ __forceinline__ void wait_for_steps_before(int k_end, const ConvParams& p, uint32_t hfull0) {
     for (; waited * p.R * p.S < k_end; ++waited) {
@@ -692,9 +710,12 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           } else {
             sm90::mbar_arrive_expect_tx(hfull, t.box_bytes);
             const uint32_t slot = base + L::HALO_OFFSET + hs * L::HALO_SLOT;
-            if (WG_S2WIN)  // the pair view (64, W / 2, H / 2, 2, N * CB): pairs from -1, rows of both phases from oh0 - 1
+            if (WG_S2WIN && t.nb > 1) {  // stacked images, the view (64, W / 2, H, N, CB): tap row r's rows 2oh + r - 1
+              for (int r = 0; r < 3; ++r)
+                sm90::tma_load_5d(slot + r * (t.box_bytes / 3), tmap_x, hfull, 0, -1, r - 1, tc.n0, cb);
+            } else if (WG_S2WIN) {  // the pair view (64, W / 2, H / 2, 2, N * CB): pairs from -1, rows of both phases from oh0 - 1
               sm90::tma_load_5d(slot, tmap_x, hfull, 0, -1, tc.oh0 - 1, 0, tc.n0 * windows + cb);
-            else  // the window view (32, W, N, H, CB) of the activation (plugins/wgmma.py): NB images side by side
+            } else  // the window view (32, W, N, H, CB) of the activation (plugins/wgmma.py): NB images side by side
               sm90::tma_load_5d(slot, tmap_x, hfull, 0, w0, tc.n0, h0, cb);
           }
         };
