@@ -595,8 +595,10 @@ WGMMA_PREFERRED = (31, 28)
 # 34-select-cursor-if3-*.json; on res4 conv2, w71 0.0521-0.0526 stays behind w61's 0.0508-0.0516). Since its output
 # leaves by TMA store (session 14, 42-tma-store.json), w71 leads on res4 conv2 (0.0462 ms against w61's 0.0515) and w70
 # on res3 conv2 0.0494. Among the window tiles that fit, choose_wgmma takes the one computing least, this order between
-# equals. The stride-2 windows (session 15) take the 3x3 stride-2 layers: res3 first conv2 w74, res4 first conv2 w65.
-WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 64, 74, 65)
+# equals. The stride-2 windows (session 15) take the 3x3 stride-2 layers: res3 first conv2 w74, res4 first conv2 w65;
+# their stacked-image form (session 16) res5 first conv2: w66 0.0487 ms against w40's 0.0501 and w31's 0.0533
+# (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/52-stride2-stacked-windows.json).
+WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 64, 74, 65, 66)
 # GEMM-K under 1024 (the 1x1 conv3 / downsample / conv1 layers): two staging tiles, the residual streaming
 # in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
 # conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).
