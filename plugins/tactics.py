@@ -453,12 +453,12 @@ class WgmmaTactic(Tactic):
         if pitch > 256:
             return None
         image_rows = oh * pitch  # positions of one image
-        if 2 * image_rows <= self.bm:  # stacked images
+        if 2 * image_rows <= self.bm:  # stacked images (the kernel tells the two forms apart by NB > 1)
             nb = min(self.bm // image_rows, shape.n)
             while nb > 1 and nb * image_rows % 16:
                 nb -= 1  # whole 1024-byte windows
             win = nb * image_rows
-            if nb * image_rows % 16 or 2 * oh > 256 or 2 * win + self.bm + 1 > self.halo_rows:
+            if nb < 2 or win % 16 or 2 * oh > 256 or 2 * win + self.bm + 1 > self.halo_rows:
                 return None  # tap (2, 2)'s view, from row 2 win + 1, must stay inside the slot
             if nb * oh * ow * 2 < self.bm:
                 return None  # under half the tile's positions would be pixels

@@ -12,7 +12,7 @@ import pytest
 from trtfuse.bench.layers import edge_layers, resnet50_layers
 from trtfuse.plugins.layout import pack_nchwv, pack_weight, round_up
 from trtfuse.plugins.reference import conv_int8_accumulate
-from trtfuse.plugins.tactics import WGMMA_TACTICS, ConvShape, choose, choose_wgmma, candidate_tactics
+from trtfuse.plugins.tactics import TACTICS_BY_ID, WGMMA_TACTICS, ConvShape, candidate_tactics, choose, choose_wgmma
 
 
 def tma_box(t: np.ndarray, coords, box, elem_strides) -> np.ndarray:
@@ -250,6 +250,7 @@ CASES = [
     ConvShape(1, 64, 56, 54, 128, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 28 x 27 outputs, two channel tiles of 64
     ConvShape(5, 96, 14, 14, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 7 x 7 outputs: 4 images stacked, then 1
     ConvShape(19, 64, 6, 6, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 3 x 3: 16 images (whole 1024-byte windows), then 3
+    ConvShape(3, 64, 16, 14, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 8 x 7: 3 images of 64 positions, the batch in one tile
 ]
 
 
@@ -267,6 +268,21 @@ def test_tiles_compute_the_exact_convolution(shape, tactic):
     ref = conv_int8_accumulate(x, w, shape.stride, shape.pads)
     np.testing.assert_array_equal(got[:, : shape.k], ref)
     assert not got[:, shape.k:].any()
+
+
+def test_stride2_stacked_windows_take_two_images_or_none():
+    # The kernel and the tensor map tell the stacked form from the one-image form by NB > 1: a batch of one image, or
+    # a count that no whole 1024-byte window holds, must leave the small map to another tactic, not to NB = 1.
+    w66 = TACTICS_BY_ID[66]
+    for n in range(1, 6):
+        for hw in ((16, 14), (14, 14), (6, 6), (10, 10)):
+            shape = ConvShape(n, 64, *hw, 64, 3, 3, (2, 2), (1, 1, 1, 1))
+            g = w66.geometry(shape)
+            oh, ow = shape.out_hw
+            if 2 * oh * (ow + 1) <= w66.bm:  # a map the stacked form is for
+                assert g is None or (g.nb >= 2 and g.th == oh and g.nb * oh * (ow + 1) % 16 == 0), (n, hw, g)
+    assert w66.geometry(ConvShape(1, 64, 16, 14, 64, 3, 3, (2, 2), (1, 1, 1, 1))) is None
+    assert w66.geometry(ConvShape(2, 64, 16, 14, 64, 3, 3, (2, 2), (1, 1, 1, 1))).nb == 2
 
 
 def test_tma_box_model_matches_strided_slicing():
@@ -290,7 +306,7 @@ def test_geometry_respects_the_hardware_limits():
             if t.stride2_windows and g.nb > 1:  # stacked images: three whole 1024-byte windows, tap (2, 2)'s view inside
                 win = g.nb * g.th * g.pitch
                 assert g.th == oh and g.pitch == ow + 1 and win % 16 == 0 and g.box_bytes == 3 * win * 64, name
-                assert 2 * win + 1 + t.bm <= t.halo_rows and win - 1 <= t.bm and 2 * g.th <= 256, name
+                assert 2 * win + 1 + t.bm <= t.halo_rows and (g.nb * g.th - 1) * g.pitch + ow <= t.bm and 2 * g.th <= 256, name
             elif t.stride2_windows:  # tap (2, 2)'s view, the furthest, stays inside the slot; TH rows of one image
                 assert (g.th + 2) * g.pitch + 1 + t.bm <= t.halo_rows and g.pitch == ow + 1, name
                 assert (g.th - 1) * g.pitch + ow <= t.bm and g.th + 1 <= 256, name
