@@ -108,7 +108,8 @@ def tiny() -> int:
     by_id = {t.id: t for t in WGMMA_TACTICS}
     for shape, res in cases:
         for t in (by_id[22], by_id[24], by_id[28], by_id[31], by_id[33], by_id[35], by_id[40], by_id[41], by_id[45], by_id[46],
-                  by_id[50], by_id[52], by_id[54], by_id[55], by_id[56], by_id[60], by_id[61], by_id[64], by_id[70], by_id[71], by_id[73], by_id[65], by_id[74], by_id[66]):
+                  by_id[50], by_id[52], by_id[54], by_id[55], by_id[56], by_id[60], by_id[61], by_id[64], by_id[70], by_id[71], by_id[73], by_id[65], by_id[74], by_id[66],
+                  by_id[67], by_id[68], by_id[69]):
             if only and t.id not in only:
                 continue
             if t.geometry(shape) is None:

@@ -235,6 +235,9 @@ class WgmmaTactic(Tactic):
     # 64-byte rows; both row phases of TH + 1 pair rows land in one box (_stride2_window_tiles)
     stride2_windows: bool = False
     pp_inflight: int = 3  # channel-major ping-pong: wgmma batches left in flight (WG_PP_INFLIGHT); holds up to pp_inflight + 1 windows
+    # channel-major window tiles without ping-pong: the output leaves by TMA store from a [block][position][32] staging
+    # tile, the weight rows permuted in pairs as the ping-pong tile's (WG_TMA_OUT; the ping-pong tile always does)
+    tma_store: bool = False
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
 
@@ -251,6 +254,7 @@ class WgmmaTactic(Tactic):
             assert self.bm in WGMMA_S8_WIDTHS, "the wgmma N of s8: 8, 16, 24, then multiples of 16 up to 256"
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
             assert not self.stride2_windows or self.halo_rows, "stride-2 windows are windows"
+            assert not self.tma_store or (self.halo_rows and not self.pingpong), "TMA stores: the window tiles without ping-pong"
             if self.pingpong:  # each consumer warpgroup a 64-channel tile of its own, the weight resident, windows
                 assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
                 assert self.halo_rows and self.persistent and self.staging == 2, "channel-major ping-pong: windows, persistent, a staging tile per warpgroup"
@@ -279,7 +283,7 @@ class WgmmaTactic(Tactic):
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
-                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}"
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     def defines(self) -> dict[str, int]:
@@ -308,9 +312,17 @@ class WgmmaTactic(Tactic):
             d["WG_S2WIN"] = 1
         if self.pp_inflight != 3:
             d["WG_PP_INFLIGHT"] = self.pp_inflight
+        if self.tma_store:
+            d["WG_TMA_OUT"] = 1
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
+
+    @property
+    def stores_by_tma(self) -> bool:
+        """Channel-major tiles whose output leaves by TMA store and whose weight rows are permuted in pairs (kTmaOut in
+        wgmma_conv.cu): the ping-pong tiles and the `tma_store` window tiles."""
+        return not self.pixel_major and (self.pingpong or self.tma_store)
 
     @property
     def window_row_bytes(self) -> int:
@@ -337,8 +349,8 @@ class WgmmaTactic(Tactic):
             bars += 16 * self.halo_stages
         else:
             ring = self.stages * self.ks * 32 * (self.CHANNELS + self.bm)
-        # staging rows of CHANNELS + 16 bytes; the channel-major ping-pong's are [block][position][32], unpadded
-        staging_row = self.CHANNELS if self.pingpong else self.CHANNELS + 16
+        # staging rows of CHANNELS + 16 bytes; the TMA-stored tiles' are [block][position][32], unpadded
+        staging_row = self.CHANNELS if self.stores_by_tma else self.CHANNELS + 16
         return ring + self.staging * self.bm * staging_row + bars + 1024
 
     def geometry(self, shape: ConvShape) -> WgmmaGeometry | None:
@@ -561,6 +573,14 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # positions, against the row-box tiles' 98 in 128 or 196 in 208 with 9 boxes per channel block): 3 windows of 224
     # pair rows per channel block, 44 KB slots, 3 of them.
     WgmmaTactic(66, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=688, halo_stages=3, stride2_windows=True),
+    # w67-w69: w65, w66 and w64 storing by TMA (WG_TMA_OUT): their consumer threads' 16-byte stores, under the next
+    # tile's first wgmma batch, outlasted it (res4 first conv2 w65 0.0545 ms, 0.0469 without them; res5 first conv2 w66
+    # 0.0489 / 0.0458: bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/54-channel-major-stores.json).
+    WgmmaTactic(67, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
+                tma_store=True),
+    WgmmaTactic(68, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=688, halo_stages=3, stride2_windows=True,
+                tma_store=True),
+    WgmmaTactic(69, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320, tma_store=True),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).

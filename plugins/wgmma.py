@@ -11,8 +11,9 @@ passed by value (128 bytes each, weights, activations, output) ahead of ConvPara
   (1, stride_w, stride_h, 1, 1), 32-byte swizzle, out-of-bounds elements read as zero (the padding);
   the window tiles' view (32, W, N, H, CB) instead, the stride-2 windows' (64, W/2, H/2, 2, N*CB) or, images
   stacked, (64, W/2, H, N, CB) with 64-byte swizzle (tensor_map_args);
-* output (the channel-major ping-pong tile, which stores by TMA; the others get a placeholder): the view
-  (32, OW, N, OH, KB), 32-byte swizzle, elements outside the tensor never written.
+* output (the channel-major tiles that store by TMA: the ping-pong and `tma_store` ones; the others get a
+  placeholder): the view (32, OW, N, OH, KB), or (32, OW, OH, N, KB) for stacked stride-2 windows, 32-byte swizzle,
+  elements outside the tensor never written.
 
 Encoded maps are cached per (pointers, shape, tactic): a CUDA-graph capture or a benchmark loop
 re-encodes nothing. The module is compiled for sm_90a (wgmma, setmaxnreg are not in plain sm_90).
@@ -127,8 +128,8 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         hw = shape.h * shape.w
         args["x"] = ((32, 8, cb, geo.groups_per_image, shape.n), (32, hw * 32, 256, cb * hw * 32),
                      (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)
-    if tactic.pingpong and not tactic.pixel_major:
-        # The channel-major ping-pong tile's weight rows permuted inside each 16-channel group: dims (KGpad, g 8, h 2,
+    if tactic.stores_by_tma:
+        # The channel-major ping-pong and `tma_store` tiles' weight rows permuted inside each 16-channel group: dims (KGpad, g 8, h 2,
         # Kpad/16, 1) with row strides (2, 1, 16) so box row 16u + 8h + g is channel 16u + 2g + h, and a consumer
         # thread's two accumulator rows (g, g + 8) are adjacent channels. Its output leaves by TMA store: boxes (32,
         # pitch, NB, TH, 1) of the view (32, OW, N, OH, KB), laid out as the window positions; the copy engine drops the
@@ -137,6 +138,9 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
                      (tactic.a_box, 8, 2, tactic.CHANNELS // 16, 1), (1,) * 5)
         args["y"] = ((32, ow, shape.n, oh, kp // 32), (32, kp * oh * ow, ow * 32, oh * ow * 32),
                      (32, geo.pitch, geo.nb, geo.th, 1), (1,) * 5)
+        if tactic.stride2_windows and geo.nb > 1:  # stacked images: positions (i * OH + oh) * pitch + ow, (32, OW, OH, N, KB)
+            args["y"] = ((32, ow, oh, shape.n, kp // 32), (32, ow * 32, kp * oh * ow, oh * ow * 32),
+                         (32, geo.pitch, geo.th, geo.nb, 1), (1,) * 5)
     if tactic.pixel_major:
         # Weight rows permuted inside each 32-channel block: dims (KGpad, e 2, q 4, jj 4, Kpad/32) with row
         # strides (1, 8, 2, 32) so box row e + 2q + 8jj + 32b is channel 32b + 8q + 2jj + e: wgmma column

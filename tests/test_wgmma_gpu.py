@@ -116,7 +116,7 @@ def test_channel_pingpong_walks_several_tiles(monkeypatch, tactic_id, ctas, has_
 
 
 @pytest.mark.parametrize("has_res", [True, False], ids=["residual", "no-residual"])
-@pytest.mark.parametrize("tactic_id,c", [(74, 96), (65, 160)])
+@pytest.mark.parametrize("tactic_id,c", [(74, 96), (65, 160), (67, 160)])
 def test_stride2_windows_walk_several_tiles(monkeypatch, tactic_id, c, has_res):
     # 3x3 stride-2 windows of column pairs: 3 channel tiles of w74 (K = 160, the last one partial) or 2 of w65, 3 or 5
     # channel blocks, 3 CTAs (w74's resident weights: one channel tile each) walking every tile, window rings whose slot
@@ -134,12 +134,13 @@ def test_stride2_windows_walk_several_tiles(monkeypatch, tactic_id, c, has_res):
 
 @pytest.mark.parametrize("has_res", [True, False], ids=["residual", "no-residual"])
 @pytest.mark.parametrize("n,c,hw,k", [(9, 128, 14, 160), (19, 64, 6, 64)], ids=["7x7-4-images", "3x3-16-images"])
-def test_stride2_stacked_windows_walk_several_tiles(monkeypatch, n, c, hw, k, has_res):
+@pytest.mark.parametrize("tactic_id", [66, 68])
+def test_stride2_stacked_windows_walk_several_tiles(monkeypatch, tactic_id, n, c, hw, k, has_res):
     # Stride-2 windows of stacked images (w66): three windows per channel block, one per tap row; 4 images of 7 x 7 or
     # 16 of 3 x 3 outputs per tile, the batch's last tile short (1 or 3 images, the rest of its windows zero-filled by the
-    # copy engine), 2 CTAs walking 6 or 2 tiles, 4 or 2 channel blocks through 3 window slots.
+    # copy engine), 2 CTAs walking 6 or 2 tiles, 4 or 2 channel blocks through 3 window slots; w68 stores by TMA.
     monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "2")
-    tactic = TACTICS_BY_ID[66]
+    tactic = TACTICS_BY_ID[tactic_id]
     shape = ConvShape(n, c, hw, hw, k, 3, 3, (2, 2), (1, 1, 1, 1))
     geo = tactic.geometry(shape)
     assert geo is not None and geo.nb > 1 and n % geo.nb != 0 and geo.kt // 9 % tactic.halo_stages != 0

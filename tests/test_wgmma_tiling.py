@@ -151,7 +151,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
             if tactic.pixel_major:  # box rows (b, jj, q, e) in order: the weight map's permutation
                 a = tma_box(permuted_weight_view(wp), (k // 4 * 128, 0, 0, 0, c0 // 32), (128, 2, 4, 4, ch // 32),
                             (1,) * 5).reshape(ch, 128)[:, k % 4 * 32:k % 4 * 32 + 32]
-            elif tactic.pingpong:  # resident chunks of 4 k32 steps, box row 16u + 8h + g is channel 16u + 2g + h
+            elif tactic.stores_by_tma:  # chunks of 4 k32 steps (resident or a ring slot's), box row 16u + 8h + g is channel 16u + 2g + h
                 a = tma_box(pingpong_weight_view(wp), (k // 4 * 128, 0, 0, c0 // 16, 0), (128, 8, 2, ch // 16, 1),
                             (1,) * 5).reshape(ch, 128)[:, k % 4 * 32:k % 4 * 32 + 32]
             elif tactic.a_box == 128:  # one box per slot of 4 k32 steps; step k is its columns 32 (k % 4) ..
@@ -210,7 +210,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                      for b in range(ch // 32) for jj in range(4) for q in range(4) for e in range(2)}
             if residual is not None:
                 rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn)
-        elif tactic.pingpong:  # wgmma row 16u + 8h + g holds channel 16u + 2g + h
+        elif tactic.stores_by_tma:  # wgmma row 16u + 8h + g holds channel 16u + 2g + h
             store = {16 * u + 8 * h + g: 16 * u + 2 * g + h for u in range(ch // 16) for h in range(2) for g in range(8)}
         else:
             store = {c: c for c in range(ch)}

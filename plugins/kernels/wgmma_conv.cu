@@ -179,6 +179,15 @@
 #ifndef WG_S2WIN
 #define WG_S2WIN 0
 #endif
+// 1 (channel-major window tiles without ping-pong): the output leaves by TMA store, as the channel-major ping-pong
+// tile's does: the weight rows permuted (plugins/wgmma.py) so a thread's two accumulator rows are adjacent channels,
+// requantized in pairs into a [block][position][32] staging tile (32-byte swizzle), and one thread hands each channel
+// block to the copy engine. The consumer threads' own 16-byte stores, issued under the next tile's first wgmma batch,
+// outlasted it: res4 first conv2 w65 0.0545 ms, 0.0469 without them (main loop alone 0.0437; bench/results/
+// wgmma-diag-NVIDIA_H200-2026-11-22/54-channel-major-stores.json).
+#ifndef WG_TMA_OUT
+#define WG_TMA_OUT 0
+#endif
 #ifndef WG_HALO_ROWS
 #define WG_HALO_ROWS 288
 #endif
@@ -199,6 +208,8 @@
 #define WG_DIAG 0
 #endif
 constexpr bool kChannelPingpong = WG_PINGPONG && !WG_PIXM;
+// Channel-major tiles whose weight rows are permuted in pairs and whose output leaves by TMA store
+constexpr bool kTmaOut = kChannelPingpong || (WG_TMA_OUT && !WG_PIXM);
 constexpr bool kDiagNoRing = WG_DIAG == 13;
 constexpr bool kDiagNoCopies = WG_DIAG == 3 || WG_DIAG == 8 || WG_DIAG == 9 || WG_DIAG == 12 || kDiagNoRing;
 constexpr bool kDiagNoResidualLoads = WG_DIAG == 6 || WG_DIAG == 9;
@@ -517,9 +528,9 @@ struct WgmmaSmem {
   static constexpr int HALO_STAGES = HALO ? WG_HALO_STAGES : 1;  // (1 keeps the ring arithmetic defined)
   // staging row: 16-byte pad keeps 16-byte alignment, spreads banks; the ping-pong tile's staging is [block][BN][32]
   // (staging_offset), what its TMA store reads
-  static constexpr int OUT_STRIDE = kChannelPingpong ? 32 : CH + 16;
+  static constexpr int OUT_STRIDE = kTmaOut ? 32 : CH + 16;
   static constexpr int OUT_OFFSET = HALO_OFFSET + HALO_STAGES * HALO_SLOT;  // HALO_SLOT is 0 without windows
-  static constexpr int OUT_BYTES = PIXM ? WG_CONSUMERS * 64 * CH : kChannelPingpong ? BN * CH : BN * OUT_STRIDE;  // one staging (or residual) buffer
+  static constexpr int OUT_BYTES = PIXM ? WG_CONSUMERS * 64 * CH : kTmaOut ? BN * CH : BN * OUT_STRIDE;  // one staging (or residual) buffer
   static constexpr int BUFFERS = PIXM ? 2 : WG_STAGING;
   static constexpr int GROUPS = PIXM ? WG_CONSUMERS / (BN / 64) : 1;  // tile groups (pixel-major): consumer warpgroups per CTA / per tile
   static constexpr int FACTOR_OFFSET = OUT_OFFSET + BUFFERS * OUT_BYTES;
@@ -536,7 +547,8 @@ struct WgmmaSmem {
   static_assert(PIXM || !WRES || kChannelPingpong, "channel-major resident weights are the ping-pong tile's");
   static_assert(!kChannelPingpong || (CH == 64 && WRES && HALO && WG_STAGING == 2 && KS == 4),
                 "channel-major ping-pong: 64-channel tiles, resident weights, windows, a staging tile per warpgroup");
-  static_assert(!kChannelPingpong || (OUT_OFFSET % 256 == 0 && OUT_BYTES % 256 == 0), "32-byte-swizzled staging tiles start 256-byte aligned");
+  static_assert(!kTmaOut || (OUT_OFFSET % 256 == 0 && OUT_BYTES % 256 == 0), "32-byte-swizzled staging tiles start 256-byte aligned");
+  static_assert(!WG_TMA_OUT || (!PIXM && HALO && WG_A128 && CH == 128), "TMA-stored channel-major tiles: windows, 128-byte weight boxes");
 };
 
 template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
@@ -610,8 +622,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
                                                 const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
   static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
-  static_assert(PIXM || WG_DIAG < 6 || WG_DIAG >= 10 || (kChannelPingpong && WG_DIAG >= 7),
-                "profiling builds 6-9 take the pixel-major epilogue apart (7-9 also the channel-major ping-pong's)");
+  static_assert(PIXM || WG_DIAG < 6 || WG_DIAG >= 10 || WG_DIAG == 7 || (kChannelPingpong && WG_DIAG >= 7),
+                "profiling builds 6-9 take the pixel-major epilogue apart (7-9 also the channel-major ping-pong's, 7 any tile's)");
   constexpr int CONSUMERS = 128 * WG_CONSUMERS;
   extern __shared__ __align__(1024) int8_t smem_raw[];
   // Align the operand ring to 1024 bytes of shared-memory address (the host asks for 1024 more).
@@ -739,6 +751,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
             // 5-D view (KGpad, 2, 4, 4, Kpad/32) of the packed weight: row e + 2q + 8jj + 32b of the box is
             // channel c0 + 32b + 8q + 2jj + e (plugins/wgmma.py), which is wgmma column 8(4b + jj) + 2q + e.
             sm90::tma_load_5d(sa, tmap_w, full, kb * KS * 32, 0, 0, 0, tc.c0 / 32);
+          } else if (kLoadWeights && WG_A128 && kTmaOut) {  // (KGpad, 8, 2, Kpad/16, 1): box row 16u + 8h + g is channel 16u + 2g + h
+            sm90::tma_load_5d(sa, tmap_w, full, kb * KS * 32, 0, 0, tc.c0 / 16, 0);
           } else if (kLoadWeights && WG_A128) {
             sm90::tma_load_2d(sa, tmap_w, full, kb * KS * 32, tc.c0);
           }
@@ -797,6 +811,11 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   };
   const bool has_res = p.residual != nullptr;
   const int c_lo = wg * 64 + warp * 16 + lane / 4;  // tile channel of this thread's accumulator rows (and + 8)
+  // kTmaOut: the weight rows are permuted, so accumulator rows 16w + g and 16w + g + 8 of the warpgroup's warp w are its
+  // channels 16w + 2g and 16w + 2g + 1, adjacent bytes of staging block 2 wg + w / 2 (32-byte swizzle: the half flips in
+  // rows 4-7); `pair_cell` is the thread's pixel 2(lane % 4) there.
+  const int c_pair = wg * 64 + warp * 16 + 2 * (lane / 4);
+  const int pair_cell = (2 * wg + warp / 2) * BN * 32 + 2 * (lane % 4) * 32 + ((16 * (warp % 2) + 2 * (lane / 4)) ^ (lane % 4 >= 2 ? 16 : 0));
   const EpilogueScalars es(p, has_res);
   const uint32_t a_rows = wg * 64 * (WG_A128 ? 128 : 32);  // this warpgroup's 64 weight rows inside the A tile
   using Tile = TileCoord;
@@ -824,7 +843,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     // Two staging tiles: this tile's residual can stream in now (the other tile holds the pending output).
     if (WG_STAGING == 2 && res_now) issue_residual(tc, staging);
     cp_async_commit();
-    const ChannelPairFactors factors(p, tc.c0 + c_lo, kpad);  // loaded now, used in the epilogue
+    const ChannelPairFactors factors(p, tc.c0 + (kTmaOut ? c_pair : c_lo), kpad, kTmaOut ? 1 : 8);  // used in the epilogue
 
     WindowCursor<L> win(local * windows, t);  // WG_HALO
     // One ring slot's batch of k32 steps. `whole`: all KS of them, with no branch between the wgmmas (a branch makes
@@ -853,9 +872,10 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       if (kb == 0) {
         // Under the first batch: the previous tile's stores, then (one staging tile) this tile's residual
         // into the staging tile they have just emptied.
-        if (pending) store(pending_tc, pending_staging);
+        if (pending && !kDiagNoStores) store(pending_tc, pending_staging);
         pending = false;
         if (WG_STAGING == 1 && res_now) {
+          if (kTmaOut && tid == 0) sm90::bulk_wait_group_read_all();  // the previous tile's TMA store has read it
           sm90::named_barrier(1, CONSUMERS);  // every consumer's stores have read the staging tile
           issue_residual(tc, staging);
         }
@@ -882,14 +902,39 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     }
     // ---------------- epilogue: requantize into the staging tile; the stores go out under the next tile ----------------
     cp_async_wait<0>();
+    if (kTmaOut && tid == 0) sm90::bulk_wait_group_read_all();  // the previous tile's TMA store has read the staging tile
     sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed (and the stores read their tile)
-    factors.requantize<BN, L::OUT_STRIDE>(acc, staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo, lane, es, has_res);
+    if constexpr (kTmaOut) {
+      float sc[2], bi[2];
+      factors.fold(es, sc, bi);
+      if (has_res)
+        requantize_pairs<BN, 32, true>(acc, staging + pair_cell, sc, bi, es.rs, es.relu_min);
+      else
+        requantize_pairs<BN, 32, false>(acc, staging + pair_cell, sc, bi, 0.0f, es.relu_min);
+      sm90::fence_proxy_async_shared();  // the staging writes, visible to the TMA store
+    } else {
+      factors.requantize<BN, L::OUT_STRIDE>(acc, staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo, lane, es, has_res);
+    }
     sm90::named_barrier(1, CONSUMERS);  // the whole staging tile is written before anyone stores from it
-    pending = true;
+    if (kTmaOut && tid == 0 && !kDiagNoStores) {
+      // One box per channel block of the output's view: (32, pitch, NB, TH) of (32, OW, N, OH, KB), or with stacked
+      // stride-2 windows (32, pitch, TH, NB) of (32, OW, OH, N, KB) (plugins/wgmma.py): the copy engine drops the
+      // positions past a row, the images past the batch and the blocks past Kpad.
+      for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b) {
+        const uint32_t src = smem_u32(staging + b * BN * 32);
+        if (WG_S2WIN && t.nb > 1)
+          sm90::tma_store_5d(tmap_y, src, 0, 0, tc.oh0, tc.n0, tc.c0 / 32 + b);
+        else
+          sm90::tma_store_5d(tmap_y, src, 0, 0, tc.n0, tc.oh0, tc.c0 / 32 + b);
+      }
+      sm90::bulk_commit_group();
+    }
+    pending = !kTmaOut;
     pending_tc = tc;
     pending_staging = staging;
   }
-  if (pending) store(pending_tc, pending_staging);
+  if (pending && !kDiagNoStores) store(pending_tc, pending_staging);
+  if (kTmaOut && tid == 0) sm90::bulk_wait_group_all();  // the stores are done before the CTA's shared memory goes
   // No CTA of a pair leaves while its partner may still arrive on its barriers.
   if (WG_MCAST) sm90::cluster_sync();
 }
