@@ -580,7 +580,7 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
                 tma_store=True),
     WgmmaTactic(68, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=688, halo_stages=3, stride2_windows=True,
                 tma_store=True),
-    WgmmaTactic(69, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320, tma_store=True),
+    WgmmaTactic(69, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320, halo_stages=4, tma_store=True),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).
