@@ -617,8 +617,12 @@ WGMMA_PREFERRED = (31, 28)
 # on res3 conv2 0.0494. Among the window tiles that fit, choose_wgmma takes the one computing least, this order between
 # equals. The stride-2 windows (session 15) take the 3x3 stride-2 layers: res3 first conv2 w74, res4 first conv2 w65;
 # their stacked-image form (session 16) res5 first conv2: w66 0.0487 ms against w40's 0.0501 and w31's 0.0533
-# (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/52-stride2-stacked-windows.json).
-WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 64, 74, 65, 66)
+# (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/52-stride2-stacked-windows.json). The 128-channel window tiles that
+# store by TMA (session 16) lead their twins: res5 conv2 w69 0.0427-0.0429 ms against w64's 0.0461, res4 first conv2 w67
+# 0.0507 against w65's 0.0537, res5 first conv2 w68 0.0475 against w66's 0.0493 (55-*.json, 57-*.json); on res4 / res3
+# conv2 the ping-pong w71 / w70 stay ahead of w69 (0.0456 / 0.0489 against 0.0465 / 0.0541), as w74 of w67 on res3
+# first conv2 (0.0541 against 0.0592).
+WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 69, 64, 74, 67, 65, 68, 66)
 # GEMM-K under 1024 (the 1x1 conv3 / downsample / conv1 layers): two staging tiles, the residual streaming
 # in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
 # conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).

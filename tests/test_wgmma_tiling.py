@@ -334,16 +334,16 @@ def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more_or_flat_tile
         assert choose_wgmma(shapes[name]) is t
     # stride-1 3x3 convs: the window tiles, on the 7x7 maps the one computing least (4 images side by side in 224
     # positions, not 3 in 208); the stride-2 3x3 convs the stride-2 windows where one fits (res3 first conv2: the
-    # 64-channel ping-pong w74, res4 first conv2: the 128-channel w65; res5 first conv2, 7 x 7 outputs: w66's 4 stacked
-    # images)
+    # 64-channel ping-pong w74, res4 first conv2: the 128-channel w67; res5 first conv2, 7 x 7 outputs: w68's 4 stacked
+    # images; both store by TMA, as does res5 conv2's w69)
     assert choose_wgmma(shapes["res3 conv2 3x3 128"]).halo_rows and choose_wgmma(shapes["res4 conv2 3x3 256"]).halo_rows
     # ... the channel-major ping-pong where its resident weights hold the GEMM-K
     assert choose_wgmma(shapes["res3 conv2 3x3 128"]).pingpong and choose_wgmma(shapes["res4 conv2 3x3 256"]).pingpong
     res5 = choose_wgmma(shapes["res5 conv2 3x3 512"])
-    assert res5.halo_rows and res5.geometry(shapes["res5 conv2 3x3 512"]).nb == 4 and res5.bm == 224
-    assert choose_wgmma(shapes["res3 first conv2 3x3/2 128"]).id == 74 and choose_wgmma(shapes["res4 first conv2 3x3/2 256"]).id == 65
+    assert res5.halo_rows and res5.geometry(shapes["res5 conv2 3x3 512"]).nb == 4 and res5.bm == 224 and res5.stores_by_tma
+    assert choose_wgmma(shapes["res3 first conv2 3x3/2 128"]).id == 74 and choose_wgmma(shapes["res4 first conv2 3x3/2 256"]).id == 67
     res5_first = choose_wgmma(shapes["res5 first conv2 3x3/2 512"])
-    assert res5_first.id == 66 and res5_first.geometry(shapes["res5 first conv2 3x3/2 512"]).nb == 4
+    assert res5_first.id == 68 and res5_first.geometry(shapes["res5 first conv2 3x3/2 512"]).nb == 4
     # GEMM-K under 512 with 256+ channels: the pixel-major tile; res5 conv3 (GEMM-K 512): the two-staging-tile
     # tactics; fewer than 128 output channels stay on mma.sync
     for name in ("res2 conv3 1x1 64->256 +res", "res3 conv3 1x1 128->512 +res", "res4 conv3 1x1 256->1024 +res",
