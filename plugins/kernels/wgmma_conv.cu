@@ -197,9 +197,9 @@
 // Profiling builds only (bench/wgmma_diag.py), never a tactic: 1 = no epilogue (main loop alone),
 // 2 = no wgmma (the copy engine's feed rate alone), 3 = no copies (wgmma and the ring's barriers on
 // stale shared memory), 4 / 5 = as 2 with only the weight / only the activation boxes; pixel-major only: 6 = no
-// residual loads (the epilogue reads stale slices); pixel-major and channel-major ping-pong: 7 = no output stores (the
-// results are folded and kept live, or left in the staging tile), 8 = the epilogue alone (no copies, no wgmma: opaque
-// accumulators), 9 = as 8 without residual loads or stores (the epilogue's instructions alone); 10 / 11 = no weight copies (the wgmmas read stale weight slots: what
+// residual loads (the epilogue reads stale slices); any tile: 7 = no output stores (the results folded and kept live
+// (pixel-major) or left in the staging tile); pixel-major and channel-major ping-pong: 8 = the epilogue alone (no copies,
+// no wgmma: opaque accumulators), 9 = as 8 without residual loads or stores (the epilogue's instructions alone); 10 / 11 = no weight copies (the wgmmas read stale weight slots: what
 // resident weights would leave) without / with the epilogue; channel-major only: 12 = no copies and no epilogue (wgmma
 // and the ring's barriers), 13 = as 12 without the ring (no barrier waits or arrives: the consumers' wgmma issue
 // alone, the tile loop's own overheads). Each isolates one stage of the pipeline to say which one
@@ -526,8 +526,8 @@ struct WgmmaSmem {
   static constexpr int HALO_ROW_BYTES = WG_S2WIN ? 64 : 32;  // a window row: one CHW32 vector, or (WG_S2WIN) a pair
   static constexpr int HALO_SLOT = HALO ? (WG_HALO_ROWS * HALO_ROW_BYTES + 1023) / 1024 * 1024 : 0;
   static constexpr int HALO_STAGES = HALO ? WG_HALO_STAGES : 1;  // (1 keeps the ring arithmetic defined)
-  // staging row: 16-byte pad keeps 16-byte alignment, spreads banks; the ping-pong tile's staging is [block][BN][32]
-  // (staging_offset), what its TMA store reads
+  // staging row: 16-byte pad keeps 16-byte alignment, spreads banks; the TMA-storing tiles' staging is [block][BN][32]
+  // (staging_offset), what their TMA store reads
   static constexpr int OUT_STRIDE = kTmaOut ? 32 : CH + 16;
   static constexpr int OUT_OFFSET = HALO_OFFSET + HALO_STAGES * HALO_SLOT;  // HALO_SLOT is 0 without windows
   static constexpr int OUT_BYTES = PIXM ? WG_CONSUMERS * 64 * CH : kTmaOut ? BN * CH : BN * OUT_STRIDE;  // one staging (or residual) buffer
@@ -900,7 +900,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       keep_accumulators_live(acc, p, tid);
       continue;
     }
-    // ---------------- epilogue: requantize into the staging tile; the stores go out under the next tile ----------------
+    // ---------- epilogue: requantize into the staging tile; the stores go out under the next tile (kTmaOut: by TMA) ----------
     cp_async_wait<0>();
     if (kTmaOut && tid == 0) sm90::bulk_wait_group_read_all();  // the previous tile's TMA store has read the staging tile
     sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed (and the stores read their tile)
