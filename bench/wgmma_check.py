@@ -106,10 +106,9 @@ def tiny() -> int:
              (ConvShape(2, 64, 24, 28, 96, 3, 3, (2, 2), (1, 1, 1, 1)), False),  # stride-2 windows
              (ConvShape(9, 64, 14, 14, 160, 3, 3, (2, 2), (1, 1, 1, 1)), True)]  # stride-2 windows of stacked images
     by_id = {t.id: t for t in WGMMA_TACTICS}
+    tiny_ids = (22, 24, 28, 31, 33, 35, 40, 41, 45, 46, 50, 52, 54, 55, 56, 60, 61, 64, 70, 71, 73, 65, 74, 66, 67, 68, 69)
     for shape, res in cases:
-        for t in (by_id[22], by_id[24], by_id[28], by_id[31], by_id[33], by_id[35], by_id[40], by_id[41], by_id[45], by_id[46],
-                  by_id[50], by_id[52], by_id[54], by_id[55], by_id[56], by_id[60], by_id[61], by_id[64], by_id[70], by_id[71], by_id[73], by_id[65], by_id[74], by_id[66],
-                  by_id[67], by_id[68], by_id[69]):
+        for t in (by_id[i] for i in tiny_ids):
             if only and t.id not in only:
                 continue
             if t.geometry(shape) is None:

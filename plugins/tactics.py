@@ -286,34 +286,28 @@ class WgmmaTactic(Tactic):
                 f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
+    # on/off fields and the wgmma_conv.cu macro each sets to 1
+    _SWITCHES: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("multicast", "WG_MCAST"), ("pixel_major", "WG_PIXM"), ("flat", "WG_FLAT"), ("pingpong", "WG_PINGPONG"),
+        ("stride2_windows", "WG_S2WIN"), ("tma_store", "WG_TMA_OUT"))
+
     def defines(self) -> dict[str, int]:
         d = {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks, "WG_PERSISTENT": int(self.persistent)}
+        d.update({macro: 1 for field, macro in self._SWITCHES if getattr(self, field)})
         if self.a_box == 128:
             d["WG_A128"] = 1
-        if self.multicast:
-            d["WG_MCAST"] = 1
         if self.staging != 1:
             d["WG_STAGING"] = self.staging
-        if self.pixel_major:
-            d["WG_PIXM"] = 1
-            if self.consumers != 2:
-                d["WG_CONSUMERS"] = self.consumers
-            if self.flat:
-                d["WG_FLAT"] = 1
+        if self.pixel_major and self.consumers != 2:
+            d["WG_CONSUMERS"] = self.consumers
         if self.pixel_major or self.bn != 128:
             d["WG_CH"] = self.bn
         if self.resident_kt:
             d["WG_WRES_KT"] = self.resident_kt
-        if self.pingpong:
-            d["WG_PINGPONG"] = 1
         if self.halo_rows:
             d.update(WG_HALO=1, WG_HALO_ROWS=self.halo_rows, WG_HALO_STAGES=self.halo_stages)
-        if self.stride2_windows:
-            d["WG_S2WIN"] = 1
         if self.pp_inflight != 3:
             d["WG_PP_INFLIGHT"] = self.pp_inflight
-        if self.tma_store:
-            d["WG_TMA_OUT"] = 1
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d
