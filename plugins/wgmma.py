@@ -129,18 +129,19 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         args["x"] = ((32, 8, cb, geo.groups_per_image, shape.n), (32, hw * 32, 256, cb * hw * 32),
                      (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)
     if tactic.stores_by_tma:
-        # The channel-major ping-pong and `tma_store` tiles' weight rows permuted inside each 16-channel group: dims (KGpad, g 8, h 2,
-        # Kpad/16, 1) with row strides (2, 1, 16) so box row 16u + 8h + g is channel 16u + 2g + h, and a consumer
-        # thread's two accumulator rows (g, g + 8) are adjacent channels. Its output leaves by TMA store: boxes (32,
-        # pitch, NB, TH, 1) of the view (32, OW, N, OH, KB), laid out as the window positions; the copy engine drops the
-        # positions past a row, the rows past the map and the channel blocks past Kpad.
+        # The channel-major ping-pong and `tma_store` tiles' weight rows permuted inside each 16-channel group: dims
+        # (KGpad, g 8, h 2, Kpad/16, 1) with row strides (2, 1, 16) so box row 16u + 8h + g is channel 16u + 2g + h, and
+        # a consumer thread's two accumulator rows (g, g + 8) are adjacent channels. Their output leaves by TMA store:
+        # boxes (32, pitch, NB, TH, 1) of the view (32, OW, N, OH, KB), laid out as the window positions; the copy engine
+        # drops the positions past a row, the rows past the map and the channel blocks past Kpad.
         args["w"] = ((kg_pad, 8, 2, kp // 16, 1), (2 * kg_pad, kg_pad, 16 * kg_pad, kp * kg_pad),
                      (tactic.a_box, 8, 2, tactic.CHANNELS // 16, 1), (1,) * 5)
-        args["y"] = ((32, ow, shape.n, oh, kp // 32), (32, kp * oh * ow, ow * 32, oh * ow * 32),
-                     (32, geo.pitch, geo.nb, geo.th, 1), (1,) * 5)
         if tactic.stride2_windows and geo.nb > 1:  # stacked images: positions (i * OH + oh) * pitch + ow, (32, OW, OH, N, KB)
             args["y"] = ((32, ow, oh, shape.n, kp // 32), (32, ow * 32, kp * oh * ow, oh * ow * 32),
                          (32, geo.pitch, geo.th, geo.nb, 1), (1,) * 5)
+        else:
+            args["y"] = ((32, ow, shape.n, oh, kp // 32), (32, kp * oh * ow, ow * 32, oh * ow * 32),
+                         (32, geo.pitch, geo.nb, geo.th, 1), (1,) * 5)
     if tactic.pixel_major:
         # Weight rows permuted inside each 32-channel block: dims (KGpad, e 2, q 4, jj 4, Kpad/32) with row
         # strides (1, 8, 2, 32) so box row e + 2q + 8jj + 32b is channel 32b + 8q + 2jj + e: wgmma column
