@@ -8,7 +8,10 @@ aot_impl / impl). Everything TensorRT would ask of a plugin is computed here, fr
 * autotune: per tactic, the type and format of every input and output (TensorRT's strings:
   "INT8", "FP32"; "CHW32", "CHW4", "LINEAR") and the tactic ids;
 * aot_impl: the kernel's PTX and entry name, the launch grid/block/shared memory, and the int32 extra
-  arguments in the order the kernel takes them (node inputs, then these, then the output).
+  arguments in the order the kernel takes them (node inputs, then these, then the output);
+* the IPluginV3 plugins (plugins/trt_v3.py), whose `enqueue` launches through our own launcher
+  (plugins/conv.py `ConvLaunch`) and so is not held to the AOT limits: `launcher_tactics`, the AOT
+  tactics plus the persistent and large-tile mma.sync ones and, on sm_90, the wgmma tactics.
 
 Shape arithmetic is written once over a `cdiv` and integer-like values, so the same expressions
 evaluate to Python ints in tests and to TensorRT shape expressions (`trtp.cdiv`, `ShapeExpr`) in the
@@ -22,7 +25,7 @@ from typing import Callable, Sequence
 
 from .layout import channel_vector, round_up
 from .op_schema import FUSED_CONV, FUSED_CONV_ADD, NAMESPACE, OpSpec
-from .tactics import TACTICS, Tactic, TACTICS_BY_ID
+from .tactics import TACTICS, TACTICS_BY_ID, WGMMA_TACTICS, ConvShape, Tactic, choose, wgmma_enabled
 
 AOT_SOURCE = "fused_conv.cu"
 AOT_ENTRY = {FUSED_CONV.name: "trtfuse_fused_conv_aot", FUSED_CONV_ADD.name: "trtfuse_fused_conv_add_aot"}
@@ -82,6 +85,67 @@ def aot_tactics(attrs: ConvAttrs) -> list[Tactic]:
     # would need the SM count), so persistent tactics are ours alone.
     return [t for t in TACTICS if t.vec == vec and not t.persistent
             and t.shared_bytes(attrs.in_channels, attrs.kernel_shape) <= AOT_SHARED_LIMIT]
+
+
+@dataclass(frozen=True)
+class LaunchDevice:
+    """The GPU a launcher-backed plugin runs on: its arch ("sm_90") and its opt-in shared memory per block."""
+
+    arch: str
+    shared_limit: int
+    sms: int
+
+
+def detect_launch_device() -> LaunchDevice | None:
+    """The first GPU's LaunchDevice, or None without one (plugins then offer the AOT tactics alone)."""
+    from . import cuda_driver as cd
+
+    ok, _ = cd.gpu_available()
+    if not ok:
+        return None
+    return LaunchDevice(cd.compute_capability(), cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+                        cd.device_attribute("MULTIPROCESSOR_COUNT"))
+
+
+# A wgmma tile holds at most 256 images (a TMA box dimension), so a tactic's geometry depends on the batch N only
+# through min(N, cap) with cap <= 256, besides the tile count: checking every N up to 256, then the largest, is exact.
+_IMAGES_PER_TILE_MAX = 256
+
+
+def _handles_batches(tactic, shape: ConvShape, batches: tuple[int, int]) -> bool:
+    lo, hi = batches
+    ns = list(range(lo, min(hi, _IMAGES_PER_TILE_MAX) + 1)) + [hi]
+    return all(tactic.geometry(ConvShape(n, *_static(shape))) is not None for n in ns)
+
+
+def _static(shape: ConvShape) -> tuple:
+    return shape.c, shape.h, shape.w, shape.k, shape.r, shape.s, shape.stride, shape.pads
+
+
+def launcher_tactics(attrs: ConvAttrs, device: LaunchDevice, x_hw: tuple[int, int] | None = None,
+                     batches: tuple[int, int] | None = None) -> list[int]:
+    """Tactic ids a plugin launching through ConvLaunch offers on `device`, best guess first.
+
+    Every mma.sync tactic of the input's vector width whose shared memory the device allows (persistent ones
+    included: ConvLaunch sizes their grid from the SM count), and, where the device has wgmma (and TRTFUSE_WGMMA is
+    not 0), every wgmma tactic whose geometry handles the node at every batch of `batches` (MIN, MAX: the build's
+    optimization profile; a stacked-image tile needs 2+ images, so a profile from batch 1 leaves those out). Without
+    the spatial dims or the batch range (before TensorRT configures the plugin) the wgmma tactics, whose geometry
+    needs them, are left out. First comes the tactic plugins/tactics.py `choose` picks at the largest batch (our own
+    runner's choice), then the AOT tactics in their order, then the rest by id.
+    """
+    vec = channel_vector(attrs.in_channels)
+    ids = [t.id for t in aot_tactics(attrs)]
+    ids += [t.id for t in TACTICS if t.vec == vec and t.id not in ids
+            and t.shared_bytes(attrs.in_channels, attrs.kernel_shape) <= device.shared_limit]
+    if x_hw is None or batches is None:
+        return ids
+    shape = ConvShape(batches[1], attrs.in_channels, *x_hw, attrs.out_channels, *attrs.kernel_shape, attrs.strides,
+                      attrs.pads)
+    if wgmma_enabled(device.arch):
+        ids += [t.id for t in WGMMA_TACTICS if t.shared_bytes() <= device.shared_limit and _handles_batches(t, shape, batches)]
+    best = choose(shape, device.sms, device.arch)[0].id
+    return ([best] if best in ids else []) + [i for i in ids if i != best]
 
 
 @dataclass(frozen=True)

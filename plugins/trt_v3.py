@@ -19,6 +19,7 @@ not passed. `node_fields` below builds exactly that list, so tests can feed crea
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import numpy as np
@@ -116,21 +117,48 @@ def _collection(trt, triples):
 
 # ---- the plugin's answers, as plain Python (unit-tested) ----
 
-class ConvPluginLogic:
-    """What a FusedConv / FusedConvAdd plugin answers, given its op and attributes; no TensorRT types."""
+_DETECT = object()
 
-    def __init__(self, spec: OpSpec, attrs: dict):
+
+@functools.lru_cache(maxsize=1)
+def _detected_device():
+    return tc.detect_launch_device()
+
+
+class ConvPluginLogic:
+    """What a FusedConv / FusedConvAdd plugin answers, given its op and attributes; no TensorRT types.
+
+    Its tactics are trt_contract's `launcher_tactics` on the GPU it is created on (`enqueue` launches through
+    ConvLaunch, not TensorRT's AOT path): before `configure` the shape-free ones (every mma.sync tactic the device
+    runs), after it also the wgmma tactics handling the node at every batch of the profile. Without a GPU, the AOT
+    tactics. `set_tactic` accepts any tactic the device runs (at runtime TensorRT sets the one it chose without
+    configuring first)."""
+
+    def __init__(self, spec: OpSpec, attrs: dict, device=_DETECT):
         self.spec, self.attrs_dict = spec, dict(attrs)
         self.attrs = tc.ConvAttrs.from_dict(attrs)
         (self.combination,) = tc.autotune(spec, self.attrs)
         self.types = [_QDP_TYPE_TO_DATA_TYPE[t] for t in self.combination.types.split(", ")]
         self.formats = self.combination.formats.split(", ")
-        self.tactics = list(self.combination.tactics)
-        if not self.tactics:  # every tactic's shared memory exceeds what trt_contract lets TensorRT launch
+        self.device = _detected_device() if device is _DETECT else device
+        self.tactics = tc.launcher_tactics(self.attrs, self.device) if self.device else list(self.combination.tactics)
+        if not self.tactics:  # every tactic's shared memory exceeds what the device (or TensorRT's AOT path) allows
+            limit = self.device.shared_limit if self.device else tc.AOT_SHARED_LIMIT
             raise ValueError(f"{spec.name}: no tactic fits this node (in_channels={self.attrs.in_channels}, "
-                             f"kernel {self.attrs.kernel_shape}) under {tc.AOT_SHARED_LIMIT} bytes of shared memory")
+                             f"kernel {self.attrs.kernel_shape}) under {limit} bytes of shared memory")
+        self.runnable = set(self.tactics) | (self._wgmma_ids() if self.device else set())
         # Same attributes -> same kernel choice for the same shapes and formats: share timings.
         self.timing_cache_id = f"{spec.name}:" + ",".join(f"{k}={self.attrs_dict[k]}" for k in spec.attribute_names)
+
+    def _wgmma_ids(self) -> set[int]:
+        from .tactics import WGMMA_TACTICS, wgmma_enabled
+
+        return {t.id for t in WGMMA_TACTICS} if wgmma_enabled(self.device.arch) else set()
+
+    def configure(self, x_hw: tuple[int, int], batches: tuple[int, int]) -> None:
+        """The build's input dims: spatial (static) and the profile's batch range (MIN, MAX)."""
+        if self.device:
+            self.tactics = tc.launcher_tactics(self.attrs, self.device, x_hw, batches)
 
     def output_types(self) -> list[str]:
         return [_DATA_TYPE[t.dtype] for t in self.spec.outputs]
@@ -153,8 +181,8 @@ class ConvPluginLogic:
         return self.types[pos] == type_name and self.formats[pos] == format_name
 
     def check_tactic(self, tactic: int) -> int:
-        if tactic not in self.tactics:
-            raise ValueError(f"{self.spec.name}: tactic {tactic} was not offered (offered {self.tactics})")
+        if tactic not in self.runnable:
+            raise ValueError(f"{self.spec.name}: tactic {tactic} was not offered (offered {sorted(self.runnable)})")
         return tactic
 
     def plan(self, x_dims, tactic: int):
@@ -198,12 +226,12 @@ def plugin_classes(trt):
         return _classes[key]
 
     class ConvPlugin(trt.IPluginV3, trt.IPluginV3OneCore, trt.IPluginV3OneBuild, trt.IPluginV3OneRuntime):
-        def __init__(self, spec: OpSpec, attrs: dict, layer_name: str = "", phase=None):
+        def __init__(self, spec: OpSpec, attrs: dict, layer_name: str = "", phase=None, device=_DETECT):
             trt.IPluginV3.__init__(self)
             trt.IPluginV3OneCore.__init__(self)
             trt.IPluginV3OneBuild.__init__(self)
             trt.IPluginV3OneRuntime.__init__(self)
-            self.logic = ConvPluginLogic(spec, attrs)
+            self.logic = ConvPluginLogic(spec, attrs, device)
             self.plugin_name, self.plugin_namespace, self.plugin_version = spec.name, NAMESPACE, PLUGIN_VERSION
             self.num_outputs = len(spec.outputs)
             self.timing_cache_id = self.logic.timing_cache_id
@@ -216,8 +244,8 @@ def plugin_classes(trt):
             return self  # one object implements core, build and runtime
 
         def clone(self):
-            other = ConvPlugin(self.logic.spec, self.logic.attrs_dict, self.layer_name, self.phase)
-            other.tactic = self.tactic
+            other = ConvPlugin(self.logic.spec, self.logic.attrs_dict, self.layer_name, self.phase, self.logic.device)
+            other.tactic, other.logic.tactics = self.tactic, list(self.logic.tactics)
             return other
 
         # build
@@ -233,9 +261,10 @@ def plugin_classes(trt):
 
         def configure_plugin(self, inp, out):
             # dims[1] is -1 only if the network lost the static channel count: refuse at build time.
-            c = inp[0].desc.dims[1]
-            if c != self.logic.attrs.in_channels:
-                raise ValueError(f"{self.layer_name}: x has {c} channels, the node says {self.logic.attrs.in_channels}")
+            dims = inp[0].desc.dims
+            if dims[1] != self.logic.attrs.in_channels:
+                raise ValueError(f"{self.layer_name}: x has {dims[1]} channels, the node says {self.logic.attrs.in_channels}")
+            self.logic.configure((dims[2], dims[3]), (inp[0].min[0], inp[0].max[0]))
 
         def get_valid_tactics(self):
             return list(self.logic.tactics)

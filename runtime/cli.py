@@ -35,6 +35,10 @@ def register(sub) -> None:
     b.add_argument("-o", "--output", required=True, help="engine file to write (atomically)")
     b.add_argument("--batch", default="1,8,256", metavar="N|MIN,OPT,MAX", help="optimization profile batch range (default 1,8,256)")
     b.add_argument("--timing-cache", metavar="F", help="read and update this timing cache")
+    b.add_argument("--plugins", choices=("qdp", "v3"), default="qdp",
+                   help="qdp: Quickly Deployable Plugins, AOT kernels embedded in the engine (mma.sync tactics); "
+                   "v3: Python IPluginV3 plugins launching trtfuse's kernels, every tactic the GPU runs offered "
+                   "(the wgmma ones on Hopper), trtfuse needed where the engine runs (default qdp)")
     b.add_argument("--json", action="store_true", help="print the build summary as JSON")
     b.set_defaults(func=build)
 
@@ -119,7 +123,7 @@ def build(args) -> int:
     from trtfuse.runtime.trt_build import build_engine, parse_batch
     from trtfuse.ui import print_json, print_table
 
-    summary = build_engine(args.model, args.output, parse_batch(args.batch), args.timing_cache)
+    summary = build_engine(args.model, args.output, parse_batch(args.batch), args.timing_cache, plugins=args.plugins)
     if args.json:
         print_json(summary)
     else:

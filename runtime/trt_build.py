@@ -1,17 +1,27 @@
 """`trtfuse build`: a TensorRT engine from a rewritten ONNX model, with trtfuse's plugins.
 
 Follows NVIDIA's ONNX-parser flow (TensorRT >= 10.9; explicit quantization only): register the
-plugins first (plugins/trt_plugins.py), a strongly typed network (the Q/DQ and int8 plugin types
+plugins first, a strongly typed network (the Q/DQ and int8 plugin types
 decide precision; TensorRT 11 has no other mode), the ONNX parser, one optimization profile over the
 batch range, an optional timing cache, and a serialized engine written atomically.
+
+Two plugin flavours (`--plugins`): "qdp", the Quickly Deployable Plugins (plugins/trt_plugins.py), whose
+AOT kernels TensorRT embeds in the engine (mma.sync tactics under 48 KB of shared memory); or "v3", the
+Python IPluginV3 plugins (plugins/trt_v3.py), which launch through trtfuse's own launcher and so offer
+TensorRT every tactic the GPU runs, the Hopper wgmma ones included (trt_contract.launcher_tactics), at the
+price of needing trtfuse wherever the engine runs. The flavour is written next to the engine
+(`<engine>.trtfuse.json`) so `trtfuse run/offline --backend trt` registers the same one.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..errors import TrtfuseError
-from ..io import atomic_write_bytes, check_not_same_file, load_model
+from ..io import atomic_write_bytes, atomic_write_text, check_not_same_file, load_model
+
+PLUGIN_FLAVOURS = ("qdp", "v3")
 
 
 def parse_batch(spec: str) -> tuple[int, int, int]:
@@ -27,15 +37,41 @@ def parse_batch(spec: str) -> tuple[int, int, int]:
     return tuple(values)
 
 
+def sidecar_path(engine: str) -> Path:
+    """Where `build_engine` records how an engine was built (its plugin flavour) for the runner."""
+    return Path(f"{engine}.trtfuse.json")
+
+
+def engine_plugin_flavour(engine: str) -> str | None:
+    """The plugin flavour recorded next to `engine`, or None where nothing is recorded (an engine built elsewhere)."""
+    path = sidecar_path(engine)
+    if not path.exists():
+        return None
+    try:
+        flavour = json.loads(path.read_text()).get("plugins")
+    except (OSError, ValueError, AttributeError):
+        raise TrtfuseError(f"{path} is not a trtfuse build record (JSON with a \"plugins\" field)") from None
+    if flavour not in PLUGIN_FLAVOURS:
+        raise TrtfuseError(f"{path} names plugin flavour {flavour!r}; expected one of {', '.join(PLUGIN_FLAVOURS)}")
+    return flavour
+
+
 def build_engine(model_path: str, output: str, batch: tuple[int, int, int], timing_cache: str | None = None,
-                 workspace_mib: int = 4096) -> dict:
+                 workspace_mib: int = 4096, plugins: str = "qdp") -> dict:
     from ..plugins.op_schema import DOMAIN
     from ..plugins.trt_plugins import import_tensorrt, register_all
 
+    if plugins not in PLUGIN_FLAVOURS:
+        raise TrtfuseError(f"--plugins takes {' or '.join(PLUGIN_FLAVOURS)}, not {plugins!r}")
     check_not_same_file(model_path, output)
     model = load_model(model_path)  # one-line errors for broken files, before TensorRT is involved
     trt, _ = import_tensorrt()
-    register_all()
+    if plugins == "qdp":
+        register_all()
+    else:
+        from ..plugins import trt_v3
+
+        trt_v3.register_creators(trt)
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
@@ -63,11 +99,12 @@ def build_engine(model_path: str, output: str, batch: tuple[int, int, int], timi
     if engine is None:
         raise TrtfuseError("TensorRT failed to build the engine (see the messages above)")
     atomic_write_bytes(output, bytes(engine))
+    atomic_write_text(sidecar_path(output), json.dumps({"plugins": plugins, "tensorrt": trt.__version__}) + "\n")
     if cache is not None:
         atomic_write_bytes(timing_cache, bytes(cache.serialize()))
     layers = [network.get_layer(i) for i in range(network.num_layers)]
     plugin_nodes = sum(1 for n in model.graph.node if n.domain == DOMAIN)
     plugin_layers = sum(1 for l in layers if l.type in (trt.LayerType.PLUGIN_V3, trt.LayerType.PLUGIN_V2, trt.LayerType.PLUGIN))
     return {"model": str(model_path), "engine": output, "tensorrt": trt.__version__, "layers": len(layers),
-            "plugin_layers": plugin_layers, "plugin_nodes_in_onnx": plugin_nodes, "batch": list(batch),
+            "plugin_layers": plugin_layers, "plugin_nodes_in_onnx": plugin_nodes, "plugins": plugins, "batch": list(batch),
             "engine_bytes": Path(output).stat().st_size}

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import TrtfuseError
 from .top1 import Top1Readout
+from .trt_build import engine_plugin_flavour
 
 # TensorRT DataType name -> numpy dtype (bf16/fp8/fp4/int4 have no numpy dtype: refused).
 NUMPY_DTYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
@@ -99,18 +100,25 @@ def logits_classes(shape: tuple, dtype: str, batch: int) -> int | None:
     return classes if classes >= 1 and classes == max(shape[1:]) else None
 
 
-def register_plugins(trt, module_name: str) -> str:
-    """trtfuse's plugins in `trt`'s registry before deserializing; returns which flavour ("qdp" or "v3")."""
+def register_plugins(trt, module_name: str, flavour: str | None = None) -> str:
+    """trtfuse's plugins in `trt`'s registry before deserializing; returns which flavour ("qdp" or "v3").
+    `flavour` is what the engine was built with (trt_build.engine_plugin_flavour), None where unknown: then the
+    Quickly Deployable Plugins where they import, else the IPluginV3 creators."""
     from ..plugins import trt_v3
 
-    if module_name == "tensorrt":
+    if flavour == "qdp" and module_name != "tensorrt":
+        raise TrtfuseError(f"the engine was built with Quickly Deployable Plugins, which {module_name} cannot load: "
+                           "run it with the full TensorRT runtime (pip install 'trtfuse[trt]')")
+    if module_name == "tensorrt" and flavour != "v3":
         try:
             from ..plugins.trt_plugins import register_all
 
             register_all()
             return "qdp"
         except (TrtfuseError, ImportError):
-            pass  # tensorrt.plugin missing (TensorRT < 10.6) or too old for aot_impl: the V3 creators run anywhere
+            if flavour == "qdp":
+                raise
+            # tensorrt.plugin missing (TensorRT < 10.6) or too old for aot_impl: the V3 creators run anywhere
     trt_v3.register_creators(trt)
     return "v3"
 
@@ -128,13 +136,14 @@ class TrtEngine:
             raise TrtfuseError(f"cannot read engine {path}: {exc.strerror or exc}") from None
         if Path(path).suffix == ".onnx":
             raise TrtfuseError(f"{path} is an ONNX model: --backend trt runs an engine, build one with `trtfuse build`")
+        flavour = engine_plugin_flavour(path)
         trt, self.module_name = import_trt()
         ok, why = cd.gpu_available()  # before trt.Runtime: without a GPU the lean runtime's object is unusable
         if not ok:
             raise TrtfuseError(f"--backend trt needs an NVIDIA GPU: {why}")
         cd.context(device)  # several GPUs: each engine is made on its own device's context
         self.trt, self.device, self.path = trt, device, path
-        self.plugins = register_plugins(trt, self.module_name)
+        self.plugins = register_plugins(trt, self.module_name, flavour)
         self.logger = trt.Logger(trt.Logger.WARNING)
         self.runtime = trt.Runtime(self.logger)
         self.engine = self.runtime.deserialize_cuda_engine(data)

@@ -124,3 +124,76 @@ def test_aot_ptx_launched_as_tensorrt_would_equals_golden(shape, has_res):
         cd.check(cd._driver().cuCtxSynchronize())
         out = unpack_chw32(dev.y.download(dev.y_shape, np.int8), shape.k)
         assert passes_lsb_rule(compare(out, golden)), (tactic, shape)
+
+
+# ---- launcher_tactics: what the IPluginV3 plugins (enqueue through ConvLaunch) offer ----
+from trtfuse.bench.layers import resnet50_layers  # noqa: E402
+from trtfuse.plugins.tactics import TACTICS_BY_ID, WGMMA_TACTICS, choose  # noqa: E402
+
+H200 = tc.LaunchDevice("sm_90", 227 * 1024, 132)
+A100 = tc.LaunchDevice("sm_80", 163 * 1024, 108)
+
+
+def _attrs_of(shape: ConvShape) -> tc.ConvAttrs:
+    return tc.ConvAttrs(shape.c, shape.k, (shape.r, shape.s), shape.stride, shape.pads, 1)
+
+
+@pytest.mark.parametrize("name,shape", [(n, s) for n, s, _ in resnet50_layers(256)], ids=[n for n, _, _ in resnet50_layers(256)])
+def test_launcher_tactics_on_hopper_add_the_wgmma_ones_that_handle_the_profile(name, shape, monkeypatch):
+    monkeypatch.delenv("TRTFUSE_WGMMA", raising=False)
+    attrs, hw = _attrs_of(shape), (shape.h, shape.w)
+    aot = [t.id for t in tc.aot_tactics(attrs)]
+    shape_free = tc.launcher_tactics(attrs, H200)
+    assert shape_free[:len(aot)] == aot and all(TACTICS_BY_ID[i].family == "mma" for i in shape_free)
+    for batches in ((256, 256), (1, 256), (3, 40)):
+        ids = tc.launcher_tactics(attrs, H200, hw, batches)
+        assert set(shape_free) <= set(ids) and len(ids) == len(set(ids))
+        # first: what our own runner picks at the largest batch, where the whole profile allows it
+        best = choose(ConvShape(batches[1], *tc._static(shape)), H200.sms, H200.arch)[0].id
+        assert ids[0] == best or best not in ids
+        for i in ids:
+            t = TACTICS_BY_ID[i]
+            if t.family == "wgmma":  # each wgmma tactic offered runs every batch of the profile
+                assert all(t.geometry(ConvShape(n, *tc._static(shape))) is not None for n in range(batches[0], batches[1] + 1))
+        left_out = {t.id for t in WGMMA_TACTICS} - set(ids)
+        for i in left_out:  # and each one left out misses some batch of it
+            assert any(TACTICS_BY_ID[i].geometry(ConvShape(n, *tc._static(shape))) is None
+                       for n in range(batches[0], batches[1] + 1)), (name, batches, i)
+    # at one batch the first is always `choose`'s pick: for the 3x3 layers at 256, a wgmma tactic
+    at_256 = tc.launcher_tactics(attrs, H200, hw, (256, 256))
+    assert at_256[0] == choose(shape, H200.sms, H200.arch)[0].id
+    if (shape.r, shape.c) == (3, shape.k) and shape.c >= 128:
+        assert TACTICS_BY_ID[at_256[0]].family == "wgmma"
+    # no wgmma before Hopper, nor with TRTFUSE_WGMMA=0
+    assert all(TACTICS_BY_ID[i].family == "mma" for i in tc.launcher_tactics(attrs, A100, hw, (256, 256)))
+    monkeypatch.setenv("TRTFUSE_WGMMA", "0")
+    assert all(TACTICS_BY_ID[i].family == "mma" for i in tc.launcher_tactics(attrs, H200, hw, (256, 256)))
+
+
+def test_stacked_image_tiles_are_offered_only_to_profiles_whose_smallest_batch_fills_them():
+    # res5 first conv2: 4 images of 7 x 7 per tile (2 would leave over half the positions empty, 3 break the
+    # 1024-byte windows), so a profile from batch 3 or less cannot take w66 / w68
+    res5_first_conv2 = ConvShape(256, 512, 14, 14, 512, 3, 3, (2, 2), (1, 1, 1, 1))
+    attrs, hw = _attrs_of(res5_first_conv2), (14, 14)
+    assert {66, 68} <= set(tc.launcher_tactics(attrs, H200, hw, (4, 256)))
+    assert not {66, 68} & set(tc.launcher_tactics(attrs, H200, hw, (3, 256)))
+
+
+def test_launcher_tactics_keep_to_the_devices_shared_memory():
+    attrs = tc.ConvAttrs(2048, 512, (3, 3), (1, 1), (1, 1, 1, 1), 1)
+    small = tc.LaunchDevice("sm_90", 100 * 1024, 132)
+    for device in (H200, small, A100):
+        ids = tc.launcher_tactics(attrs, device, (7, 7), (256, 256))
+        assert ids and all(TACTICS_BY_ID[i].shared_bytes(2048, (3, 3)) <= device.shared_limit for i in ids)
+    assert set(tc.launcher_tactics(attrs, small, (7, 7), (256, 256))) < set(tc.launcher_tactics(attrs, H200, (7, 7), (256, 256)))
+
+
+def test_checking_batches_up_to_256_then_the_largest_is_exact():
+    # geometry depends on N only through min(N, images per tile <= 256): a longer walk finds nothing more
+    shapes = [s for _, s, _ in resnet50_layers(1)] + [ConvShape(1, 64, 2, 2, 64, 3, 3, (1, 1), (1, 1, 1, 1)),
+                                                      ConvShape(1, 128, 4, 4, 128, 3, 3, (2, 2), (1, 1, 1, 1))]
+    for shape in shapes:
+        for t in WGMMA_TACTICS:
+            for batches in ((1, 600), (2, 300), (200, 520)):
+                walked = all(t.geometry(ConvShape(n, *tc._static(shape))) is not None for n in range(batches[0], batches[1] + 1))
+                assert tc._handles_batches(t, shape, batches) == walked, (shape, t.id, batches)

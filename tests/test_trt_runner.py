@@ -141,3 +141,47 @@ def test_top1_runs_on_the_device_only_over_per_image_logits():
     assert logits_classes((8, 1000), "int8", 8) is None
     assert logits_classes((8,), "float32", 8) is None
     assert logits_classes((4, 1000), "float32", 8) is None
+
+
+# ---- which plugin flavour an engine needs: recorded by `trtfuse build` next to it ----
+
+def test_the_build_record_names_the_plugin_flavour(tmp_path):
+    from trtfuse.runtime.trt_build import engine_plugin_flavour, sidecar_path
+
+    engine = str(tmp_path / "m.engine")
+    assert sidecar_path(engine).name == "m.engine.trtfuse.json"
+    assert engine_plugin_flavour(engine) is None  # built elsewhere: the runner picks as before
+    for flavour in ("qdp", "v3"):
+        sidecar_path(engine).write_text(f'{{"plugins": "{flavour}", "tensorrt": "10.13"}}')
+        assert engine_plugin_flavour(engine) == flavour
+    for bad, message in (("{", "not a trtfuse build record"), ("[1]", "not a trtfuse build record"),
+                         ('{"plugins": "v2"}', "names plugin flavour 'v2'")):
+        sidecar_path(engine).write_text(bad)
+        with pytest.raises(TrtfuseError, match=message):
+            engine_plugin_flavour(engine)
+
+
+def test_a_broken_build_record_is_one_line_exit_2(engine_file):
+    (engine_file.parent / (engine_file.name + ".trtfuse.json")).write_text('{"plugins": "v9"}')
+    r = _cli(["run", str(engine_file), "--backend", "trt"])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "names plugin flavour 'v9'" in r.stderr, r.stderr
+
+
+def test_an_engine_built_with_qdps_is_refused_by_the_lean_runtime():
+    from trtfuse.plugins.trt_v3 import import_trt
+    from trtfuse.runtime.trt_runner import register_plugins
+
+    try:
+        trt, name = import_trt(("tensorrt_lean", "tensorrt_lean_bindings"))
+    except TrtfuseError as exc:
+        pytest.skip(f"needs the lean TensorRT module: {exc}")
+    with pytest.raises(TrtfuseError, match="Quickly Deployable Plugins, which tensorrt_lean.* cannot load"):
+        register_plugins(trt, name, "qdp")
+    assert register_plugins(trt, name, "v3") == "v3" == register_plugins(trt, name, None)
+
+
+def test_build_refuses_an_unknown_plugin_flavour(tmp_path):
+    from trtfuse.runtime.trt_build import build_engine
+
+    with pytest.raises(TrtfuseError, match="--plugins takes qdp or v3"):
+        build_engine(str(tmp_path / "m.onnx"), str(tmp_path / "m.engine"), (1, 1, 1), plugins="v2")

@@ -16,6 +16,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from trtfuse.bench.layers import resnet50_layers
 from trtfuse.errors import TrtfuseError
 from trtfuse.graph_passes.pipeline import rewrite
 from trtfuse.models.cache import load_cached_model
@@ -133,8 +134,10 @@ def test_created_plugins_answer_the_contract_for_every_resnet50_node(trt, resnet
             trial = list(in_out)
             trial[pos] = _desc(trt, *bad)
             assert not plugin.supports_format_combination(pos, trial, len(spec.inputs)), (node.name, pos, bad)
-        # tactics, timing-cache id, serialization round trip
-        assert plugin.get_valid_tactics() == list(combo.tactics) and plugin.get_valid_tactics()
+        # tactics (the AOT ones without a GPU, the launcher's on one), timing-cache id, serialization round trip
+        device = trt_v3._detected_device()
+        offered = tc.launcher_tactics(attrs, device) if device else list(combo.tactics)
+        assert plugin.get_valid_tactics() == offered and offered[:len(combo.tactics)] == list(combo.tactics)
         assert plugin.get_workspace_size([], []) == 0
         plugin.set_tactic(combo.tactics[-1])
         copy = plugin.attach_to_context(None)
@@ -198,9 +201,55 @@ def test_a_node_no_tactic_fits_is_refused_at_creation():
     attrs = dict(in_channels=8192, out_channels=64, kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), relu=1)
     assert not tc.autotune(FUSED_CONV, tc.ConvAttrs.from_dict(attrs))[0].tactics
     with pytest.raises(ValueError, match="no tactic fits"):
-        trt_v3.ConvPluginLogic(FUSED_CONV, attrs)
+        trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=None)
+    assert trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=H200).tactics  # our launcher opts in to 227 KB
+    with pytest.raises(ValueError, match="under 40960 bytes"):
+        trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=tc.LaunchDevice("sm_90", 40 * 1024, 132))
     attrs["in_channels"] = 512
-    assert trt_v3.ConvPluginLogic(FUSED_CONV, attrs).tactics
+    assert trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=None).tactics
+
+
+H200 = tc.LaunchDevice("sm_90", 227 * 1024, 132)
+RES4_FIRST_CONV2 = dict(in_channels=256, out_channels=256, kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1), relu=1)
+
+
+def _dynamic_desc(trt, dims, lo, hi):
+    d = trt.DynamicPluginTensorDesc()
+    d.desc.dims = trt.Dims([-1, *dims[1:]])
+    d.min, d.max, d.opt = trt.Dims([lo, *dims[1:]]), trt.Dims([hi, *dims[1:]]), trt.Dims([hi, *dims[1:]])
+    return d
+
+
+def test_configured_plugins_on_hopper_offer_the_wgmma_tactics_of_their_profile(trt):
+    from trtfuse.plugins.tactics import TACTICS_BY_ID
+
+    ConvPlugin, _ = trt_v3.plugin_classes(trt)
+    attrs = tc.ConvAttrs.from_dict(RES4_FIRST_CONV2)
+    plugin = ConvPlugin(FUSED_CONV, RES4_FIRST_CONV2, "res4_first_conv2", trt.TensorRTPhase.BUILD, device=H200)
+    before = plugin.get_valid_tactics()
+    assert before == tc.launcher_tactics(attrs, H200) and all(TACTICS_BY_ID[i].family == "mma" for i in before)
+    x = [256, 256, 28, 28]
+    plugin.configure_plugin([_dynamic_desc(trt, x, 4, 256)], [])
+    offered = plugin.get_valid_tactics()
+    assert offered == tc.launcher_tactics(attrs, H200, (28, 28), (4, 256)) and offered[0] == 67  # choose's pick
+    assert set(before) < set(offered) and {65, 66, 67, 68} <= set(offered)
+    runtime = plugin.attach_to_context(None)  # the per-context clone keeps what the build configured
+    assert runtime.get_valid_tactics() == offered
+    # at runtime TensorRT sets the tactic it chose on a plugin it never configured
+    fresh = ConvPlugin(FUSED_CONV, RES4_FIRST_CONV2, "res4_first_conv2", trt.TensorRTPhase.RUNTIME, device=H200)
+    fresh.set_tactic(67)
+    assert fresh.tactic == 67
+    with pytest.raises(ValueError, match="channels"):
+        plugin.configure_plugin([_dynamic_desc(trt, [256, 128, 28, 28], 4, 256)], [])
+    # before Hopper, or without a GPU (the AOT tactics), configuring adds nothing
+    for device in (tc.LaunchDevice("sm_80", 163 * 1024, 108), None):
+        other = ConvPlugin(FUSED_CONV, RES4_FIRST_CONV2, "n", trt.TensorRTPhase.BUILD, device=device)
+        first = other.get_valid_tactics()
+        other.configure_plugin([_dynamic_desc(trt, x, 4, 256)], [])
+        assert all(TACTICS_BY_ID[i].family == "mma" for i in other.get_valid_tactics())
+        assert set(other.get_valid_tactics()) == set(first)
+        with pytest.raises(ValueError, match="not offered"):
+            other.set_tactic(67)
 
 
 def test_import_trt_names_every_module_it_tried():
@@ -261,3 +310,56 @@ def test_enqueue_with_tensorrt_descs_and_pointers_equals_golden(trt, resnet50_al
         assert passes_lsb_rule(stats), (node.name, tactic, stats)
         tactics_run.add(tactic)
     assert len(tactics_run) >= 3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu_ok, reason=f"needs a CUDA GPU: {_gpu_why}")
+def test_every_tactic_a_configured_plugin_offers_equals_golden(trt):
+    """ResNet-50's layers at 224 x 224, batch 2, on fresh random data: a build-phase plugin configured for the profile
+    (2, 2), then every wgmma tactic it offers (on Hopper) and its first choice, enqueued as TensorRT would."""
+    from trtfuse.bench.conv_problem import POISON, ConvProblem, compare, passes_lsb_rule
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins.layout import pack_nchwv, pack_weight, unpack_chw32
+    from trtfuse.plugins.op_schema import FUSED_CONV_ADD
+    from trtfuse.plugins.tactics import TACTICS_BY_ID, ConvShape
+
+    ConvPlugin, _ = trt_v3.plugin_classes(trt)
+    stream = cd.Stream()
+    wgmma_run = set()
+    for i, (name, layer, has_res) in enumerate(resnet50_layers(2)):
+        shape = ConvShape(2, layer.c, layer.h, layer.w, layer.k, layer.r, layer.s, layer.stride, layer.pads)
+        spec = FUSED_CONV_ADD if has_res else FUSED_CONV
+        attrs = dict(in_channels=shape.c, out_channels=shape.k, kernel_shape=(shape.r, shape.s), strides=shape.stride,
+                     pads=shape.pads, relu=1)
+        plugin = ConvPlugin(spec, attrs, name, trt.TensorRTPhase.BUILD)
+        plugin.configure_plugin([_dynamic_desc(trt, [2, shape.c, shape.h, shape.w], 2, 2)], [])
+        offered = plugin.get_valid_tactics()
+        problem = ConvProblem.random(shape, has_res, seed=i)
+        golden = problem.golden()
+        bufs = [cd.DeviceBuffer.from_array(a) for a in (pack_nchwv(problem.x, shape.vec), pack_weight(problem.w, shape.vec),
+                                                         problem.scale, problem.bias, problem.out_scale)]
+        if has_res:
+            bufs += [cd.DeviceBuffer.from_array(pack_nchwv(problem.residual, 32)), cd.DeviceBuffer.from_array(problem.residual_scale)]
+        y_shape = (2, -(-shape.k // 32), *golden.shape[2:], 32)
+        y = cd.DeviceBuffer(int(np.prod(y_shape)))
+        in_desc = []
+        for a in [problem.x, problem.w, problem.scale, problem.bias, problem.out_scale] + ([problem.residual, problem.residual_scale] if has_res else []):
+            d = trt.PluginTensorDesc()
+            d.type = trt.DataType.INT8 if a.dtype == np.int8 else trt.DataType.FLOAT
+            d.dims = trt.Dims(list(a.shape))
+            in_desc.append(d)
+        out_desc = trt.PluginTensorDesc()
+        out_desc.type, out_desc.dims = trt.DataType.INT8, trt.Dims(list(golden.shape))
+        for tactic in [offered[0]] + [i for i in offered[1:] if TACTICS_BY_ID[i].family == "wgmma"]:
+            plugin.set_tactic(tactic)
+            runtime = plugin.attach_to_context(None)
+            runtime.on_shape_change(in_desc, [out_desc])
+            y.fill(POISON)
+            runtime.enqueue(in_desc, [out_desc], [int(b.ptr) for b in bufs], [int(y.ptr)], 0, int(stream.handle))
+            stream.synchronize()
+            stats = compare(unpack_chw32(y.download(y_shape, np.int8), shape.k), golden)
+            assert passes_lsb_rule(stats), (name, tactic, stats)
+            if TACTICS_BY_ID[tactic].family == "wgmma":
+                wgmma_run.add(tactic)
+    if cd.compute_capability().startswith("sm_90"):
+        assert len(wgmma_run) >= 30, sorted(wgmma_run)  # the tiles ResNet-50's layers take, windows and stride-2 ones included
