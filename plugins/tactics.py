@@ -238,10 +238,6 @@ class WgmmaTactic(Tactic):
     # channel-major window tiles without ping-pong: the output leaves by TMA store from a [block][position][32] staging
     # tile, the weight rows permuted in pairs as the ping-pong tile's (WG_TMA_OUT; the ping-pong tile always does)
     tma_store: bool = False
-    # `tma_store` tiles: consumer warpgroup 1 starts its first tile `stagger` wgmma batches behind warpgroup 0, and
-    # without a residual each warpgroup requantizes and stores its 64 channels on its own, so one warpgroup's epilogue
-    # runs while the other still issues wgmmas (WG_STAGGER)
-    stagger: int = 0
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
 
@@ -259,8 +255,6 @@ class WgmmaTactic(Tactic):
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
             assert not self.stride2_windows or self.halo_rows, "stride-2 windows are windows"
             assert not self.tma_store or (self.halo_rows and not self.pingpong), "TMA stores: the window tiles without ping-pong"
-            assert not self.stagger or (self.tma_store and 0 < self.stagger < self.stages), \
-                "staggered warpgroups: TMA-storing tiles, leading by fewer batches than the ring holds"
             if self.pingpong:  # each consumer warpgroup a 64-channel tile of its own, the weight resident, windows
                 assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
                 assert self.halo_rows and self.persistent and self.staging == 2, "channel-major ping-pong: windows, persistent, a staging tile per warpgroup"
@@ -290,7 +284,6 @@ class WgmmaTactic(Tactic):
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
                 f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}"
-                f"{f'_stag{self.stagger}' if self.stagger else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     # on/off fields and the wgmma_conv.cu macro each sets to 1
@@ -315,8 +308,6 @@ class WgmmaTactic(Tactic):
             d.update(WG_HALO=1, WG_HALO_ROWS=self.halo_rows, WG_HALO_STAGES=self.halo_stages)
         if self.pp_inflight != 3:
             d["WG_PP_INFLIGHT"] = self.pp_inflight
-        if self.stagger:
-            d["WG_STAGGER"] = self.stagger
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d

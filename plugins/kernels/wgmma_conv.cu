@@ -210,15 +210,6 @@
 constexpr bool kChannelPingpong = WG_PINGPONG && !WG_PIXM;
 // Channel-major tiles whose weight rows are permuted in pairs and whose output leaves by TMA store
 constexpr bool kTmaOut = kChannelPingpong || (WG_TMA_OUT && !WG_PIXM);
-#ifndef WG_STAGGER
-#define WG_STAGGER 0
-#endif
-// The TMA-storing window tiles' two consumer warpgroups apart (WG_STAGGER batches): warpgroup 1 starts its first tile that
-// many wgmma batches behind warpgroup 0 and, without a residual, each warpgroup requantizes and stores its own 64 channels
-// behind its own barriers, so one's epilogue runs while the other still issues wgmmas. The ring keeps them within its
-// depth of each other. (With a residual both copy the tile's residual together, so they stay in step.)
-constexpr int kStaggerStartBar = 4, kStaggerEpilogueBar = 2;  // named barriers: 4, and 2 + warpgroup
-static_assert(!WG_STAGGER || (kTmaOut && !kChannelPingpong && WG_STAGGER < WG_STAGES), "staggered warpgroups: TMA-storing window tiles");
 constexpr bool kDiagNoRing = WG_DIAG == 13;
 constexpr bool kDiagNoCopies = WG_DIAG == 3 || WG_DIAG == 8 || WG_DIAG == 9 || WG_DIAG == 12 || kDiagNoRing;
 constexpr bool kDiagNoResidualLoads = WG_DIAG == 6 || WG_DIAG == 9;
@@ -827,11 +818,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   const int pair_cell = (2 * wg + warp / 2) * BN * 32 + 2 * (lane % 4) * 32 + ((16 * (warp % 2) + 2 * (lane / 4)) ^ (lane % 4 >= 2 ? 16 : 0));
   const EpilogueScalars es(p, has_res);
   const uint32_t a_rows = wg * 64 * (WG_A128 ? 128 : 32);  // this warpgroup's 64 weight rows inside the A tile
-  // WG_STAGGER without a residual: each warpgroup's epilogue behind its own barrier, its stores issued (and waited for)
-  // by its own first thread, over its own two channel blocks; otherwise both warpgroups' together, thread 0 storing.
-  const bool apart = WG_STAGGER > 0 && !has_res;
-  const int store_thread = apart ? wg * 128 : 0, epilogue_bar = apart ? kStaggerEpilogueBar + wg : 1;
-  const int epilogue_threads = apart ? 128 : CONSUMERS, first_block = apart ? 2 * wg : 0, end_block = apart ? 2 * wg + 2 : CH / 32;
   using Tile = TileCoord;
   auto issue_residual = [&](const Tile& tc, int8_t* staging) {
     residual_to_staging<BN, CH, CONSUMERS, L::OUT_STRIDE>(p, tc, ohw, kpad, tid, t, staging);
@@ -903,16 +889,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     };
     // (Only 128-byte weight boxes read as zeros past the GEMM-K: the 32-byte-box tactics take every batch with steps.)
     const int whole_batches = !WG_A128 ? 0 : L::HALO ? kblocks : t.kt / KS;
-    const int lead = apart && local == 0 ? min(WG_STAGGER, kblocks) : 0;  // warpgroup 0's head start, first tile only
-    if (lead && wg == 1) sm90::named_barrier(kStaggerStartBar, CONSUMERS);
-    for (int kb = 0; kb < whole_batches; ++kb) {
-      batch(kb, true);
-      if (lead && wg == 0 && kb == lead - 1) sm90::named_barrier_arrive(kStaggerStartBar, CONSUMERS);
-    }
-    for (int kb = whole_batches; kb < kblocks; ++kb) {
-      batch(kb, false);
-      if (lead && wg == 0 && kb == lead - 1) sm90::named_barrier_arrive(kStaggerStartBar, CONSUMERS);
-    }
+    for (int kb = 0; kb < whole_batches; ++kb) batch(kb, true);
+    for (int kb = whole_batches; kb < kblocks; ++kb) batch(kb, false);
     sm90::wgmma_wait<0>();
     if (lane == 0 && !kDiagNoRing) release_slot(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
     if (L::HALO && !kDiagNoRing) win.release_before(t.kt, windows, p, hempty0, lane);
@@ -924,8 +902,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     }
     // ---------- epilogue: requantize into the staging tile; the stores go out under the next tile (kTmaOut: by TMA) ----------
     cp_async_wait<0>();
-    if (kTmaOut && tid == store_thread) sm90::bulk_wait_group_read_all();  // the previous tile's TMA store has read the staging tile
-    sm90::named_barrier(epilogue_bar, epilogue_threads);  // every consumer's residual copies have landed (and the stores read their tile)
+    if (kTmaOut && tid == 0) sm90::bulk_wait_group_read_all();  // the previous tile's TMA store has read the staging tile
+    sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed (and the stores read their tile)
     if constexpr (kTmaOut) {
       float sc[2], bi[2];
       factors.fold(es, sc, bi);
@@ -937,12 +915,12 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     } else {
       factors.requantize<BN, L::OUT_STRIDE>(acc, staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo, lane, es, has_res);
     }
-    sm90::named_barrier(epilogue_bar, epilogue_threads);  // the whole staging tile is written before anyone stores from it
-    if (kTmaOut && tid == store_thread && !kDiagNoStores) {
+    sm90::named_barrier(1, CONSUMERS);  // the whole staging tile is written before anyone stores from it
+    if (kTmaOut && tid == 0 && !kDiagNoStores) {
       // One box per channel block of the output's view: (32, pitch, NB, TH) of (32, OW, N, OH, KB), or with stacked
       // stride-2 windows (32, pitch, TH, NB) of (32, OW, OH, N, KB) (plugins/wgmma.py): the copy engine drops the
       // positions past a row, the images past the batch and the blocks past Kpad.
-      for (int b = first_block; b < end_block && tc.c0 + 32 * b < kpad; ++b) {
+      for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b) {
         const uint32_t src = smem_u32(staging + b * BN * 32);
         if (WG_S2WIN && t.nb > 1)
           sm90::tma_store_5d(tmap_y, src, 0, 0, tc.oh0, tc.n0, tc.c0 / 32 + b);
@@ -956,7 +934,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     pending_staging = staging;
   }
   if (pending && !kDiagNoStores) store(pending_tc, pending_staging);
-  if (kTmaOut && tid == store_thread) sm90::bulk_wait_group_all();  // the stores are done before the CTA's shared memory goes
+  if (kTmaOut && tid == 0) sm90::bulk_wait_group_all();  // the stores are done before the CTA's shared memory goes
   // No CTA of a pair leaves while its partner may still arrive on its barriers.
   if (WG_MCAST) sm90::cluster_sync();
 }
