@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     ap.add_argument("--residual", action="store_true", help="time the residual 1x1 layers instead")
     ap.add_argument("--only", help="comma-separated variant labels to time (e.g. 'full t42,full t43,diag3 t43')")
     ap.add_argument("--layers", help="comma-separated substrings: time only the layers whose name has one")
+    ap.add_argument("--batches", help="comma-separated batch sizes to time each layer at instead of 256 (e.g. wave "
+                    "quantization: '198,200,256,264')")
     ap.add_argument("--replace", default="",
                     help="comma-separated table tactics with fields replaced, also timed: '70:halo_stages=10:diag=1,61:halo_rows=256'")
     args = ap.parse_args(argv)
@@ -98,6 +100,8 @@ def main(argv=None) -> int:
     layers = RESIDUAL_LAYERS if args.residual else LAYERS
     if args.layers:
         layers = [(n, s) for n, s in layers if any(k in n for k in args.layers.split(","))]
+    if args.batches:
+        layers = [(f"{n} batch {b}", dataclasses.replace(s, n=int(b))) for n, s in layers for b in args.batches.split(",")]
     torch.cuda.init()
     cd.context()
     rows = []

@@ -263,6 +263,19 @@ from trtfuse.plugins.cuda_driver import gpu_available  # noqa: E402
 _gpu_ok, _gpu_why = gpu_available()
 
 
+def _tensor_descs(trt, inputs, output):
+    """The PluginTensorDescs TensorRT hands `enqueue`: each input's type and dims, then the int8 output's."""
+    in_desc = []
+    for a in inputs:
+        d = trt.PluginTensorDesc()
+        d.type = trt.DataType.INT8 if a.dtype == np.int8 else trt.DataType.FLOAT
+        d.dims = trt.Dims(list(a.shape))
+        in_desc.append(d)
+    out_desc = trt.PluginTensorDesc()
+    out_desc.type, out_desc.dims = trt.DataType.INT8, trt.Dims(list(output.shape))
+    return in_desc, out_desc
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not _gpu_ok, reason=f"needs a CUDA GPU: {_gpu_why}")
 def test_enqueue_with_tensorrt_descs_and_pointers_equals_golden(trt, resnet50_all):
@@ -294,14 +307,7 @@ def test_enqueue_with_tensorrt_descs_and_pointers_equals_golden(trt, resnet50_al
         y_shape = (golden.shape[0], -(-golden.shape[1] // 32), *golden.shape[2:], 32)
         y = cd.DeviceBuffer(int(np.prod(y_shape)))
         y.fill(POISON)
-        in_desc = []
-        for a in args:
-            d = trt.PluginTensorDesc()
-            d.type = trt.DataType.INT8 if a.dtype == np.int8 else trt.DataType.FLOAT
-            d.dims = trt.Dims(list(a.shape))
-            in_desc.append(d)
-        out_desc = trt.PluginTensorDesc()
-        out_desc.type, out_desc.dims = trt.DataType.INT8, trt.Dims(list(golden.shape))
+        in_desc, out_desc = _tensor_descs(trt, args, golden)
         runtime.on_shape_change(in_desc, [out_desc])
         runtime.enqueue(in_desc, [out_desc], [int(b.ptr) for b in bufs], [int(y.ptr)], 0, int(stream.handle))
         stream.synchronize()
@@ -342,14 +348,8 @@ def test_every_tactic_a_configured_plugin_offers_equals_golden(trt):
             bufs += [cd.DeviceBuffer.from_array(pack_nchwv(problem.residual, 32)), cd.DeviceBuffer.from_array(problem.residual_scale)]
         y_shape = (2, -(-shape.k // 32), *golden.shape[2:], 32)
         y = cd.DeviceBuffer(int(np.prod(y_shape)))
-        in_desc = []
-        for a in [problem.x, problem.w, problem.scale, problem.bias, problem.out_scale] + ([problem.residual, problem.residual_scale] if has_res else []):
-            d = trt.PluginTensorDesc()
-            d.type = trt.DataType.INT8 if a.dtype == np.int8 else trt.DataType.FLOAT
-            d.dims = trt.Dims(list(a.shape))
-            in_desc.append(d)
-        out_desc = trt.PluginTensorDesc()
-        out_desc.type, out_desc.dims = trt.DataType.INT8, trt.Dims(list(golden.shape))
+        args = [problem.x, problem.w, problem.scale, problem.bias, problem.out_scale]
+        in_desc, out_desc = _tensor_descs(trt, args + ([problem.residual, problem.residual_scale] if has_res else []), golden)
         for tactic in [offered[0]] + [i for i in offered[1:] if TACTICS_BY_ID[i].family == "wgmma"]:
             plugin.set_tactic(tactic)
             runtime = plugin.attach_to_context(None)
