@@ -20,6 +20,7 @@ plugin, where the batch may be dynamic. Spatial dims and channels are static (th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -115,11 +116,7 @@ _IMAGES_PER_TILE_MAX = 256
 def _handles_batches(tactic, shape: ConvShape, batches: tuple[int, int]) -> bool:
     lo, hi = batches
     ns = list(range(lo, min(hi, _IMAGES_PER_TILE_MAX) + 1)) + [hi]
-    return all(tactic.geometry(ConvShape(n, *_static(shape))) is not None for n in ns)
-
-
-def _static(shape: ConvShape) -> tuple:
-    return shape.c, shape.h, shape.w, shape.k, shape.r, shape.s, shape.stride, shape.pads
+    return all(tactic.geometry(dataclasses.replace(shape, n=n)) is not None for n in ns)
 
 
 def launcher_tactics(attrs: ConvAttrs, device: LaunchDevice, x_hw: tuple[int, int] | None = None,
@@ -129,9 +126,9 @@ def launcher_tactics(attrs: ConvAttrs, device: LaunchDevice, x_hw: tuple[int, in
     Every mma.sync tactic of the input's vector width whose shared memory the device allows (persistent ones
     included: ConvLaunch sizes their grid from the SM count), and, where the device has wgmma (and TRTFUSE_WGMMA is
     not 0), every wgmma tactic whose geometry handles the node at every batch of `batches` (MIN, MAX: the build's
-    optimization profile; a stacked-image tile needs 2+ images, so a profile from batch 1 leaves those out). Without
-    the spatial dims or the batch range (before TensorRT configures the plugin) the wgmma tactics, whose geometry
-    needs them, are left out. First comes the tactic plugins/tactics.py `choose` picks at the largest batch (our own
+    optimization profile; a tile of stacked images needs enough of them, so a profile from batch 1 leaves those out).
+    Without the spatial dims or the batch range (before TensorRT configures the plugin) the wgmma tactics, whose
+    geometry needs them, are left out. First comes the tactic plugins/tactics.py `choose` picks at the largest batch (our own
     runner's choice), then the AOT tactics in their order, then the rest by id.
     """
     vec = channel_vector(attrs.in_channels)

@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import TrtfuseError
 from . import trt_contract as tc
 from .op_schema import NAMESPACE, OPS, PLUGIN_VERSION, SPLIT_K_GEMM, OpSpec
+from .tactics import WGMMA_TACTICS, wgmma_enabled
 
 # Module names to try, best first: the full runtime, then the lean runtime as the `tensorrt-lean-cu13`
 # sdist wraps it, then the lean bindings wheel imported directly.
@@ -146,14 +147,9 @@ class ConvPluginLogic:
             limit = self.device.shared_limit if self.device else tc.AOT_SHARED_LIMIT
             raise ValueError(f"{spec.name}: no tactic fits this node (in_channels={self.attrs.in_channels}, "
                              f"kernel {self.attrs.kernel_shape}) under {limit} bytes of shared memory")
-        self.runnable = set(self.tactics) | (self._wgmma_ids() if self.device else set())
+        self.runnable = set(self.tactics) | {t.id for t in WGMMA_TACTICS if self.device and wgmma_enabled(self.device.arch)}
         # Same attributes -> same kernel choice for the same shapes and formats: share timings.
         self.timing_cache_id = f"{spec.name}:" + ",".join(f"{k}={self.attrs_dict[k]}" for k in spec.attribute_names)
-
-    def _wgmma_ids(self) -> set[int]:
-        from .tactics import WGMMA_TACTICS, wgmma_enabled
-
-        return {t.id for t in WGMMA_TACTICS} if wgmma_enabled(self.device.arch) else set()
 
     def configure(self, x_hw: tuple[int, int], batches: tuple[int, int]) -> None:
         """The build's input dims: spatial (static) and the profile's batch range (MIN, MAX)."""

@@ -8,6 +8,7 @@
 """
 
 import ctypes
+import dataclasses
 
 import numpy as np
 import onnx
@@ -149,15 +150,15 @@ def test_launcher_tactics_on_hopper_add_the_wgmma_ones_that_handle_the_profile(n
         ids = tc.launcher_tactics(attrs, H200, hw, batches)
         assert set(shape_free) <= set(ids) and len(ids) == len(set(ids))
         # first: what our own runner picks at the largest batch, where the whole profile allows it
-        best = choose(ConvShape(batches[1], *tc._static(shape)), H200.sms, H200.arch)[0].id
+        best = choose(dataclasses.replace(shape, n=batches[1]), H200.sms, H200.arch)[0].id
         assert ids[0] == best or best not in ids
         for i in ids:
             t = TACTICS_BY_ID[i]
             if t.family == "wgmma":  # each wgmma tactic offered runs every batch of the profile
-                assert all(t.geometry(ConvShape(n, *tc._static(shape))) is not None for n in range(batches[0], batches[1] + 1))
+                assert all(t.geometry(dataclasses.replace(shape, n=n)) is not None for n in range(batches[0], batches[1] + 1))
         left_out = {t.id for t in WGMMA_TACTICS} - set(ids)
         for i in left_out:  # and each one left out misses some batch of it
-            assert any(TACTICS_BY_ID[i].geometry(ConvShape(n, *tc._static(shape))) is None
+            assert any(TACTICS_BY_ID[i].geometry(dataclasses.replace(shape, n=n)) is None
                        for n in range(batches[0], batches[1] + 1)), (name, batches, i)
     # at one batch the first is always `choose`'s pick: for the 3x3 layers at 256, a wgmma tactic
     at_256 = tc.launcher_tactics(attrs, H200, hw, (256, 256))
@@ -195,5 +196,5 @@ def test_checking_batches_up_to_256_then_the_largest_is_exact():
     for shape in shapes:
         for t in WGMMA_TACTICS:
             for batches in ((1, 600), (2, 300), (200, 520)):
-                walked = all(t.geometry(ConvShape(n, *tc._static(shape))) is not None for n in range(batches[0], batches[1] + 1))
+                walked = all(t.geometry(dataclasses.replace(shape, n=n)) is not None for n in range(batches[0], batches[1] + 1))
                 assert tc._handles_batches(t, shape, batches) == walked, (shape, t.id, batches)
