@@ -329,7 +329,7 @@ class WgmmaTactic(Tactic):
         return round_up(self.halo_rows * self.window_row_bytes, 1024) if self.halo_rows else 0
 
     def shared_bytes(self, in_channels: int = 0, kernel_shape=None) -> int:
-        """Operand ring + staging tiles [pixels][channels + 16] (channel-major ping-pong: [block][pixels][32];
+        """Operand ring + staging tiles [pixels][channels + 16] (tiles that store by TMA: [block][pixels][32];
         pixel-major: resident weights, two residual buffers of every consumer warp's 16 pixels x channels and each
         tile group's folded factors) + mbarriers + 1024 for aligning the ring (WgmmaSmem in wgmma_conv.cu)."""
         bars = 8 * (2 * self.stages + 1)

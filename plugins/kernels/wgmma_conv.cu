@@ -470,6 +470,19 @@ struct ChannelPairFactors {
       requantize_to_paired_staging<BN, STRIDE>(acc, cells + lane / 4, sc, bi, es.relu_min);
     }
   }
+  // The TMA-storing tiles (kTmaOut, permuted weight rows): the thread's channel pair into `cells` of the
+  // [block][position][32] staging tile, made visible to the copy engine's store.
+  template <int BN>
+  __device__ __forceinline__ void requantize_for_tma(const int (&acc)[BN / 2], int8_t* cells, const EpilogueScalars& es,
+                                                     bool has_res) const {
+    float sc[2], bi[2];
+    fold(es, sc, bi);
+    if (has_res)
+      requantize_pairs<BN, 32, true>(acc, cells, sc, bi, es.rs, es.relu_min);
+    else
+      requantize_pairs<BN, 32, false>(acc, cells, sc, bi, 0.0f, es.relu_min);
+    sm90::fence_proxy_async_shared();  // the staging writes, visible to the TMA store
+  }
 };
 
 // 16 staged bytes in paired order (byte 2g + h = channel g + 8h) -> channel order.
@@ -504,6 +517,21 @@ __device__ __forceinline__ void store_staging(const ConvParams& p, const TileCoo
       if (ok) *reinterpret_cast<int4*>(p.y + g) = unpair_16_channels(*reinterpret_cast<const int4*>(staging + s));
     });
   }
+}
+// The TMA-storing tiles' output, issued by one thread: one box per channel block of the output's view, (32, pitch, NB, TH)
+// of (32, OW, N, OH, KB), or with stacked stride-2 windows (32, pitch, TH, NB) of (32, OW, OH, N, KB) (plugins/wgmma.py);
+// the copy engine drops the positions past a row (ow >= OW), the images past the batch and the blocks past Kpad.
+template <int BN, int CH>
+__device__ __forceinline__ void store_staging_by_tma(const sm90::TensorMap* tmap_y, const int8_t* staging, const TileCoord& tc,
+                                                     const WgmmaTile& t, int kpad) {
+  for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b) {
+    const uint32_t src = smem_u32(staging + b * BN * 32);
+    if (WG_S2WIN && t.nb > 1)
+      sm90::tma_store_5d(tmap_y, src, 0, 0, tc.oh0, tc.n0, tc.c0 / 32 + b);
+    else
+      sm90::tma_store_5d(tmap_y, src, 0, 0, tc.n0, tc.oh0, tc.c0 / 32 + b);
+  }
+  sm90::bulk_commit_group();
 }
 
 // BN = output pixels per tile, CH = output channels per tile. First, with WG_WRES_KT, the resident weights:
@@ -905,30 +933,12 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     if (kTmaOut && tid == 0) sm90::bulk_wait_group_read_all();  // the previous tile's TMA store has read the staging tile
     sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed (and the stores read their tile)
     if constexpr (kTmaOut) {
-      float sc[2], bi[2];
-      factors.fold(es, sc, bi);
-      if (has_res)
-        requantize_pairs<BN, 32, true>(acc, staging + pair_cell, sc, bi, es.rs, es.relu_min);
-      else
-        requantize_pairs<BN, 32, false>(acc, staging + pair_cell, sc, bi, 0.0f, es.relu_min);
-      sm90::fence_proxy_async_shared();  // the staging writes, visible to the TMA store
+      factors.requantize_for_tma<BN>(acc, staging + pair_cell, es, has_res);
     } else {
       factors.requantize<BN, L::OUT_STRIDE>(acc, staging + 2 * (lane % 4) * L::OUT_STRIDE + c_lo, lane, es, has_res);
     }
     sm90::named_barrier(1, CONSUMERS);  // the whole staging tile is written before anyone stores from it
-    if (kTmaOut && tid == 0 && !kDiagNoStores) {
-      // One box per channel block of the output's view: (32, pitch, NB, TH) of (32, OW, N, OH, KB), or with stacked
-      // stride-2 windows (32, pitch, TH, NB) of (32, OW, OH, N, KB) (plugins/wgmma.py): the copy engine drops the
-      // positions past a row, the images past the batch and the blocks past Kpad.
-      for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b) {
-        const uint32_t src = smem_u32(staging + b * BN * 32);
-        if (WG_S2WIN && t.nb > 1)
-          sm90::tma_store_5d(tmap_y, src, 0, 0, tc.oh0, tc.n0, tc.c0 / 32 + b);
-        else
-          sm90::tma_store_5d(tmap_y, src, 0, 0, tc.n0, tc.oh0, tc.c0 / 32 + b);
-      }
-      sm90::bulk_commit_group();
-    }
+    if (kTmaOut && tid == 0 && !kDiagNoStores) store_staging_by_tma<BN, CH>(tmap_y, staging, tc, t, kpad);
     pending = !kTmaOut;
     pending_tc = tc;
     pending_staging = staging;
@@ -1235,24 +1245,12 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     }
     cp_async_wait<0>();
     sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed
-    float sc[2], bi[2];
-    factors.fold(es, sc, bi);
-    if (has_res) {
-      requantize_pairs<BN, 32, true>(acc, cells, sc, bi, es.rs, es.relu_min);
-    } else {
-      requantize_pairs<BN, 32, false>(acc, cells, sc, bi, 0.0f, es.relu_min);
-    }
-    sm90::fence_proxy_async_shared();  // the staging writes, visible to the TMA store
+    factors.requantize_for_tma<BN>(acc, cells, es, has_res);
     sm90::named_barrier(kStagingBar + wg, 128);  // the whole staging tile is written before it is stored
-    // The tile leaves by TMA store, one box per channel block, (32, pitch, NB, TH) of the output's view (32, OW, N, OH, KB):
-    // the copy engine drops the positions past a row (ow >= OW), the rows past the map and the blocks past Kpad. Stored
-    // by the consumer threads, 16 bytes each, the stores made the epilogue outlast the other warpgroup's main loop (res3
-    // conv2 w70 0.0578 ms, 0.0480 without them: bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/40-pingpong-epilogue.json).
-    if (ct == 0 && !kDiagNoStores) {
-      for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b)
-        sm90::tma_store_5d(tmap_y, smem_u32(staging + b * BN * 32), 0, 0, tc.n0, tc.oh0, tc.c0 / 32 + b);
-      sm90::bulk_commit_group();
-    }
+    // The tile leaves by TMA store. Stored by the consumer threads, 16 bytes each, the stores made the epilogue outlast
+    // the other warpgroup's main loop (res3 conv2 w70 0.0578 ms, 0.0480 without them:
+    // bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/40-pingpong-epilogue.json).
+    if (ct == 0 && !kDiagNoStores) store_staging_by_tma<BN, CH>(tmap_y, staging, tc, t, kpad);
   }
   cp_async_wait<0>();
   if (ct == 0) sm90::bulk_wait_group_all();  // the stores are done before the CTA's shared memory goes
