@@ -198,7 +198,7 @@ class WgmmaGeometry:
         return self.nb * self.pitch
 
 
-WGMMA_S8_WIDTHS = (64, 96, 112, 128, 160, 176, 192, 208, 224, 256)  # the wgmma N widths plugins/kernels/wgmma_s8.cuh instantiates
+WGMMA_S8_WIDTHS = (64, 96, 128, 160, 176, 192, 208, 224, 256)  # the wgmma N widths plugins/kernels/wgmma_s8.cuh instantiates
 
 
 @dataclass(frozen=True)
@@ -238,9 +238,6 @@ class WgmmaTactic(Tactic):
     # channel-major window tiles without ping-pong: the output leaves by TMA store from a [block][position][32] staging
     # tile, the weight rows permuted in pairs as the ping-pong tile's (WG_TMA_OUT; the ping-pong tile always does)
     tma_store: bool = False
-    # the TMA-storing window tiles: the batches at a tile's edges go as two halves of its positions (wgmma N = bm / 2),
-    # so the epilogue requantizes one half while the tensor cores work on the other (WG_SPLIT_EDGES)
-    split_edges: int = 0
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
 
@@ -258,8 +255,6 @@ class WgmmaTactic(Tactic):
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
             assert not self.stride2_windows or self.halo_rows, "stride-2 windows are windows"
             assert not self.tma_store or (self.halo_rows and not self.pingpong), "TMA stores: the window tiles without ping-pong"
-            assert not self.split_edges or (self.tma_store and self.bm // 2 in WGMMA_S8_WIDTHS), \
-                "split edges: the TMA-storing window tiles, half the positions a wgmma N"
             if self.pingpong:  # each consumer warpgroup a 64-channel tile of its own, the weight resident, windows
                 assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
                 assert self.halo_rows and self.persistent and self.staging == 2, "channel-major ping-pong: windows, persistent, a staging tile per warpgroup"
@@ -288,7 +283,7 @@ class WgmmaTactic(Tactic):
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
-                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{f'_se{self.split_edges}' if self.split_edges else ''}"
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     # on/off fields and the wgmma_conv.cu macro each sets to 1
@@ -313,8 +308,6 @@ class WgmmaTactic(Tactic):
             d.update(WG_HALO=1, WG_HALO_ROWS=self.halo_rows, WG_HALO_STAGES=self.halo_stages)
         if self.pp_inflight != 3:
             d["WG_PP_INFLIGHT"] = self.pp_inflight
-        if self.split_edges:
-            d["WG_SPLIT_EDGES"] = self.split_edges
         if self.diag:
             d["WG_DIAG"] = self.diag
         return d

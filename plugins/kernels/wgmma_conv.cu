@@ -188,14 +188,6 @@
 #ifndef WG_TMA_OUT
 #define WG_TMA_OUT 0
 #endif
-// 1 (WG_TMA_OUT tiles): the batches at a tile's edges go as two halves of its positions (wgmma N = BN / 2 into
-// accumulators 0 .. BN / 4 - 1 and BN / 4 .. BN / 2 - 1), so the epilogue's requantize of one half runs while the tensor
-// cores work on the other: the tile's last batch is issued lo, hi, and the lo half requantized under hi; then the next
-// tile's first batch lo, into the registers just requantized, under which the hi half is requantized; then its hi half.
-// Without it both warpgroups requantize the whole tile with no wgmma in flight.
-#ifndef WG_SPLIT_EDGES
-#define WG_SPLIT_EDGES 0
-#endif
 #ifndef WG_HALO_ROWS
 #define WG_HALO_ROWS 288
 #endif
@@ -218,8 +210,6 @@
 constexpr bool kChannelPingpong = WG_PINGPONG && !WG_PIXM;
 // Channel-major tiles whose weight rows are permuted in pairs and whose output leaves by TMA store
 constexpr bool kTmaOut = kChannelPingpong || (WG_TMA_OUT && !WG_PIXM);
-constexpr bool kSplitEdges = WG_SPLIT_EDGES && kTmaOut && !kChannelPingpong;
-static_assert(!WG_SPLIT_EDGES || (kSplitEdges && WG_DIAG == 0), "split edges: the TMA-storing window tiles, no profiling build");
 constexpr bool kDiagNoRing = WG_DIAG == 13;
 constexpr bool kDiagNoCopies = WG_DIAG == 3 || WG_DIAG == 8 || WG_DIAG == 9 || WG_DIAG == 12 || kDiagNoRing;
 constexpr bool kDiagNoResidualLoads = WG_DIAG == 6 || WG_DIAG == 9;
@@ -419,14 +409,14 @@ __device__ __forceinline__ void requantize_to_paired_staging(const int (&acc)[BN
 // accumulator rows are adjacent channels, which one paired conversion (F2IP.S8) rounds and packs into the natural byte
 // order, stored by one 2-byte STS (in place over the residual's two bytes, read first; a group of J pixel blocks' reads
 // come before any of its writes, as in requantize_to_staging). `cells` points at the thread's pixel 2(lane % 4), channel
-// pair; STRIDE is the staging row. Pixel blocks JB .. JE - 1 only (WG_SPLIT_EDGES requantizes a tile in two halves).
-template <int BN, int STRIDE, bool RES, int JB = 0, int JE = BN / 8>
+// pair; STRIDE is the staging row.
+template <int BN, int STRIDE, bool RES>
 __device__ __forceinline__ void requantize_pairs(const int (&acc)[BN / 2], int8_t* cells, const float (&sc)[2], const float (&bi)[2],
                                                  float rs, float relu_min) {
-  constexpr int J = (JE - JB) % 4 == 0 ? 4 : 2;
-  static_assert((JE - JB) % J == 0 && 0 <= JB && JE <= BN / 8, "pixel blocks split into groups of J");
+  constexpr int J = (BN / 8) % 4 == 0 ? 4 : 2;
+  static_assert((BN / 8) % J == 0, "pixel blocks split into groups of J");
 #pragma unroll
-  for (int j0 = JB; j0 < JE; j0 += J) {
+  for (int j0 = 0; j0 < BN / 8; j0 += J) {
     int res[2 * J];  // pixel block j0 + i / 2, pixel e = i % 2: the two residual bytes
     if (RES) {
 #pragma unroll
@@ -482,16 +472,15 @@ struct ChannelPairFactors {
   }
   // The TMA-storing tiles (kTmaOut, permuted weight rows): the thread's channel pair into `cells` of the
   // [block][position][32] staging tile, made visible to the copy engine's store.
-  // Pixel blocks JB .. JE - 1 only with WG_SPLIT_EDGES.
-  template <int BN, int JB = 0, int JE = BN / 8>
+  template <int BN>
   __device__ __forceinline__ void requantize_for_tma(const int (&acc)[BN / 2], int8_t* cells, const EpilogueScalars& es,
                                                      bool has_res) const {
     float sc[2], bi[2];
     fold(es, sc, bi);
     if (has_res)
-      requantize_pairs<BN, 32, true, JB, JE>(acc, cells, sc, bi, es.rs, es.relu_min);
+      requantize_pairs<BN, 32, true>(acc, cells, sc, bi, es.rs, es.relu_min);
     else
-      requantize_pairs<BN, 32, false, JB, JE>(acc, cells, sc, bi, 0.0f, es.relu_min);
+      requantize_pairs<BN, 32, false>(acc, cells, sc, bi, 0.0f, es.relu_min);
     sm90::fence_proxy_async_shared();  // the staging writes, visible to the TMA store
   }
 };
@@ -637,10 +626,9 @@ struct WindowCursor {
   __device__ __forceinline__ uint32_t view(uint32_t base) const {
     return base + L::HALO_OFFSET + slot * L::HALO_SLOT + offset;
   }
-  // The wgmma operand B of the current tap, from tile position `first_position` on (WG_SPLIT_EDGES' second half)
-  __device__ __forceinline__ uint64_t desc(uint32_t base, int first_position = 0) const {
-    const uint32_t v = view(base) + first_position * L::HALO_ROW_BYTES;
-    return WG_S2WIN ? sm90::desc_kmajor_sw64(v) : sm90::desc_kmajor_sw32(v);
+  // The wgmma operand B of the current tap
+  __device__ __forceinline__ uint64_t desc(uint32_t base) const {
+    return WG_S2WIN ? sm90::desc_kmajor_sw64(view(base)) : sm90::desc_kmajor_sw32(view(base));
   }
   // The next tap: (r, s + 1), (r + 1, 0), or the next channel block's (0, 0). Past the tile's last window the
   // views point into the ring's next slot: only steps past the GEMM-K read them, against zero weights. wh: the
@@ -876,25 +864,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   int acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-  // WG_SPLIT_EDGES: the accumulators of the tile's first and second half of positions (m64nN's register 4j + i is
-  // column 8j + ..), and one ring slot's KS k32 steps for one half, from window position `first_position`
-  int (&acc_lo)[BN / 4] = *reinterpret_cast<int(*)[BN / 4]>(acc);
-  int (&acc_hi)[BN / 4] = *reinterpret_cast<int(*)[BN / 4]>(acc + BN / 4);
-  auto issue_half = [&](int slot, int kb, WindowCursor<L>& cur, int (&part)[BN / 4], int first_position) {
-    if constexpr (kSplitEdges) {
-      const uint32_t sa = base + slot * L::STAGE + a_rows;
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int j = 0; j < KS; ++j) {
-        sm90::WgmmaS8<BN / 2>::mma(part, sm90::desc_kmajor_sw128(sa + j * 32), cur.desc(base, first_position), kb * KS + j > 0);
-        cur.advance(p, wh);
-      }
-      sm90::wgmma_commit();
-    }
-  };
-  // WG_SPLIT_EDGES: this tile's first batch went out (in halves) under the previous tile's epilogue, and `win` is past it
-  bool first_issued = false;
-  WindowCursor<L> win(0, t);  // WG_HALO
   for (int tile = blockIdx.x; tile < t.tiles; tile += tile_step, ++local) {
     const Tile tc(tile, p, t, ohw, CH);
     int8_t* staging = s_out + (WG_STAGING == 2 ? (local & 1) * L::OUT_BYTES : 0);
@@ -904,19 +873,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     cp_async_commit();
     const ChannelPairFactors factors(p, tc.c0 + (kTmaOut ? c_pair : c_lo), kpad, kTmaOut ? 1 : 8);  // used in the epilogue
 
-    if (!first_issued) win = WindowCursor<L>(local * windows, t);
-    // Under the first batch: the previous tile's stores, then (one staging tile) this tile's residual into the staging
-    // tile they have just emptied.
-    auto under_first_batch = [&] {
-      if (pending && !kDiagNoStores) store(pending_tc, pending_staging);
-      pending = false;
-      if (WG_STAGING == 1 && res_now) {
-        if (kTmaOut && tid == 0) sm90::bulk_wait_group_read_all();  // the previous tile's TMA store has read it
-        sm90::named_barrier(1, CONSUMERS);  // every consumer's stores have read the staging tile
-        issue_residual(tc, staging);
-      }
-      cp_async_commit();
-    };
+    WindowCursor<L> win(local * windows, t);  // WG_HALO
     // One ring slot's batch of k32 steps. `whole`: all KS of them, with no branch between the wgmmas (a branch makes
     // ptxas fence each wgmma, and a merge after a batch costs it a dummy wgmma); steps past the GEMM-K then read the
     // 128-byte weight box's zero fill (windows: against the next window slot) and add nothing. Windows always take
@@ -940,7 +897,18 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         if (L::HALO) win.advance(p, wh);
       }
       sm90::wgmma_commit();
-      if (kb == 0) under_first_batch();
+      if (kb == 0) {
+        // Under the first batch: the previous tile's stores, then (one staging tile) this tile's residual
+        // into the staging tile they have just emptied.
+        if (pending && !kDiagNoStores) store(pending_tc, pending_staging);
+        pending = false;
+        if (WG_STAGING == 1 && res_now) {
+          if (kTmaOut && tid == 0) sm90::bulk_wait_group_read_all();  // the previous tile's TMA store has read it
+          sm90::named_barrier(1, CONSUMERS);  // every consumer's stores have read the staging tile
+          issue_residual(tc, staging);
+        }
+        cp_async_commit();
+      }
       sm90::wgmma_wait<1>();  // the previous slot's batch is done: hand that slot back to the producer
       if (kb > 0 && lane == 0 && !kDiagNoRing) release_slot(empty0 + 8 * ((it - 1) % STAGES));
       if (L::HALO && !kDiagNoRing) win.release_before(kb * KS, windows, p, hempty0, lane);
@@ -949,58 +917,8 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     };
     // (Only 128-byte weight boxes read as zeros past the GEMM-K: the 32-byte-box tactics take every batch with steps.)
     const int whole_batches = !WG_A128 ? 0 : L::HALO ? kblocks : t.kt / KS;
-    const bool split = kSplitEdges && kblocks >= 2;  // (a one-batch tile's first batch is its last)
-    if (first_issued) under_first_batch();
-    for (int kb = first_issued ? 1 : 0; kb < whole_batches - (split ? 1 : 0); ++kb) batch(kb, true);
+    for (int kb = 0; kb < whole_batches; ++kb) batch(kb, true);
     for (int kb = whole_batches; kb < kblocks; ++kb) batch(kb, false);
-    if constexpr (kSplitEdges) if (split) {
-      // The last batch in halves (window tiles: always whole); the lo half is requantized under the hi half.
-      WindowCursor<L> hi_win = win;
-      const int slot = it % STAGES;
-      sm90::mbar_wait(full0 + 8 * slot, (it / STAGES) & 1);
-      win.wait_for_steps_before(t.kt, p, hfull0);
-      __syncwarp();
-      issue_half(slot, kblocks - 1, win, acc_lo, 0);
-      issue_half(slot, kblocks - 1, hi_win, acc_hi, BN / 2);
-      if (WG_SPLIT_EDGES == 3) sm90::wgmma_wait<0>(); else sm90::wgmma_wait<1>();  // the lo half and the batch before it are done
-      if (lane == 0) release_slot(empty0 + 8 * ((it - 1) % STAGES));
-      win.release_before((kblocks - 1) * KS, windows, p, hempty0, lane);
-      __syncwarp();
-      ++it;
-      cp_async_wait<0>();
-      if (tid == 0) sm90::bulk_wait_group_read_all();  // the previous tile's TMA store has read the staging tile
-      sm90::named_barrier(1, CONSUMERS);  // every consumer's residual copies have landed (and the store read the tile)
-      factors.requantize_for_tma<BN, 0, BN / 16>(acc, staging + pair_cell, es, has_res);
-      // The next tile's first batch, lo half, into the registers just requantized; the hi half is requantized under it.
-      // (`win` moves on to the next tile: this tile's windows not yet released are `unreleased` from `first_unreleased`.)
-      const int first_unreleased = win.first + win.released, unreleased = windows - win.released;
-      first_issued = WG_SPLIT_EDGES != 2 && tile + tile_step < t.tiles;
-      if (first_issued) {
-        win = WindowCursor<L>((local + 1) * windows, t);
-        sm90::mbar_wait(full0 + 8 * (it % STAGES), (it / STAGES) & 1);
-        win.wait_for_steps_before(KS, p, hfull0);
-        __syncwarp();
-        issue_half(it % STAGES, 0, win, acc_lo, 0);
-        if (WG_SPLIT_EDGES == 3) sm90::wgmma_wait<0>(); else sm90::wgmma_wait<1>();  // this tile's hi half is done
-      } else {
-        sm90::wgmma_wait<0>();
-      }
-      if (lane == 0) {
-        release_slot(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot and windows
-        for (int w = 0; w < unreleased; ++w) sm90::mbar_arrive(hempty0 + 8 * ((first_unreleased + w) % L::HALO_STAGES));
-      }
-      __syncwarp();
-      factors.requantize_for_tma<BN, BN / 16, BN / 8>(acc, staging + pair_cell, es, has_res);
-      sm90::named_barrier(1, CONSUMERS);  // the whole staging tile is written before it is stored
-      if (tid == 0) store_staging_by_tma<BN, CH>(tmap_y, staging, tc, t, kpad);
-      __syncwarp();  // (tid 0 issued the store) converged for the .aligned wgmmas
-      if (first_issued) {
-        WindowCursor<L> hi((local + 1) * windows, t);  // the first batch again, from position BN / 2
-        issue_half(it % STAGES, 0, hi, acc_hi, BN / 2);
-        ++it;
-      }
-      continue;
-    }
     sm90::wgmma_wait<0>();
     if (lane == 0 && !kDiagNoRing) release_slot(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
     if (L::HALO && !kDiagNoRing) win.release_before(t.kt, windows, p, hempty0, lane);
