@@ -238,6 +238,7 @@ class WgmmaTactic(Tactic):
     # channel-major window tiles without ping-pong: the output leaves by TMA store from a [block][position][32] staging
     # tile, the weight rows permuted in pairs as the ping-pong tile's (WG_TMA_OUT; the ping-pong tile always does)
     tma_store: bool = False
+    window_warp: bool = False  # window tiles streaming weights: a second producer thread issues the windows (WG_WINDOW_WARP)
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     family: ClassVar[str] = "wgmma"
 
@@ -255,6 +256,8 @@ class WgmmaTactic(Tactic):
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
             assert not self.stride2_windows or self.halo_rows, "stride-2 windows are windows"
             assert not self.tma_store or (self.halo_rows and not self.pingpong), "TMA stores: the window tiles without ping-pong"
+            assert not self.window_warp or (self.halo_rows and not self.pingpong), \
+                "a window thread: the window tiles whose weights stream through the ring (the ping-pong tile's producer issues windows only)"
             if self.pingpong:  # each consumer warpgroup a 64-channel tile of its own, the weight resident, windows
                 assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
                 assert self.halo_rows and self.persistent and self.staging == 2, "channel-major ping-pong: windows, persistent, a staging tile per warpgroup"
@@ -283,13 +286,14 @@ class WgmmaTactic(Tactic):
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
-                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}"
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}"
                 + (f"_diag{self.diag}" if self.diag else ""))
 
     # on/off fields and the wgmma_conv.cu macro each sets to 1
     _SWITCHES: ClassVar[tuple[tuple[str, str], ...]] = (
         ("multicast", "WG_MCAST"), ("pixel_major", "WG_PIXM"), ("flat", "WG_FLAT"), ("pingpong", "WG_PINGPONG"),
-        ("stride2_windows", "WG_S2WIN"), ("tma_store", "WG_TMA_OUT"))
+        ("stride2_windows", "WG_S2WIN"), ("tma_store", "WG_TMA_OUT"),
+        ("window_warp", "WG_WINDOW_WARP"))
 
     def defines(self) -> dict[str, int]:
         d = {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks, "WG_PERSISTENT": int(self.persistent)}
@@ -562,18 +566,26 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # 50-w74-two-in-flight.json, after the v18 bench).
     WgmmaTactic(74, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
                 staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=2),
-    WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True),
+    WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
+                window_warp=True),
     # w66: w65's tile with stacked-image windows for 7 x 7 outputs (res5 first conv2: 4 images, 196 pixels in 224
     # positions, against the row-box tiles' 98 in 128 or 196 in 208 with 9 boxes per channel block): 3 windows of 224
     # pair rows per channel block, 44 KB slots, 3 of them.
-    WgmmaTactic(66, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=688, halo_stages=3, stride2_windows=True),
+    WgmmaTactic(66, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=688, halo_stages=3, stride2_windows=True,
+                window_warp=True),
     # w67-w69: w65, w66 and w64 storing by TMA (WG_TMA_OUT): their consumer threads' 16-byte stores, under the next
     # tile's first wgmma batch, outlasted it (res4 first conv2 w65 0.0545 ms, 0.0469 without them; res5 first conv2 w66
     # 0.0489 / 0.0458: bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/54-channel-major-stores.json).
+    # Since session 18 the stride-2 window tiles w65-w68 issue their windows from a thread of their own (window_warp):
+    # issued with the weight slot each is first used with, a 28.8 KB window arrived late (ncu on w67: the consumers
+    # spent 9 % of their stall samples waiting on windows). H200, batch 256 (bench/results/wgmma-diag-NVIDIA_H200-
+    # 2026-11-22/63-window-warp*.json): res4 first conv2 w67 0.0506-0.0508 -> 0.0481-0.0484 ms, w65 0.0539 -> 0.0515;
+    # res5 first conv2 w68 0.0477-0.0478 -> 0.0457-0.0461, w66 0.0491 -> 0.0471; res3 first conv2 w67 0.0593 -> 0.0560.
+    # The stride-1 window tiles gained nothing (w60 -1 %, w61 / w62 / w64 within 1 %, w69 +0.5-1 %) and keep one thread.
     WgmmaTactic(67, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
-                tma_store=True),
+                tma_store=True, window_warp=True),
     WgmmaTactic(68, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=688, halo_stages=3, stride2_windows=True,
-                tma_store=True),
+                tma_store=True, window_warp=True),
     WgmmaTactic(69, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320, halo_stages=4, tma_store=True),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no

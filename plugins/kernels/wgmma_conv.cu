@@ -188,6 +188,15 @@
 #ifndef WG_TMA_OUT
 #define WG_TMA_OUT 0
 #endif
+// 1 (window tiles that stream weights through the ring): a second producer thread, in the producer warpgroup's second
+// warp, issues the windows, each as soon as its ring slot is free, instead of the weight thread issuing each window with
+// the weight slot it is first used with, which bounds a window's lead by the weight ring's: w67's consumers spent 9 % of
+// their ncu stall samples waiting on its 28.8 KB stride-2 windows, and with this thread res4 first conv2 went from 0.0507
+// to 0.0482 ms (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/63-window-warp*.json; the small stride-1 windows gained
+// nothing).
+#ifndef WG_WINDOW_WARP
+#define WG_WINDOW_WARP 0
+#endif
 #ifndef WG_HALO_ROWS
 #define WG_HALO_ROWS 288
 #endif
@@ -713,14 +722,18 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   if (wg == WG_CONSUMERS) {
     // ---------------- producer warpgroup: one thread drives the copy engine ----------------
     sm90::regs_dealloc<kProducerRegs>();
-    if (tid == CONSUMERS && !kDiagNoRing) {
+    constexpr bool kWindowWarp = WG_WINDOW_WARP && L::HALO && !kChannelPingpong;
+    static_assert(!WG_WINDOW_WARP || kWindowWarp, "a window thread: window tiles whose weights stream through the ring");
+    const bool window_thread = kWindowWarp && tid == CONSUMERS + 32;  // (WG_WINDOW_WARP) issues the windows only
+    if ((tid == CONSUMERS || window_thread) && !kDiagNoRing) {
       // What the copy engine moves: profiling builds 3, 8, 9 nothing, 4 only weights, 5 only activations;
       // resident weights once, below, instead of in every slot.
       constexpr bool kCopyWeights = !kDiagNoCopies && !kDiagNoWeightCopies && WG_DIAG != 5, kLoadActivations = !kDiagNoCopies && WG_DIAG != 4;
       constexpr bool kLoadWeights = kCopyWeights && !L::WRES;  // per ring slot
       sm90::prefetch_tensor_map(tmap_w);
       sm90::prefetch_tensor_map(tmap_x);
-      if (L::WRES && (int)blockIdx.x < t.tiles && kCopyWeights) {
+      if (window_thread) {
+      } else if (L::WRES && (int)blockIdx.x < t.tiles && kCopyWeights) {
         // The CTA's channel tile (the same for all its tiles) as permuted 128-byte chunks: see the slot's box below.
         // (Channel-major: plain CH rows x 128 bytes per chunk, 128-byte swizzle, the A operand of all 4 steps.)
         const int chunks = (t.kt + 3) / 4, c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0;
@@ -759,7 +772,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
               sm90::tma_load_5d(slot, tmap_x, hfull, 0, w0, tc.n0, h0, cb);
           }
         };
-        if (kChannelPingpong) {  // resident weights: the windows are all the copy engine moves
+        if (kChannelPingpong || window_thread) {  // resident weights (or WG_WINDOW_WARP's window thread): windows only
           for (int cb = 0; cb < windows; ++cb) issue_window(cb);
           continue;
         }
@@ -788,7 +801,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
             const int k = kb * KS + j;
             if (kLoadWeights && !WG_A128) sm90::tma_load_2d(sa + j * L::A_STEP, tmap_w, full, k * 32, tc.c0);
             if (L::HALO) {
-              if (r == 0 && s == 0) issue_window(cb);  // after the weight slot it is first used with
+              if (!kWindowWarp && r == 0 && s == 0) issue_window(cb);  // after the weight slot it is first used with
             } else if (!kLoadActivations) {
             } else if (WG_FLAT) {
               // The slot's boxes, once (j == 0), each GB groups x the slot's KS channel blocks (1x1: k32 step k is
