@@ -561,11 +561,13 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # 2 CTAs by multicast, 0.0587; w74 with 128-byte rows of column quads (positions split by column parity, two wgmmas of
     # N 112 per k32 step; "w77" of commit 39834de, reverted): copies alone 0.0440 -> 0.0352 ms, but the wgmma issue alone
     # 0.0451 -> 0.0481 and the kernel 0.0572 (48-quad-windows-not-kept.json).
-    # w74 leaves 2 wgmma batches in flight, not 3: with 4 window slots of 9 taps, 3 batches (12 k32 steps) held windows
-    # the producer was waiting for (res3 first conv2 0.0552 -> 0.0539 ms, 49-stride2-ring-depths.json; 0.0555 -> 0.0544,
-    # 50-w74-two-in-flight.json, after the v18 bench).
+    # w74 leaves 1 wgmma batch in flight, not 3: with 4 window slots of 9 taps, 3 batches (12 k32 steps) held windows
+    # the producer was waiting for (res3 first conv2 0.0552 -> 0.0539 ms with 2, 49-stride2-ring-depths.json; 0.0555 ->
+    # 0.0544, 50-w74-two-in-flight.json, after the v18 bench), and 1 took it from 0.0548-0.0561 to 0.0535 in two calls
+    # (session 18, 65-w74-one-in-flight.json, 65b-pingpong-in-flight.json: there the stride-1 ping-pong tiles w70 / w71 /
+    # w73 gained nothing from 1 or 2, and keep 3).
     WgmmaTactic(74, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
-                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=2),
+                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
                 window_warp=True),
     # w66: w65's tile with stacked-image windows for 7 x 7 outputs (res5 first conv2: 4 images, 196 pixels in 224
