@@ -580,7 +580,7 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # 0.0489 / 0.0458: bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/54-channel-major-stores.json).
     # Since session 18 the stride-2 window tiles w65-w68 issue their windows from a thread of their own (window_warp):
     # issued with the weight slot each is first used with, a 28.8 KB window arrived late (ncu on w67: the consumers
-    # spent 9 % of their stall samples waiting on windows). H200, batch 256 (bench/results/wgmma-diag-NVIDIA_H200-
+    # spent 10 % of their stall samples waiting on windows). H200, batch 256 (bench/results/wgmma-diag-NVIDIA_H200-
     # 2026-11-22/63-window-warp*.json): res4 first conv2 w67 0.0506-0.0508 -> 0.0481-0.0484 ms, w65 0.0539 -> 0.0515;
     # res5 first conv2 w68 0.0477-0.0478 -> 0.0457-0.0461, w66 0.0491 -> 0.0471; res3 first conv2 w67 0.0593 -> 0.0560.
     # The stride-1 window tiles gained nothing (w60 -1 %, w61 / w62 / w64 within 1 %, w69 +0.5-1 %) and keep one thread.

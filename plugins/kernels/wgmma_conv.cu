@@ -190,7 +190,7 @@
 #endif
 // 1 (window tiles that stream weights through the ring): a second producer thread, in the producer warpgroup's second
 // warp, issues the windows, each as soon as its ring slot is free, instead of the weight thread issuing each window with
-// the weight slot it is first used with, which bounds a window's lead by the weight ring's: w67's consumers spent 9 % of
+// the weight slot it is first used with, which bounds a window's lead by the weight ring's: w67's consumers spent 10 % of
 // their ncu stall samples waiting on its 28.8 KB stride-2 windows, and with this thread res4 first conv2 went from 0.0507
 // to 0.0482 ms (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/63-window-warp*.json; the small stride-1 windows gained
 // nothing).
@@ -720,7 +720,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   if (WG_MCAST) sm90::cluster_sync();  // the partner's barriers exist before any multicast completes on them
 
   if (wg == WG_CONSUMERS) {
-    // ---------------- producer warpgroup: one thread drives the copy engine ----------------
+    // ---------------- producer warpgroup: one thread drives the copy engine (WG_WINDOW_WARP: a second, the windows) ----------------
     sm90::regs_dealloc<kProducerRegs>();
     constexpr bool kWindowWarp = WG_WINDOW_WARP && L::HALO && !kChannelPingpong;
     static_assert(!WG_WINDOW_WARP || kWindowWarp, "a window thread: window tiles whose weights stream through the ring");
@@ -732,8 +732,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       constexpr bool kLoadWeights = kCopyWeights && !L::WRES;  // per ring slot
       sm90::prefetch_tensor_map(tmap_w);
       sm90::prefetch_tensor_map(tmap_x);
-      if (window_thread) {
-      } else if (L::WRES && (int)blockIdx.x < t.tiles && kCopyWeights) {
+      if (L::WRES && (int)blockIdx.x < t.tiles && kCopyWeights) {  // (never the window thread: its tiles stream weights)
         // The CTA's channel tile (the same for all its tiles) as permuted 128-byte chunks: see the slot's box below.
         // (Channel-major: plain CH rows x 128 bytes per chunk, 128-byte swizzle, the A operand of all 4 steps.)
         const int chunks = (t.kt + 3) / 4, c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0;
