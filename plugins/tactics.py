@@ -239,7 +239,11 @@ class WgmmaTactic(Tactic):
     # tile, the weight rows permuted in pairs as the ping-pong tile's (WG_TMA_OUT; the ping-pong tile always does)
     tma_store: bool = False
     window_warp: bool = False  # window tiles streaming weights: a second producer thread issues the windows (WG_WINDOW_WARP)
+    # channel-major ping-pong on 3x3 windows: one wgmma batch per window (9 taps), each window released as soon as its
+    # batch is done, early when the next has not landed (WG_WIN_BATCH)
+    window_batches: bool = False
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
+    timeline: int = 0  # profiling only: the ping-pong consumers stamp the SM clock per tile (WG_TIMELINE, bench/wgmma_timeline.py)
     family: ClassVar[str] = "wgmma"
 
     def __post_init__(self):
@@ -266,6 +270,8 @@ class WgmmaTactic(Tactic):
             else:
                 assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
             assert not self.flat, "flat tiles are pixel-major"
+        assert not self.timeline or (self.pingpong and not self.pixel_major), "the timeline build is the channel-major ping-pong's"
+        assert not self.window_batches or (self.pingpong and not self.pixel_major), "window batches: the channel-major ping-pong's"
 
     @property
     def CHANNELS(self) -> int:  # output channels per CTA tile
@@ -286,14 +292,14 @@ class WgmmaTactic(Tactic):
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
-                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}"
-                + (f"_diag{self.diag}" if self.diag else ""))
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}"
+                + (f"_diag{self.diag}" if self.diag else "") + ("_timeline" if self.timeline else ""))
 
     # on/off fields and the wgmma_conv.cu macro each sets to 1
     _SWITCHES: ClassVar[tuple[tuple[str, str], ...]] = (
         ("multicast", "WG_MCAST"), ("pixel_major", "WG_PIXM"), ("flat", "WG_FLAT"), ("pingpong", "WG_PINGPONG"),
         ("stride2_windows", "WG_S2WIN"), ("tma_store", "WG_TMA_OUT"),
-        ("window_warp", "WG_WINDOW_WARP"))
+        ("window_warp", "WG_WINDOW_WARP"), ("window_batches", "WG_WIN_BATCH"))
 
     def defines(self) -> dict[str, int]:
         d = {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks, "WG_PERSISTENT": int(self.persistent)}
@@ -314,6 +320,8 @@ class WgmmaTactic(Tactic):
             d["WG_PP_INFLIGHT"] = self.pp_inflight
         if self.diag:
             d["WG_DIAG"] = self.diag
+        if self.timeline:
+            d["WG_TIMELINE"] = 1
         return d
 
     @property
@@ -374,6 +382,8 @@ class WgmmaTactic(Tactic):
         kt = math.ceil(shape.c / 32) * shape.r * shape.s
         if self.resident_kt and kt > self.resident_kt:
             return None  # the channel tile's weight does not fit the resident buffer
+        if self.window_batches and shape.r * shape.s != 9:
+            return None  # a batch is one window's 9 taps (WG_WIN_BATCH)
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
         if self.multicast and ch_tiles % 2:
             return None  # a cluster pairs a pixel tile's channel tiles

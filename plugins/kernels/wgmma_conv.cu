@@ -220,6 +220,28 @@ constexpr bool kChannelPingpong = WG_PINGPONG && !WG_PIXM;
 // Channel-major tiles whose weight rows are permuted in pairs and whose output leaves by TMA store
 constexpr bool kTmaOut = kChannelPingpong || (WG_TMA_OUT && !WG_PIXM);
 constexpr bool kDiagNoRing = WG_DIAG == 13;
+// WG_TIMELINE (channel-major ping-pong, profiling only; with any WG_DIAG): each warpgroup's thread 0 writes the SM
+// clock at six points of each of its tiles into trtfuse_timeline (bench/wgmma_timeline.py reads it back).
+#ifndef WG_WIN_BATCH
+#define WG_WIN_BATCH 0
+#endif
+#ifndef WG_TIMELINE
+#define WG_TIMELINE 0
+#endif
+constexpr bool kTimeline = WG_TIMELINE != 0;
+#if WG_TIMELINE
+extern "C" {
+__device__ unsigned long long trtfuse_timeline[160 * 2 * 16 * 6];
+__device__ unsigned long long trtfuse_windows[160 * 64 * 2];  // per window use: issued (producer), seen landed (consumer)
+}
+#endif
+// (WG_TIMELINE) window ring use `use` of this CTA: point 0 issued by the producer, 1 seen landed by a consumer
+__device__ __forceinline__ void stamp_window(int use, int point) {
+#if WG_TIMELINE
+  if (blockIdx.x < 160 && use < 64) trtfuse_windows[(blockIdx.x * 64 + use) * 2 + point] = clock64();
+#endif
+}
+constexpr int kTimelineCtas = 160, kTimelineTiles = 16, kTimelinePoints = 6;
 constexpr bool kDiagNoCopies = WG_DIAG == 3 || WG_DIAG == 8 || WG_DIAG == 9 || WG_DIAG == 12 || kDiagNoRing;
 constexpr bool kDiagNoResidualLoads = WG_DIAG == 6 || WG_DIAG == 9;
 constexpr bool kDiagNoStores = WG_DIAG == 7 || WG_DIAG == 9;
@@ -625,7 +647,13 @@ struct WindowCursor {
     for (; waited * p.R * p.S < k_end; ++waited) {
       const int use = first + waited;
       sm90::mbar_wait(hfull0 + 8 * (use % L::HALO_STAGES), (use / L::HALO_STAGES) & 1);
+      if (kTimeline && threadIdx.x % 128 == 0) stamp_window(use, 1);
     }
+  }
+  // Whether the next window to wait for has landed (no waiting)
+  __device__ __forceinline__ bool next_landed(uint32_t hfull0) const {
+    const int use = first + waited;
+    return sm90::mbar_test(hfull0 + 8 * (use % L::HALO_STAGES), (use / L::HALO_STAGES) & 1);
   }
   // Every window whose k32 steps all lie before step k: one arrive per consumer warp.
   __device__ __forceinline__ void release_before(int k, int windows, const ConvParams& p, uint32_t hempty0, int lane) {
@@ -659,6 +687,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
                                                 const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
   static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
+  static_assert(!kTimeline || kChannelPingpong, "the timeline build is the channel-major ping-pong's");
   static_assert(PIXM || WG_DIAG < 6 || WG_DIAG >= 10 || WG_DIAG == 7 || (kChannelPingpong && WG_DIAG >= 7),
                 "profiling builds 6-9 take the pixel-major epilogue apart (7-9 also the channel-major ping-pong's, 7 any tile's)");
   constexpr int CONSUMERS = 128 * WG_CONSUMERS;
@@ -757,6 +786,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
           const int use = local * windows + cb, hs = use % L::HALO_STAGES;
           const uint32_t hfull = hfull0 + 8 * hs;
           sm90::mbar_wait(hempty0 + 8 * hs, ((use / L::HALO_STAGES) & 1) ^ 1);
+          if (kTimeline) stamp_window(use, 0);
           if (!kLoadActivations) {
             sm90::mbar_arrive(hfull);
           } else {
@@ -1211,6 +1241,9 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   int8_t* const cells = staging + (warp / 2) * BN * 32 + 2 * (lane % 4) * 32 + ((16 * (warp % 2) + 2 * (lane / 4)) ^ (lane % 4 >= 2 ? 16 : 0));
   constexpr int kStagingBar = 1, kTurn = 3;  // named barriers: 1 + g (the warpgroup), 3 + g (its turn)
   constexpr int kInFlight = WG_PP_INFLIGHT;  // batches left in flight while the next is prepared
+  constexpr bool kWindowBatches = WG_WIN_BATCH != 0;
+  constexpr int kTaps = 9;  // (WG_WIN_BATCH) 3x3 windows: the host takes no other filter for it
+  if (kWindowBatches && p.R * p.S != kTaps) __trap();
   // The CTA stays on one channel tile (its resident weights): the host's grid is a multiple of the channel tiles.
   if ((int)gridDim.x < t.tiles && gridDim.x % t.ch_tiles != 0) __trap();
   auto tile_of = [&](int i) { return (int)blockIdx.x + i * (int)gridDim.x; };  // the CTA's i-th tile
@@ -1225,14 +1258,55 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
 #pragma unroll
       for (int k = 0; k < BN / 2; ++k) acc[k] = fresh_tid() * k;  // not foldable to constants
     }
+    // (WG_TIMELINE) point j of this tile: 0 ready, 1 turn, 2 first windows, 3 issued, 4 drained, 5 stored
+    auto stamp = [&](int j) {
+#if WG_TIMELINE
+      if (ct == 0 && blockIdx.x < kTimelineCtas && i / 2 < kTimelineTiles)
+        trtfuse_timeline[((blockIdx.x * 2 + wg) * kTimelineTiles + i / 2) * kTimelinePoints + j] = clock64();
+#endif
+    };
     if (ct == 0) sm90::bulk_wait_group_read_all();  // this warpgroup's previous TMA store has read the staging tile
+    stamp(0);
     if (i > 0) sm90::named_barrier(kTurn + wg, 256);  // the CTA's tile i - 1 is issued; the staging tile is free
+    stamp(1);
     if (has_res) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
     cp_async_commit();
     WindowCursor<L> win(i * windows, t);
+    if constexpr (kWindowBatches) {
+      // One batch per window (its R * S = 9 taps), so no batch reads two windows: a window goes back as soon as its own
+      // batch is done. When the next window has not landed, the warpgroup first drains and releases the last one, so
+      // its slot goes back to the copy engine while the warpgroup waits (with batches of 4 steps, the batch that
+      // straddled two windows held the first until the second had landed).
+      for (int w = 0; w < windows; ++w) {
+        if (!kDiagNoRing) {
+          if (w > 0 && !win.next_landed(hfull0)) {
+            sm90::wgmma_wait<0>();
+            win.release_before(w * kTaps, windows, p, hempty0, lane);
+          }
+          win.wait_for_steps_before((w + 1) * kTaps, p, hfull0);
+        }
+        if (w == 0) stamp(2);
+        __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < kTaps; ++j) {
+          const int k = w * kTaps + j;  // resident weight chunk k / 4 (4 k32 steps of 128-byte rows), step k % 4 in it
+          if (!kDiagNoWgmma)
+            sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + (k >> 2) * L::WRES_CHUNK + 32 * (k & 3)), win.desc(base), k > 0);
+          win.advance(p, wh);
+        }
+        sm90::wgmma_commit();
+        if (w == windows - 1 && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - wg, 256);
+        if (w == windows - 1) stamp(3);
+        sm90::wgmma_wait<1>();  // window w - 1's batch is done
+        if (!kDiagNoRing) win.release_before(w * kTaps, windows, p, hempty0, lane);
+        __syncwarp();
+      }
+    } else
     for (int kb = 0; kb < kblocks; ++kb) {
       const int steps = t.kt - kb * KS < KS ? t.kt - kb * KS : KS;
       if (!kDiagNoRing) win.wait_for_steps_before(kb * KS + steps, p, hfull0);
+      if (kb == 0) stamp(2);
       __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
       sm90::wgmma_fence();
 #pragma unroll
@@ -1244,15 +1318,18 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
       sm90::wgmma_commit();
       // Every wgmma of the tile is issued: the other warpgroup's next tile may queue behind them.
       if (kb == kblocks - 1 && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - wg, 256);
+      if (kb == kblocks - 1) stamp(3);
       sm90::wgmma_wait<kInFlight>();  // batches up to kb - kInFlight are done: their windows may go back
       if (!kDiagNoRing) win.release_before((kb + 1 - kInFlight) * KS, windows, p, hempty0, lane);
       __syncwarp();
     }
     sm90::wgmma_wait<0>();
+    stamp(4);
     if (!kDiagNoRing) win.release_before(t.kt, windows, p, hempty0, lane);
     __syncwarp();
     if (kDiagSkipsEpilogue) {
       keep_accumulators_live(acc, p, tid);
+      stamp(5);
       continue;
     }
     cp_async_wait<0>();
@@ -1263,6 +1340,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     // the other warpgroup's main loop (res3 conv2 w70 0.0578 ms, 0.0480 without them:
     // bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/40-pingpong-epilogue.json).
     if (ct == 0 && !kDiagNoStores) store_staging_by_tma<BN, CH>(tmap_y, staging, tc, t, kpad);
+    stamp(5);
   }
   cp_async_wait<0>();
   if (ct == 0) sm90::bulk_wait_group_all();  // the stores are done before the CTA's shared memory goes
