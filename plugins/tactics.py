@@ -242,12 +242,6 @@ class WgmmaTactic(Tactic):
     # channel-major ping-pong on 3x3 windows: one wgmma batch per window (9 taps), each window released as soon as its
     # batch is done, early when the next has not landed (WG_WIN_BATCH)
     window_batches: bool = False
-    # one-image stride-2 windows in the ping-pong: each row phase a ring slot of its own (halo_rows rows), loaded by a
-    # box of its own and released after its own batch (WG_S2_HALVES; with window_batches)
-    phase_slots: bool = False
-    # channel-major ping-pong, one-image tiles: the output leaves a dense staging tile by one bulk copy per output row,
-    # not by a tensor-map store of the window positions (a copy-engine row per pixel) (WG_PP_BULK)
-    bulk_stores: bool = False
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     timeline: int = 0  # profiling only: the ping-pong consumers stamp the SM clock per tile (WG_TIMELINE, bench/wgmma_timeline.py)
     family: ClassVar[str] = "wgmma"
@@ -269,9 +263,8 @@ class WgmmaTactic(Tactic):
             assert not self.window_warp or (self.halo_rows and not self.pingpong), \
                 "a window thread: the window tiles whose weights stream through the ring (the ping-pong tile's producer issues windows only)"
             if self.pingpong:  # each consumer warpgroup a 64-channel tile of its own, the weight resident, windows
-                assert self.bn in (64, 128) and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
-                assert self.halo_rows and self.persistent and self.staging in (1, 2), \
-                    "channel-major ping-pong: windows, persistent, a staging tile per warpgroup (2) or one they share (1)"
+                assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
+                assert self.halo_rows and self.persistent and self.staging == 2, "channel-major ping-pong: windows, persistent, a staging tile per warpgroup"
                 assert 1 <= self.pp_inflight and self.halo_stages >= self.pp_inflight + 1, \
                     "k wgmma batches in flight hold up to k + 1 windows (WG_PP_INFLIGHT)"
             else:
@@ -279,8 +272,6 @@ class WgmmaTactic(Tactic):
             assert not self.flat, "flat tiles are pixel-major"
         assert not self.timeline or (self.pingpong and not self.pixel_major), "the timeline build is the channel-major ping-pong's"
         assert not self.window_batches or (self.pingpong and not self.pixel_major), "window batches: the channel-major ping-pong's"
-        assert not self.phase_slots or (self.stride2_windows and self.window_batches), "phase slots: stride-2 windows, a batch per window"
-        assert not self.bulk_stores or (self.pingpong and not self.pixel_major), "bulk stores: the channel-major ping-pong's option"
 
     @property
     def CHANNELS(self) -> int:  # output channels per CTA tile
@@ -301,14 +292,14 @@ class WgmmaTactic(Tactic):
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
-                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}{'_ph' if self.phase_slots else ''}{'_bulk' if self.bulk_stores else ''}"
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}"
                 + (f"_diag{self.diag}" if self.diag else "") + ("_timeline" if self.timeline else ""))
 
     # on/off fields and the wgmma_conv.cu macro each sets to 1
     _SWITCHES: ClassVar[tuple[tuple[str, str], ...]] = (
         ("multicast", "WG_MCAST"), ("pixel_major", "WG_PIXM"), ("flat", "WG_FLAT"), ("pingpong", "WG_PINGPONG"),
         ("stride2_windows", "WG_S2WIN"), ("tma_store", "WG_TMA_OUT"),
-        ("window_warp", "WG_WINDOW_WARP"), ("window_batches", "WG_WIN_BATCH"), ("phase_slots", "WG_S2_HALVES"), ("bulk_stores", "WG_PP_BULK"))
+        ("window_warp", "WG_WINDOW_WARP"), ("window_batches", "WG_WIN_BATCH"))
 
     def defines(self) -> dict[str, int]:
         d = {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks, "WG_PERSISTENT": int(self.persistent)}
@@ -393,8 +384,6 @@ class WgmmaTactic(Tactic):
             return None  # the channel tile's weight does not fit the resident buffer
         if self.window_batches and shape.r * shape.s != 9:
             return None  # a batch is one window's 9 taps (WG_WIN_BATCH)
-        if self.bulk_stores and (nb != 1 or self.bm < th * shape.out_hw[1] + 4):
-            return None  # (WG_PP_BULK) one-image tiles whose dense rows leave 2 junk bytes per thread of a block (64) free
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
         if self.multicast and ch_tiles % 2:
             return None  # a cluster pairs a pixel tile's channel tiles
@@ -485,8 +474,6 @@ class WgmmaTactic(Tactic):
             return None
         image_rows = oh * pitch  # positions of one image
         if 2 * image_rows <= self.bm:  # stacked images (the kernel tells the two forms apart by NB > 1)
-            if self.phase_slots:
-                return None  # (row-phase slots: one-image windows only)
             nb = min(self.bm // image_rows, shape.n)
             while nb > 1 and nb * image_rows % 16:
                 nb -= 1  # whole 1024-byte windows
@@ -500,10 +487,7 @@ class WgmmaTactic(Tactic):
         tpi = math.ceil(oh / th_max)
         th = math.ceil(oh / tpi)
         phase_rows = (th + 1) * pitch
-        if self.phase_slots:  # a slot holds one phase; tap rows 1 and 2 read from its second row, s = 2 from byte 96
-            if phase_rows > self.halo_rows or pitch + 2 + self.bm > self.halo_rows:
-                return None
-        elif phase_rows + pitch + 1 + self.bm > self.halo_rows:
+        if phase_rows + pitch + 1 + self.bm > self.halo_rows:
             return None  # tap (2, 2)'s view, from row phase_rows + pitch + 1, must stay inside the slot
         if th * ow * 2 < self.bm:
             return None  # under half the tile's positions would be pixels
@@ -574,8 +558,10 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # positions, N 176, whose views reach row 292 (H200, batch 256: 0.0649 ms against mma.sync's 0.1494, 6 window slots
     # 0.0659, printed by a wgmma_diag call whose JSON its timeout cut off; bench/results/kernels-NVIDIA_H200-2026-11-22.json,
     # v17: 0.0655, 3.58x cuBLASLt).
+    # Since session 19 with a wgmma batch per window (window_batches, as w74 below): res2 conv2 0.0659 -> 0.0597 and
+    # 0.0665 -> 0.0607 ms in two calls (bench/results/wgmma-diag-NVIDIA_H200-2026-11-26/78-window-batches-ab-*.json).
     WgmmaTactic(73, 176, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320, halo_stages=8,
-                staging=2, resident_kt=36, pingpong=True),
+                staging=2, resident_kt=36, pingpong=True, window_batches=True),
     # Stride-2 windows (WG_S2WIN) for the 3x3 stride-2 layers, whose row-box tiles are bound by the copy engine's rows
     # (9 boxes of 32-byte rows per channel block, docs/wgmma.md): one box of 64-byte pair rows per channel block. w74, a
     # 64-channel ping-pong tile with resident weights, for 28 x 28 outputs (res3 first conv2: 7 rows of pitch 29); w65, a
@@ -592,10 +578,14 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # 0.0544, 50-w74-two-in-flight.json, after the v18 bench), and 1 took it from 0.0548-0.0561 to 0.0535 in two calls
     # (session 18, 65-w74-one-in-flight.json, 65b-pingpong-in-flight.json: there the stride-1 ping-pong tiles w70 / w71 /
     # w73 gained nothing from 1 or 2, and keep 3).
+    # Since session 19 w74 takes a wgmma batch per window (window_batches): a window goes back once its own 9 taps are
+    # done, early when the next has not landed, where a batch of 4 k32 steps straddling two windows held the first until
+    # the second had landed. H200, batch 256, five calls (bench/results/wgmma-diag-NVIDIA_H200-2026-11-26/70-*.json,
+    # 71-*.json, 75-*.json, 76-*.json and a timeline call): 0.0533 -> 0.0526, 0.0544 -> 0.0530, 0.0555 -> 0.0538,
+    # 0.0539 -> 0.0532, 0.0550 -> 0.0540, 0.0542 -> 0.0533 ms, and its build without stores 0.0523 -> 0.0490. (w70 on res3
+    # conv2 0.0491 -> 0.0494 and 0.0499 -> 0.0508, w71 on res4 conv2 0.0462 -> 0.0472: not taken; 77-*.json.)
     WgmmaTactic(74, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
-                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1),
-    WgmmaTactic(77, 128, 128, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=304, halo_stages=3,
-                staging=1, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True),
+                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
                 window_warp=True),
     # w66: w65's tile with stacked-image windows for 7 x 7 outputs (res5 first conv2: 4 images, 196 pixels in 224

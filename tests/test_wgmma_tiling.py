@@ -134,7 +134,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
     pt, pl = shape.pads[0], shape.pads[1]
     bn, ch = tactic.bm, tactic.CHANNELS
     box_px = g.box_bytes // 32
-    assert g.box_bytes // (2 if tactic.phase_slots else 1) <= (tactic.halo_rows * tactic.window_row_bytes or bn * 32)
+    assert g.box_bytes <= (tactic.halo_rows * tactic.window_row_bytes or bn * 32)
     wh = g.wh  # halo tactics: the window's width; tile position n = oh * wh + image * pitch + ow
     x_windows = x5.transpose(1, 2, 0, 3, 4)  # the window map's view (32, W, N, H, CB): [CB][H][N][W][32]
     acc_out = np.zeros((shape.n, kpad, oh, ow), np.int64)
@@ -161,31 +161,22 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
             if tactic.halo_rows:  # channel block cb's window (zeros past the box), tap (r, s) its view (WindowCursor)
                 row_bytes = tactic.window_row_bytes
                 if r == 0 and s == 0:
-                    # (phase_slots: a slot per row phase, emulated side by side, halo_rows rows each)
-                    window = np.zeros(tactic.halo_rows * row_bytes * (2 if tactic.phase_slots else 1), np.int64)
+                    window = np.zeros(tactic.halo_rows * row_bytes, np.int64)
                     if tactic.stride2_windows and g.nb > 1:  # stacked: per tap row r, (64, W/2, H, N, CB) from row r - 1
                         x_rows = x5.reshape(shape.n, x5.shape[1], shape.h, shape.w // 2, 64).transpose(1, 0, 2, 3, 4)
                         box = np.concatenate([tma_box(x_rows, (0, -1, rr - 1, n0, cb), (64, g.pitch, 2 * g.th, g.nb, 1),
                                                       (1, 1, 2, 1, 1)).reshape(-1) for rr in range(3)])
                     elif tactic.stride2_windows:  # the pair view (64, W/2, H/2, 2, N * CB): [n * CB + cb][ph][h2][pair][64]
                         x_pairs = x5.reshape(shape.n * x5.shape[1], shape.h // 2, 2, shape.w // 2, 64).transpose(0, 2, 1, 3, 4)
-                        phases = [tma_box(x_pairs, (0, -1, oh0 - 1, ph, n0 * x5.shape[1] + cb), (64, g.pitch, g.th + 1, 1, 1),
-                                          (1,) * 5).reshape(-1) for ph in (0, 1)]
-                        if tactic.phase_slots:  # the second phase in its own slot
-                            window[tactic.halo_rows * 64:tactic.halo_rows * 64 + phases[1].size] = phases[1]
-                            phases[1] = phases[1][:0]
-                        box = np.concatenate(phases)
+                        box = tma_box(x_pairs, (0, -1, oh0 - 1, 0, n0 * x5.shape[1] + cb), (64, g.pitch, g.th + 1, 2, 1), (1,) * 5)
                     else:
                         box = tma_box(x_windows, (0, w0, n0, h0, cb), (32, g.pitch, g.nb, g.th + shape.r - 1, 1), (1,) * 5)
-                    assert box.size == (g.box_bytes // 2 if tactic.phase_slots else g.box_bytes)
+                    assert box.size == g.box_bytes
                     window[:box.size] = box.reshape(-1)
                 if tactic.stride2_windows and g.nb > 1:  # window r of three: WindowCursor::s2_offset
                     offset = r * (g.box_bytes // 3) + 32 + 32 * s
                 elif tactic.stride2_windows:  # phase(r) + row(r) + (1 + s) * 32
-                    phase_bytes = tactic.halo_rows * 64 if tactic.phase_slots else (g.th + 1) * g.pitch * 64
-                    offset = (phase_bytes if r != 1 else 0) + (g.pitch * 64 if r != 0 else 0) + 32 + 32 * s
-                    if tactic.phase_slots:  # the view stays inside its phase's slot
-                        assert offset % phase_bytes + (bn - 1) * row_bytes + 32 <= phase_bytes
+                    offset = ((g.th + 1) * g.pitch * 64 if r != 1 else 0) + (g.pitch * 64 if r != 0 else 0) + 32 + 32 * s
                 else:
                     offset = (r * wh + s) * 32
                 assert offset + (bn - 1) * row_bytes + 32 <= window.size, "a view stays inside its window slot"
@@ -310,16 +301,14 @@ def test_geometry_respects_the_hardware_limits():
             if g is None:
                 continue
             oh, ow = shape.out_hw
-            slot_box = g.box_bytes // 2 if t.phase_slots else g.box_bytes  # (phase slots: a slot holds one phase's box)
-            assert slot_box <= (t.halo_rows * t.window_row_bytes or t.bm * 32) and g.box_bytes % 32 == 0, name  # the box fits its slot
+            assert g.box_bytes <= (t.halo_rows * t.window_row_bytes or t.bm * 32) and g.box_bytes % 32 == 0, name  # the box fits its slot
             assert ow * shape.stride[1] <= 256 and g.th * shape.stride[0] <= 256 and g.nb <= 256, name
             if t.stride2_windows and g.nb > 1:  # stacked images: three whole 1024-byte windows, tap (2, 2)'s view inside
                 win = g.nb * g.th * g.pitch
                 assert g.th == oh and g.pitch == ow + 1 and win % 16 == 0 and g.box_bytes == 3 * win * 64, name
                 assert 2 * win + 1 + t.bm <= t.halo_rows and (g.nb * g.th - 1) * g.pitch + ow <= t.bm and 2 * g.th <= 256, name
             elif t.stride2_windows:  # tap (2, 2)'s view, the furthest, stays inside the slot; TH rows of one image
-                phase_rows = 0 if t.phase_slots else (g.th + 1) * g.pitch  # (phase slots: each view inside its phase's slot)
-                assert phase_rows + g.pitch + 1 + t.bm <= t.halo_rows and g.pitch == ow + 1, name
+                assert (g.th + 2) * g.pitch + 1 + t.bm <= t.halo_rows and g.pitch == ow + 1, name
                 assert (g.th - 1) * g.pitch + ow <= t.bm and g.th + 1 <= 256, name
             elif t.halo_rows:  # every tap's view of the window stays inside the slot, the window's box within TMA limits
                 assert g.wh == g.nb * g.pitch and g.pitch >= shape.w + max(shape.pads[1], shape.pads[3]), name
@@ -390,8 +379,6 @@ def test_tensor_map_arguments_are_within_tma_limits():
                     assert t.bm // 8 // g.box_groups * math.prod(box) == t.ks * g.box_bytes, name
                 elif t.stride2_windows and g.nb > 1:  # stacked images: one box per tap row
                     assert 3 * math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name
-                elif t.phase_slots:  # one box per row phase
-                    assert 2 * math.prod(box) == g.box_bytes, name
                 else:
                     assert math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name  # = expect_tx bytes
 

@@ -266,12 +266,6 @@ struct WgmmaTile {
   FastDivmod div_groups;  // by groups_per_image
 };
 constexpr int kFlatGroup = 8;  // pixels per group: one 8-row core-matrix group of the operand
-#ifndef WG_PP_BULK
-#define WG_PP_BULK 0
-#endif
-#ifndef WG_S2_HALVES
-#define WG_S2_HALVES 0
-#endif
 constexpr int kFlatGroupsPerTile = WG_FLAT ? WG_BN / kFlatGroup : 0;
 
 // Where tile `tile` sits: channel tile fastest (CTAs sharing an activation tile run together, hit L2).
@@ -472,51 +466,6 @@ __device__ __forceinline__ void requantize_pairs(const int (&acc)[BN / 2], int8_
   }
 }
 
-// (WG_PP_BULK) The ping-pong tile's epilogue into a dense staging tile: each 32-channel block [TH][OW][32], its output
-// rows as they lie in the CHW32 output, so each leaves by one contiguous bulk copy (bulk_store) where the tensor-map store
-// of the window positions took one copy-engine row per pixel. `block` is the thread's channel pair's block, `chan` the
-// pair's byte in a pixel, q = lane % 4: positions n = 8j + 2q + e are pixel (n / pitch, n % pitch), written where
-// ow < OW and oh < TH, else into the thread's own junk cell past the block's rows (no two threads share one).
-template <int BN, bool RES>
-__device__ __forceinline__ void requantize_pairs_dense(const int (&acc)[BN / 2], int8_t* block, int8_t* junk, int chan, int q,
-                                                       int pitch, int ow_n, int th, const float (&sc)[2], const float (&bi)[2],
-                                                       float rs, float relu_min) {
-  constexpr int J = (BN / 8) % 4 == 0 ? 4 : 2;
-  static_assert((BN / 8) % J == 0, "pixel blocks split into groups of J");
-  int oh[2] = {0, 0}, ow[2] = {2 * q, 2 * q + 1};  // position 2q + e
-#pragma unroll
-  for (int e = 0; e < 2; ++e)
-    while (ow[e] >= pitch) ow[e] -= pitch, ++oh[e];
-#pragma unroll
-  for (int j0 = 0; j0 < BN / 8; j0 += J) {
-    int8_t* cell[2 * J];  // pixel block j0 + i / 2, pixel e = i % 2
-#pragma unroll
-    for (int i = 0; i < 2 * J; ++i) {
-      const int e = i % 2;
-      cell[i] = ow[e] < ow_n && oh[e] < th ? block + (oh[e] * ow_n + ow[e]) * 32 + chan : junk;
-      ow[e] += 8;  // (pitch > 8: the host takes no narrower map)
-      const bool wrap = ow[e] >= pitch;
-      ow[e] -= wrap ? pitch : 0;
-      oh[e] += wrap;
-    }
-    int res[2 * J];
-    if (RES) {
-#pragma unroll
-      for (int i = 0; i < 2 * J; ++i) res[i] = *reinterpret_cast<const short*>(cell[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < 2 * J; ++i) {
-      const int j = j0 + i / 2, e = i % 2;
-      float v[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        v[h] = requantize_f32<RES>(acc[4 * j + 2 * h + e], sc[h], bi[h],
-                                   [&] { return s32_to_float(h == 0 ? (int)(int8_t)res[i] : res[i] >> 8); }, rs, relu_min);
-      *reinterpret_cast<unsigned short*>(cell[i]) = static_cast<unsigned short>(round_pack_s8x2(v[0], v[1]));
-    }
-  }
-}
-
 // A channel-major consumer thread's two output channels, c_lo and c_lo + 8 of the tile (c and c + 1 with the ping-pong
 // tile's permuted weight rows): their docs/ops.md scale and
 // bias, loaded before the tile's main loop (the latency hides under it), folded in the epilogue, which requantizes
@@ -551,17 +500,6 @@ struct ChannelPairFactors {
     } else {  // paired order: channel c_lo = 16w + g at byte 16w + 2g, c_lo + 8 next to it
       requantize_to_paired_staging<BN, STRIDE>(acc, cells + lane / 4, sc, bi, es.relu_min);
     }
-  }
-  // (WG_PP_BULK) the thread's channel pair into the dense staging block (requantize_pairs_dense)
-  template <int BN>
-  __device__ __forceinline__ void requantize_dense(const int (&acc)[BN / 2], int8_t* block, int8_t* junk, int chan, int q, int pitch,
-                                                  int ow_n, int th, const EpilogueScalars& es, bool has_res) const {
-    float sc[2], bi[2];
-    fold(es, sc, bi);
-    if (has_res)
-      requantize_pairs_dense<BN, true>(acc, block, junk, chan, q, pitch, ow_n, th, sc, bi, es.rs, es.relu_min);
-    else
-      requantize_pairs_dense<BN, false>(acc, block, junk, chan, q, pitch, ow_n, th, sc, bi, 0.0f, es.relu_min);
   }
   // The TMA-storing tiles (kTmaOut, permuted weight rows): the thread's channel pair into `cells` of the
   // [block][position][32] staging tile, made visible to the copy engine's store.
@@ -627,31 +565,6 @@ __device__ __forceinline__ void store_staging_by_tma(const sm90::TensorMap* tmap
   sm90::bulk_commit_group();
 }
 
-// (WG_PP_BULK) One-image window tiles' dense staging [block][TH][OW][32] (blocks BN * 32 bytes apart): the tile's output
-// rows (those inside the map, the blocks inside Kpad), each OW * 32 contiguous bytes of the CHW32 output, by one bulk copy
-// each, issued by one thread; and the residual rows into it, 16 bytes per consumer thread and step.
-template <int BN, int CH>
-__device__ __forceinline__ void store_dense_staging(const ConvParams& p, const int8_t* staging, const TileCoord& tc, const WgmmaTile& t,
-                                                    int kpad) {
-  const int rows = min(t.th, p.OH - tc.oh0), row_bytes = p.OW * 32, kb = kpad / 32;
-  for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b)
-    for (int r = 0; r < rows; ++r)
-      sm90::bulk_store(p.y + ((size_t)(tc.n0 * kb + tc.c0 / 32 + b) * p.OH + tc.oh0 + r) * row_bytes,
-                       smem_u32(staging + b * BN * 32 + r * row_bytes), row_bytes);
-  sm90::bulk_commit_group();
-}
-template <int BN, int CH, int THREADS>
-__device__ __forceinline__ void residual_to_dense_staging(const ConvParams& p, int8_t* staging, const TileCoord& tc, const WgmmaTile& t,
-                                                          int kpad, int ct) {
-  const int rows = min(t.th, p.OH - tc.oh0), chunks = p.OW * 2, kb = kpad / 32;  // 16-byte chunks per row
-  const int blocks = min(CH / 32, (kpad - tc.c0) / 32);
-  for (int i = ct; i < blocks * rows * chunks; i += THREADS) {
-    const int b = i / (rows * chunks), rc = i - b * rows * chunks, r = rc / chunks, c = rc - r * chunks;
-    const int8_t* src = p.residual + ((size_t)(tc.n0 * kb + tc.c0 / 32 + b) * p.OH + tc.oh0 + r) * p.OW * 32 + c * 16;
-    cp_async_16(smem_u32(staging + b * BN * 32 + r * p.OW * 32 + c * 16), src, true);
-  }
-}
-
 // BN = output pixels per tile, CH = output channels per tile. First, with WG_WRES_KT, the resident weights:
 // WG_WRES_KT / 4 chunks of CH rows x 128 bytes (128-byte swizzle). Then the ring: a slot is KS k32 steps of
 // weights (CH rows; none with resident weights) then KS of activations (BN rows). After the ring: the
@@ -691,8 +604,8 @@ struct WgmmaSmem {
   static_assert(!WG_S2WIN || HALO, "stride-2 windows are windows");
   static_assert(!WG_FLAT || PIXM, "flat tiles are pixel-major");
   static_assert(PIXM || !WRES || kChannelPingpong, "channel-major resident weights are the ping-pong tile's");
-  static_assert(!kChannelPingpong || ((CH == 64 || CH == 128) && WRES && HALO && (WG_STAGING == 1 || WG_STAGING == 2) && KS == 4),
-                "channel-major ping-pong: 64- or 128-channel tiles, resident weights, windows, a staging tile per warpgroup or shared");
+  static_assert(!kChannelPingpong || (CH == 64 && WRES && HALO && WG_STAGING == 2 && KS == 4),
+                "channel-major ping-pong: 64-channel tiles, resident weights, windows, a staging tile per warpgroup");
   static_assert(!kTmaOut || (OUT_OFFSET % 256 == 0 && OUT_BYTES % 256 == 0), "32-byte-swizzled staging tiles start 256-byte aligned");
   static_assert(!WG_TMA_OUT || (!PIXM && HALO && WG_A128 && CH == 128), "TMA-stored channel-major tiles: windows, 128-byte weight boxes");
 };
@@ -815,11 +728,10 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   // Activation rows past the box (BN > the tile's P pixels) are never written by the copy engine:
   // zero them once, before the async proxy reads them.
   if (L::HALO) {  // window rows past the box (only positions that are never stored read them)
-    const int landed = WG_S2_HALVES ? t.box_bytes / 2 : t.box_bytes;  // (WG_S2_HALVES: a slot holds one row phase)
-    const int per_slot = (L::HALO_SLOT - landed) / 16;
+    const int per_slot = (L::HALO_SLOT - t.box_bytes) / 16;
     for (int i = tid; i < L::HALO_STAGES * per_slot; i += blockDim.x) {
       const int slot = i / per_slot, off = i - slot * per_slot;
-      *reinterpret_cast<int4*>(smem + L::HALO_OFFSET + slot * L::HALO_SLOT + landed + off * 16) = make_int4(0, 0, 0, 0);
+      *reinterpret_cast<int4*>(smem + L::HALO_OFFSET + slot * L::HALO_SLOT + t.box_bytes + off * 16) = make_int4(0, 0, 0, 0);
     }
     sm90::fence_proxy_async_shared();
   }
@@ -871,21 +783,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         const int h0 = tc.oh0 * p.stride_h - p.pad_top, w0 = -p.pad_left;
         // WG_HALO: channel block cb's window, the tile's (local * windows + cb)-th use of the window ring
         auto issue_window = [&](int cb) {
-          if (WG_S2_HALVES) {  // each row phase of the window a ring slot of its own: uses 2 (local * windows + cb) + ph
-            for (int ph = 0; ph < 2; ++ph) {
-              const int use = 2 * (local * windows + cb) + ph, hs = use % L::HALO_STAGES;
-              const uint32_t hfull = hfull0 + 8 * hs;
-              sm90::mbar_wait(hempty0 + 8 * hs, ((use / L::HALO_STAGES) & 1) ^ 1);
-              if (kTimeline) stamp_window(use, 0);
-              if (!kLoadActivations) {
-                sm90::mbar_arrive(hfull);
-              } else {  // box (64, pitch, TH + 1, 1, 1) of the pair view at phase ph
-                sm90::mbar_arrive_expect_tx(hfull, t.box_bytes / 2);
-                sm90::tma_load_5d(base + L::HALO_OFFSET + hs * L::HALO_SLOT, tmap_x, hfull, 0, -1, tc.oh0 - 1, ph, tc.n0 * windows + cb);
-              }
-            }
-            return;
-          }
           const int use = local * windows + cb, hs = use % L::HALO_STAGES;
           const uint32_t hfull = hfull0 + 8 * hs;
           sm90::mbar_wait(hempty0 + 8 * hs, ((use / L::HALO_STAGES) & 1) ^ 1);
@@ -1315,23 +1212,6 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
 }
 
 // ---------------- channel-major ping-pong consumers (WG_PINGPONG, channel-major) ----------------
-// (WG_S2_HALVES) One row phase of stride-2 window w, from its ring slot `half`: phase 0 serves tap row 1 (3 taps),
-// phase 1 tap rows 0 and 2 (6 taps), each tap one wgmma per 64-channel half of the tile (A: the resident weight's
-// k32 step 9w + 3r + s). The phase's rows are TH + 1 pair rows of `pitch`; tap row 1 and 2 read from its second row.
-template <int PH, int BN, int HALVES, class L>
-__device__ __forceinline__ void issue_window_phase(int (&acc)[HALVES][BN / 2], uint32_t base, uint32_t half, int row_bytes, int w,
-                                                   bool first) {
-#pragma unroll
-  for (int j = 0; j < (PH == 0 ? 3 : 6); ++j) {
-    const int r = PH == 0 ? 1 : (j < 3 ? 0 : 2), s = j % 3, k = w * 9 + r * 3 + s;
-    const uint64_t b = sm90::desc_kmajor_sw64(half + (r != 0 ? row_bytes : 0) + 32 + 32 * s);
-#pragma unroll
-    for (int h = 0; h < HALVES; ++h)
-      sm90::WgmmaS8<BN>::mma(acc[h], sm90::desc_kmajor_sw128(base + (k >> 2) * L::WRES_CHUNK + h * 64 * 128 + 32 * (k & 3)), b,
-                             !(first && j == 0));
-  }
-}
-
 // Warpgroup g takes the CTA's tiles g, g + 2, ...: each a whole tile of CH = 64 channels (its wgmma M) x BN window
 // positions (its N), operand A the resident weight, B the window views. Before issuing tile i > 0 it waits on
 // barrier kTurn + g for the other warpgroup to have issued tile i - 1 (the CTA's tile order, the producer's), and
@@ -1352,51 +1232,31 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   const int kblocks = (t.kt + KS - 1) / KS, windows = t.kt / (p.R * p.S), wh = t.nb * t.pitch;
   const uint32_t wres_full = base + L::BAR_OFFSET + 2 * STAGES * 8;
   const uint32_t hfull0 = base + L::HALO_BARS, hempty0 = hfull0 + L::HALO_STAGES * 8;
-  // A staging tile per warpgroup, or (WG_STAGING 1) one the two take in turn: a warpgroup writes it only once the other's
-  // last TMA store has read it (named barrier kStagingFree + g, which the other's warp 0 arrives on after that store).
-  constexpr bool kSharedStaging = L::BUFFERS == 1;
-  int8_t* const staging = smem + L::OUT_OFFSET + (kSharedStaging ? 0 : wg * L::OUT_BYTES);
+  int8_t* const staging = smem + L::OUT_OFFSET + wg * L::OUT_BYTES;
   const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3 || WG_DIAG == 11);
   const EpilogueScalars es(p, has_res);
-  // CH / 64 halves of 64 channels, each one m64 wgmma per k32 step (A = its 64 weight rows, B the shared window view).
-  // The weight rows are permuted (plugins/wgmma.py): accumulator rows 16w + g and 16w + g + 8 of warp w in half h are
-  // channels 64h + 16w + 2g and 64h + 16w + 2g + 1, adjacent bytes of staging block 2h + w / 2 (32-byte swizzle: the
-  // half flips in rows 4-7).
-  constexpr int HALVES = CH / 64, kHalfRows = 64 * 128;  // (a half's 64 rows of a resident 128-byte weight chunk)
+  // The weight rows are permuted (plugins/wgmma.py): accumulator rows 16w + g and 16w + g + 8 of warp w are channels
+  // 16w + 2g and 16w + 2g + 1, adjacent bytes of staging block w / 2 (32-byte swizzle: the half flips in rows 4-7).
   const int c_pair = warp * 16 + 2 * (lane / 4);
   int8_t* const cells = staging + (warp / 2) * BN * 32 + 2 * (lane % 4) * 32 + ((16 * (warp % 2) + 2 * (lane / 4)) ^ (lane % 4 >= 2 ? 16 : 0));
-  // named barriers: 1 + g (the warpgroup), 3 + g (its turn), 5 + g (the shared staging tile is free for it)
-  constexpr int kStagingBar = 1, kTurn = 3, kStagingFree = 5;
+  constexpr int kStagingBar = 1, kTurn = 3;  // named barriers: 1 + g (the warpgroup), 3 + g (its turn)
   constexpr int kInFlight = WG_PP_INFLIGHT;  // batches left in flight while the next is prepared
   constexpr bool kWindowBatches = WG_WIN_BATCH != 0;
-  // (WG_S2_HALVES) a one-image stride-2 window's row phases in ring slots of their own, taken phase 0 (tap row 1) first,
-  // each released once its batch is done: a slot is held for 3 or 6 taps instead of 9
-  constexpr bool kHalves = WG_S2_HALVES != 0;
-  // (WG_PP_BULK) the epilogue writes a dense staging tile, which leaves by one bulk copy per output row (one-image tiles)
-  constexpr bool kBulk = WG_PP_BULK != 0;
-  if (kBulk && t.nb != 1) __trap();
-  static_assert(!kHalves || (kWindowBatches && WG_S2WIN), "row-phase slots: stride-2 windows taken a window per batch");
-  if (kHalves && t.nb != 1) __trap();
   constexpr int kTaps = 9;  // (WG_WIN_BATCH) 3x3 windows: the host takes no other filter for it
   if (kWindowBatches && p.R * p.S != kTaps) __trap();
   // The CTA stays on one channel tile (its resident weights): the host's grid is a multiple of the channel tiles.
   if ((int)gridDim.x < t.tiles && gridDim.x % t.ch_tiles != 0) __trap();
   auto tile_of = [&](int i) { return (int)blockIdx.x + i * (int)gridDim.x; };  // the CTA's i-th tile
-  int acc[HALVES][BN / 2];  // zeroed once: a tile's first wgmma overwrites them (accumulate = false)
+  int acc[BN / 2];  // zeroed once: a tile's first wgmma overwrites them (accumulate = false)
 #pragma unroll
-  for (int h = 0; h < HALVES; ++h)
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[h][i] = 0;
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
   if (!kDiagNoCopies) sm90::mbar_wait(wres_full, 0);
   for (int i = wg, tile = tile_of(wg); tile < t.tiles; i += 2, tile += 2 * gridDim.x) {
     const TileCoord tc(tile, p, t, ohw, CH);
-    // loaded now, used in the epilogue: each half's channel pair (one half: the second goes unused)
-    const ChannelPairFactors factors0(p, tc.c0 + c_pair, kpad, 1), factors1(p, tc.c0 + (HALVES - 1) * 64 + c_pair, kpad, 1);
+    const ChannelPairFactors factors(p, tc.c0 + c_pair, kpad, 1);  // loaded now, used in the epilogue
     if (kDiagEpilogueAlone) {
 #pragma unroll
-      for (int h = 0; h < HALVES; ++h)
-#pragma unroll
-        for (int k = 0; k < BN / 2; ++k) acc[h][k] = fresh_tid() * (k + h);  // not foldable to constants
+      for (int k = 0; k < BN / 2; ++k) acc[k] = fresh_tid() * k;  // not foldable to constants
     }
     // (WG_TIMELINE) point j of this tile: 0 ready, 1 turn, 2 first windows, 3 issued, 4 drained, 5 stored
     auto stamp = [&](int j) {
@@ -1409,54 +1269,10 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     stamp(0);
     if (i > 0) sm90::named_barrier(kTurn + wg, 256);  // the CTA's tile i - 1 is issued; the staging tile is free
     stamp(1);
-    if (has_res && !kSharedStaging) {
-      if (kBulk)
-        residual_to_dense_staging<BN, CH, 128>(p, staging, tc, t, kpad, ct);
-      else
-        residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
-    }
+    if (has_res) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
     cp_async_commit();
     WindowCursor<L> win(i * windows, t);
-    const int first_use = 2 * i * windows;  // (WG_S2_HALVES) the tile's first ring use: window w's phases 2w, 2w + 1 after it
-    int released = first_use;               // ... and the next one to give back
-    auto release_through = [&](int last) {  // (WG_S2_HALVES) uses up to `last`: one arrive per warp
-      for (; released <= last; ++released)
-        if (lane == 0) sm90::mbar_arrive(hempty0 + 8 * (released % L::HALO_STAGES));
-    };
-    if constexpr (kHalves) {
-      const int row_bytes = t.pitch * 64;
-      for (int w = 0; w < windows; ++w) {
-#pragma unroll
-        for (int ph = 0; ph < 2; ++ph) {
-          const int use = first_use + 2 * w + ph, hs = use % L::HALO_STAGES;
-          const uint32_t full = hfull0 + 8 * hs, parity = (use / L::HALO_STAGES) & 1;
-          if (!kDiagNoRing) {
-            if (use > first_use && !sm90::mbar_test(full, parity)) {  // not landed: give the last one back first
-              sm90::wgmma_wait<0>();
-              release_through(use - 1);
-            }
-            sm90::mbar_wait(full, parity);
-            if (kTimeline && ct == 0) stamp_window(use, 1);
-          }
-          if (w == 0 && ph == 0) stamp(2);
-          __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
-          sm90::wgmma_fence();
-          const uint32_t half = base + L::HALO_OFFSET + hs * L::HALO_SLOT;
-          if (!kDiagNoWgmma) {
-            if (ph == 0)
-              issue_window_phase<0, BN, HALVES, L>(acc, base, half, row_bytes, w, w == 0);
-            else
-              issue_window_phase<1, BN, HALVES, L>(acc, base, half, row_bytes, w, false);
-          }
-          sm90::wgmma_commit();
-          if (w == windows - 1 && ph == 1 && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - wg, 256);
-          if (w == windows - 1 && ph == 1) stamp(3);
-          sm90::wgmma_wait<1>();  // the previous phase's batch is done
-          if (!kDiagNoRing) release_through(use - 1);
-          __syncwarp();
-        }
-      }
-    } else if constexpr (kWindowBatches) {
+    if constexpr (kWindowBatches) {
       // One batch per window (its R * S = 9 taps), so no batch reads two windows: a window goes back as soon as its own
       // batch is done. When the next window has not landed, the warpgroup first drains and releases the last one, so
       // its slot goes back to the copy engine while the warpgroup waits (with batches of 4 steps, the batch that
@@ -1475,11 +1291,8 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
 #pragma unroll
         for (int j = 0; j < kTaps; ++j) {
           const int k = w * kTaps + j;  // resident weight chunk k / 4 (4 k32 steps of 128-byte rows), step k % 4 in it
-#pragma unroll
-          for (int h = 0; h < HALVES; ++h)
-            if (!kDiagNoWgmma)
-              sm90::WgmmaS8<BN>::mma(acc[h], sm90::desc_kmajor_sw128(base + (k >> 2) * L::WRES_CHUNK + h * kHalfRows + 32 * (k & 3)),
-                                     win.desc(base), k > 0);
+          if (!kDiagNoWgmma)
+            sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + (k >> 2) * L::WRES_CHUNK + 32 * (k & 3)), win.desc(base), k > 0);
           win.advance(p, wh);
         }
         sm90::wgmma_commit();
@@ -1498,11 +1311,8 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
       sm90::wgmma_fence();
 #pragma unroll
       for (int j = 0; j < KS; ++j) {  // KS wgmmas, no branch between them: steps past the GEMM-K have zero weights
-#pragma unroll
-        for (int h = 0; h < HALVES; ++h)
-          if (!kDiagNoWgmma)
-            sm90::WgmmaS8<BN>::mma(acc[h], sm90::desc_kmajor_sw128(base + kb * L::WRES_CHUNK + h * kHalfRows + 32 * j), win.desc(base),
-                                   kb * KS + j > 0);
+        if (!kDiagNoWgmma)
+          sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + kb * L::WRES_CHUNK + 32 * j), win.desc(base), kb * KS + j > 0);
         win.advance(p, wh);
       }
       sm90::wgmma_commit();
@@ -1515,58 +1325,21 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     }
     sm90::wgmma_wait<0>();
     stamp(4);
-    if (!kDiagNoRing) {
-      if (kHalves)
-        release_through(first_use + 2 * windows - 1);
-      else
-        win.release_before(t.kt, windows, p, hempty0, lane);
-    }
+    if (!kDiagNoRing) win.release_before(t.kt, windows, p, hempty0, lane);
     __syncwarp();
     if (kDiagSkipsEpilogue) {
-#pragma unroll
-      for (int h = 0; h < HALVES; ++h) keep_accumulators_live(acc[h], p, tid);
+      keep_accumulators_live(acc, p, tid);
       stamp(5);
       continue;
     }
-    if (kSharedStaging) {
-      if (i > 0) sm90::named_barrier(kStagingFree + wg, 160);  // the other warpgroup's store has read the staging tile
-      if (has_res) {
-        if (kBulk)
-          residual_to_dense_staging<BN, CH, 128>(p, staging, tc, t, kpad, ct);
-        else
-          residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
-      }
-      cp_async_commit();
-    }
     cp_async_wait<0>();
     sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed
-#pragma unroll
-    for (int h = 0; h < HALVES; ++h) {
-      const ChannelPairFactors& f = h == 0 ? factors0 : factors1;
-      if (kBulk) {  // block 2h + warp / 2; a thread's junk cell: 2 bytes past the block's TH x OW pixels, by its index in the block
-        int8_t* const block = staging + (2 * h + warp / 2) * BN * 32;
-        f.requantize_dense<BN>(acc[h], block, block + t.th * p.OW * 32 + 2 * (ct % 64), 16 * (warp % 2) + 2 * (lane / 4), lane % 4,
-                               t.pitch, p.OW, t.th, es, has_res);
-        sm90::fence_proxy_async_shared();  // the staging writes, visible to the bulk copies
-      } else {
-        f.requantize_for_tma<BN>(acc[h], cells + h * 2 * BN * 32, es, has_res);
-      }
-    }
+    factors.requantize_for_tma<BN>(acc, cells, es, has_res);
     sm90::named_barrier(kStagingBar + wg, 128);  // the whole staging tile is written before it is stored
     // The tile leaves by TMA store. Stored by the consumer threads, 16 bytes each, the stores made the epilogue outlast
     // the other warpgroup's main loop (res3 conv2 w70 0.0578 ms, 0.0480 without them:
     // bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/40-pingpong-epilogue.json).
-    if (ct == 0 && !kDiagNoStores) {
-      if (kBulk)
-        store_dense_staging<BN, CH>(p, staging, tc, t, kpad);
-      else
-        store_staging_by_tma<BN, CH>(tmap_y, staging, tc, t, kpad);
-    }
-    if (kSharedStaging && warp == 0 && tile_of(i + 1) < t.tiles) {  // the other warpgroup's next tile may write it now
-      if (ct == 0) sm90::bulk_wait_group_read_all();
-      __syncwarp();
-      sm90::named_barrier_arrive(kStagingFree + 1 - wg, 160);
-    }
+    if (ct == 0 && !kDiagNoStores) store_staging_by_tma<BN, CH>(tmap_y, staging, tc, t, kpad);
     stamp(5);
   }
   cp_async_wait<0>();
