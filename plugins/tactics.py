@@ -580,8 +580,8 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # w73 gained nothing from 1 or 2, and keep 3).
     # Since session 19 w74 takes a wgmma batch per window (window_batches): a window goes back once its own 9 taps are
     # done, early when the next has not landed, where a batch of 4 k32 steps straddling two windows held the first until
-    # the second had landed. H200, batch 256, five calls (bench/results/wgmma-diag-NVIDIA_H200-2026-11-26/70-*.json,
-    # 71-*.json, 75-*.json, 76-*.json and a timeline call): 0.0533 -> 0.0526, 0.0544 -> 0.0530, 0.0555 -> 0.0538,
+    # the second had landed. H200, batch 256, six A/B calls (bench/results/wgmma-diag-NVIDIA_H200-2026-11-26/70-*.json,
+    # 71-*.json, 75-*.json, 76-*.json, 78-*.json): 0.0533 -> 0.0526, 0.0544 -> 0.0530, 0.0555 -> 0.0538,
     # 0.0539 -> 0.0532, 0.0550 -> 0.0540, 0.0542 -> 0.0533 ms, and its build without stores 0.0523 -> 0.0490. (w70 on res3
     # conv2 0.0491 -> 0.0494 and 0.0499 -> 0.0508, w71 on res4 conv2 0.0462 -> 0.0472: not taken; 77-*.json.)
     WgmmaTactic(74, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,

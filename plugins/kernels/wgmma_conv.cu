@@ -220,11 +220,13 @@ constexpr bool kChannelPingpong = WG_PINGPONG && !WG_PIXM;
 // Channel-major tiles whose weight rows are permuted in pairs and whose output leaves by TMA store
 constexpr bool kTmaOut = kChannelPingpong || (WG_TMA_OUT && !WG_PIXM);
 constexpr bool kDiagNoRing = WG_DIAG == 13;
-// WG_TIMELINE (channel-major ping-pong, profiling only; with any WG_DIAG): each warpgroup's thread 0 writes the SM
-// clock at six points of each of its tiles into trtfuse_timeline (bench/wgmma_timeline.py reads it back).
+// WG_WIN_BATCH (channel-major ping-pong on 3x3 windows): a wgmma batch per window (consume_channel_pingpong)
 #ifndef WG_WIN_BATCH
 #define WG_WIN_BATCH 0
 #endif
+// WG_TIMELINE (channel-major ping-pong, profiling only; with any WG_DIAG): each warpgroup's thread 0 writes the SM
+// clock at six points of each of its tiles into trtfuse_timeline, and the window ring's issue / sighting clocks go into
+// trtfuse_windows (bench/wgmma_timeline.py reads both back).
 #ifndef WG_TIMELINE
 #define WG_TIMELINE 0
 #endif
