@@ -550,7 +550,10 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # Channel-major ping-pong (WG_PINGPONG with WG_CH 64): each consumer warpgroup a window tile of 64 channels of its
     # own, the two taking the tensor cores in turn, so the epilogue and the tile's drain run under the other's main
     # loop; the channel tile's weight (GEMM-K up to resident_kt k32 steps) is resident, the copy engine moves windows.
-    WgmmaTactic(70, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=6,
+    # w70 keeps 8 window slots since session 19 (6 before): res3 conv2 0.0491 -> 0.0490, 0.0491 -> 0.0483, 0.0500 -> 0.0487
+    # ms in three calls (bench/results/wgmma-diag-NVIDIA_H200-2026-11-26/79-*.json, 80-*.json; 10 slots 0.0494-0.0495, 12
+    # 0.0501; in session 14, before the TMA stores, 8 had not helped: 39-window-stages.json).
+    WgmmaTactic(70, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=8,
                 staging=2, resident_kt=36, pingpong=True),
     WgmmaTactic(71, 224, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4,
                 staging=2, resident_kt=72, pingpong=True),
