@@ -209,3 +209,17 @@ def test_two_staging_tiles_alternate_across_tiles(monkeypatch, multicast, channe
     assert tactic.geometry(shape).ctas == 8 and ConvLaunch(shape, tactic, 1).grid[0] in (2, 3)
     _check(shape, True, tactic)
     _check(shape, False, tactic)
+
+
+def test_a_variant_over_the_shared_memory_limit_fails_by_name():
+    # A bench --replace variant (here w70 with 16 window slots, 248 KB) is refused before the driver sees it, naming
+    # the tactic and both sizes, instead of the driver's bare CUDA_ERROR_INVALID_VALUE.
+    import dataclasses
+
+    from trtfuse.plugins.wgmma import shared_memory_limit
+
+    tactic = dataclasses.replace(TACTICS_BY_ID[70], halo_stages=16)
+    shape = ConvShape(2, 128, 29, 28, 160, 3, 3, (1, 1), (1, 1, 1, 1))
+    assert tactic.geometry(shape) is not None and tactic.shared_bytes() > shared_memory_limit(0)
+    with pytest.raises(ValueError, match=f"{tactic.name} needs {tactic.shared_bytes()} bytes of shared memory"):
+        _check(shape, False, tactic)
