@@ -62,6 +62,7 @@ def main(argv=None) -> int:
     from ..plugins import cuda_driver as cd
     from ..plugins import wgmma
     from .conv_problem import ConvProblem
+    from .kernels import graph_time_ms
     from .wgmma_check import TorchOperands
 
     ap = argparse.ArgumentParser()
@@ -82,13 +83,13 @@ def main(argv=None) -> int:
     for _ in range(3):  # warm: clocks up, module loaded
         run()
     torch.cuda.synchronize()
-    ptr, size = cd.check(drv.cuModuleGetGlobal(wgmma.module_for(tactic).module, b"trtfuse_timeline"))
+    module = wgmma.module_for(tactic).module
+    ptr, size = cd.check(drv.cuModuleGetGlobal(module, b"trtfuse_timeline"))
     assert size == CTAS * 2 * TILES * POINTS * 8
-    wptr, wsize = cd.check(drv.cuModuleGetGlobal(wgmma.module_for(tactic).module, b"trtfuse_windows"))
+    wptr, wsize = cd.check(drv.cuModuleGetGlobal(module, b"trtfuse_windows"))
     assert wsize == CTAS * USES * 2 * 8
+    host = np.zeros(CTAS * 2 * TILES * POINTS, dtype=np.uint64)
     windows = np.zeros(CTAS * USES * 2, dtype=np.uint64)
-    from .kernels import graph_time_ms
-
     ms = graph_time_ms(torch, run, 10)
     records, spans = [], []
     for _ in range(5):
@@ -96,15 +97,14 @@ def main(argv=None) -> int:
         cd.check(drv.cuMemsetD8(wptr, 0, wsize))
         run()
         torch.cuda.synchronize()
-        host = np.zeros(CTAS * 2 * TILES * POINTS, dtype=np.uint64)
         cd.check(drv.cuMemcpyDtoH(host.ctypes.data, ptr, size))
         stamps = host.reshape(CTAS, 2, TILES, POINTS).astype(np.int64)
         cd.check(drv.cuMemcpyDtoH(windows.ctypes.data, wptr, wsize))
         records.append(phases(stamps) | window_phases(windows.reshape(CTAS, USES, 2).astype(np.int64)))
         spans += [int(c[c != 0].max() - c[c != 0].min()) for c in stamps if (c != 0).any()]
-    summary = {k: {"median": float(np.median(np.concatenate([r[k] for r in records]))),
-                   "p10": float(np.percentile(np.concatenate([r[k] for r in records]), 10)),
-                   "p90": float(np.percentile(np.concatenate([r[k] for r in records]), 90))} for k in records[0]}
+    pooled = {k: np.concatenate([r[k] for r in records]) for k in records[0]}
+    summary = {k: {"median": float(np.median(v)), "p10": float(np.percentile(v, 10)), "p90": float(np.percentile(v, 90))}
+               for k, v in pooled.items()}
     if args.dump is not None:  # the last launch's stamps of one CTA, relative to its first
         c = stamps[args.dump]
         t0 = c[c != 0].min()

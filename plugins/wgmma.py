@@ -55,13 +55,23 @@ def device_supported(device_ordinal: int = 0) -> bool:
     return cd.compute_capability(device_ordinal) == "sm_90"
 
 
+def shared_memory_limit(device: int) -> int:
+    """The device's opt-in shared memory per block (bytes)."""
+    return cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
+
+
 def module_for(tactic: WgmmaTactic) -> cd.Module:
+    """The tactic's sm_90a module on the current device, compiled and checked against its shared memory once."""
     from .nvrtc import compile_kernel
 
-    key = (tuple(sorted(tactic.defines().items())), cd.current_device())  # a module belongs to one context
+    device = cd.current_device()
+    key = (tuple(sorted(tactic.defines().items())), device)  # a module belongs to one context
     if key not in _modules:
         if not device_supported():
             raise RuntimeError(f"{tactic.name} needs an sm_90 GPU (this one is {cd.compute_capability()})")
+        limit = shared_memory_limit(device)
+        if tactic.shared_bytes() > limit:  # (a table tactic never is: tests/test_wgmma_tiling.py; a bench --replace variant can be)
+            raise ValueError(f"{tactic.name} needs {tactic.shared_bytes()} bytes of shared memory per block; this GPU allows {limit}")
         _modules[key] = cd.Module(compile_kernel(SOURCE, tactic.defines(), ARCH, "cubin").image)
     return _modules[key]
 
@@ -201,16 +211,6 @@ def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
     return ctas, 1, 1
 
 
-_smem_limits: dict[int, int] = {}
-
-
-def shared_memory_limit(device: int) -> int:
-    """The device's opt-in shared memory per block (bytes), read once per device."""
-    if device not in _smem_limits:
-        _smem_limits[device] = cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
-    return _smem_limits[device]
-
-
 def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream) -> None:
     """Launch with a filled ConvParamsStruct (plugins/conv.py); x, w are the device pointers in it."""
     geo = tactic.geometry(shape)
@@ -222,9 +222,6 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
                            kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas, groups_per_image=geo.groups_per_image,
                            box_groups=geo.box_groups, pitch=geo.pitch, div_groups_d=d, div_groups_mul=mul, div_groups_shr=shr)
     smem = tactic.shared_bytes()
-    limit = shared_memory_limit(cd.current_device())
-    if smem > limit:  # (a table tactic never is: tests/test_wgmma_tiling.py; a bench --replace variant can be)
-        raise ValueError(f"{tactic.name} needs {smem} bytes of shared memory per block; this GPU allows {limit}")
     fn = module_for(tactic).function(ENTRY, smem)
     cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,
               [ctypes.addressof(wmap), ctypes.addressof(xmap), ctypes.addressof(ymap), ctypes.addressof(params),

@@ -231,19 +231,19 @@ constexpr bool kDiagNoRing = WG_DIAG == 13;
 #define WG_TIMELINE 0
 #endif
 constexpr bool kTimeline = WG_TIMELINE != 0;
+constexpr int kTimelineCtas = 160, kTimelineTiles = 16, kTimelinePoints = 6, kTimelineUses = 64;
 #if WG_TIMELINE
 extern "C" {
-__device__ unsigned long long trtfuse_timeline[160 * 2 * 16 * 6];
-__device__ unsigned long long trtfuse_windows[160 * 64 * 2];  // per window use: issued (producer), seen landed (consumer)
+__device__ unsigned long long trtfuse_timeline[kTimelineCtas * 2 * kTimelineTiles * kTimelinePoints];
+__device__ unsigned long long trtfuse_windows[kTimelineCtas * kTimelineUses * 2];  // per window use: issued (producer), seen landed (consumer)
 }
 #endif
 // (WG_TIMELINE) window ring use `use` of this CTA: point 0 issued by the producer, 1 seen landed by a consumer
 __device__ __forceinline__ void stamp_window(int use, int point) {
 #if WG_TIMELINE
-  if (blockIdx.x < 160 && use < 64) trtfuse_windows[(blockIdx.x * 64 + use) * 2 + point] = clock64();
+  if (blockIdx.x < kTimelineCtas && use < kTimelineUses) trtfuse_windows[(blockIdx.x * kTimelineUses + use) * 2 + point] = clock64();
 #endif
 }
-constexpr int kTimelineCtas = 160, kTimelineTiles = 16, kTimelinePoints = 6;
 constexpr bool kDiagNoCopies = WG_DIAG == 3 || WG_DIAG == 8 || WG_DIAG == 9 || WG_DIAG == 12 || kDiagNoRing;
 constexpr bool kDiagNoResidualLoads = WG_DIAG == 6 || WG_DIAG == 9;
 constexpr bool kDiagNoStores = WG_DIAG == 7 || WG_DIAG == 9;
