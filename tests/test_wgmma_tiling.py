@@ -468,3 +468,77 @@ def test_window_thread_only_where_windows_share_the_producer_with_streamed_weigh
     with pytest.raises(AssertionError):  # the ping-pong tile's producer already issues windows only
         make(99, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4, staging=2,
              resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=2, window_warp=True)
+
+
+def dense_store_slots(q: int, bn: int, pitch: int, ow: int, th: int):
+    """wgmma_conv.cu's requantize_pairs_dense for thread class q = lane % 4: per store instruction (pixel block j, slot
+    e), (window position, dense byte offset or None where not stored), walking its cursors as the kernel does."""
+    flip = q >= 2
+    cur = [[2 * q + (e ^ flip), (2 * q + (e ^ flip)) * 32] for e in range(2)]
+    out = []
+    for j in range(bn // 8):
+        for e in range(2):
+            col, off = cur[e]
+            pos = 8 * j + 2 * q + (e ^ flip)
+            out.append((j, e, pos, off if col < ow and off < th * ow * 32 else None))
+            col, off = col + 8, off + 256
+            if col >= pitch:
+                col, off = col - pitch, off - (pitch - ow) * 32
+            cur[e] = [col, off]
+    return out
+
+
+QUAD_STORE_CASES = [(name, shape) for name, shape, _ in resnet50_layers(1) if name.startswith("res3")] + [
+    (str(c), c) for c in CASES if c.r == 3]
+
+
+@pytest.mark.parametrize("name,shape", QUAD_STORE_CASES, ids=[n for n, _ in QUAD_STORE_CASES])
+def test_quad_stores_put_each_window_position_on_its_pixel_once(name, shape):
+    """The 128-byte-row output (WG_QUAD_OUT): the consumers' dense staging writes (requantize_pairs_dense) replayed per
+    thread, then the store box (128, OW / 4, TH, 1, 1) of plugins/wgmma.py's map, must put window position oh * pitch + ow
+    of every channel on output pixel (oh0 + oh, ow), every pixel of the tile once; and a store instruction of a pixel block
+    inside one row must hit four distinct bank quads (the lane flip)."""
+    from trtfuse.plugins.wgmma import tensor_map_args
+
+    tactics = [t for t in WGMMA_TACTICS if t.quad_stores and t.geometry(shape) is not None]
+    if not tactics:
+        pytest.skip("no 128-byte-row tactic takes this shape")
+    oh, ow = shape.out_hw
+    for t in tactics:
+        g = t.geometry(shape)
+        dims, strides, box, es = tensor_map_args(shape, t, g)["y"]
+        assert box == (128, ow // 4, g.th, 1, 1) and dims[:3] == (128, ow // 4, oh)
+        staging = np.full(t.bm * 32, -1, np.int64)  # one channel block; entry = position * 32 + channel byte
+        for warp in range(2):  # the block's two warps (warp % 2: the 16-byte half of each pixel's 32 channels)
+            for lane in range(32):
+                q, byte = lane % 4, 16 * warp + 2 * (lane // 4)
+                slots = dense_store_slots(q, t.bm, g.pitch, ow, g.th)
+                for j, e, pos, off in slots:
+                    row, col = divmod(pos, g.pitch)
+                    assert (off is not None) == (col < ow and row < g.th), (pos, off)
+                    if off is not None:
+                        assert off + 32 <= t.bm * 32
+                        for k in range(2):
+                            assert staging[off + byte + k] == -1, "a staging byte written twice"
+                            staging[off + byte + k] = pos * 32 + byte + k
+        for tile_rows in {g.th, oh - (g.tiles_per_image - 1) * g.th}:  # a whole tile and the image's last (maybe short) one
+            seen = np.zeros((tile_rows, ow), np.int32)
+            for r in range(g.th):  # the box's rows; the copy engine drops those past the map
+                for qd in range(box[1]):
+                    if r >= tile_rows:
+                        continue
+                    row = staging[(r * box[1] + qd) * 128:(r * box[1] + qd + 1) * 128].reshape(4, 32)
+                    for k in range(4):
+                        x = 4 * qd + k
+                        np.testing.assert_array_equal(row[k], (r * g.pitch + x) * 32 + np.arange(32))
+                        seen[r, x] += 1
+            assert (seen == 1).all()
+        # bank quads of one store instruction: lanes q = 0..3 write pixel block j's positions 2q + (e ^ flip)
+        by_slot = {}
+        for q in range(4):
+            for j, e, pos, off in dense_store_slots(q, t.bm, g.pitch, ow, g.th):
+                by_slot.setdefault((j, e), []).append((pos, off))
+        for (j, e), cells in by_slot.items():
+            if all(off is not None for _, off in cells) and len({p // g.pitch for p, _ in cells}) == 1 \
+                    and (8 * j) // g.pitch == (8 * j + 7) // g.pitch:
+                assert len({off // 32 % 4 for _, off in cells}) == 4, (j, e, cells)
