@@ -94,7 +94,7 @@ def swizzle_bytes(tactic: WgmmaTactic, name: str) -> int:
     """Shared-memory swizzle of a map: the activation boxes are 32-byte rows (one CHW32 vector per
     pixel; the stride-2 windows' 64-byte pairs of them); the weight boxes are as wide as the tactic's a_box (32,
     or 128 = a slot's 4 k32 steps)."""
-    return {"w": tactic.a_box, "x": tactic.window_row_bytes, "y": 0 if tactic.quad_stores else 32}[name]
+    return {"w": tactic.a_box, "x": tactic.window_row_bytes, "y": 32}[name]
 
 
 def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -> dict:
@@ -146,10 +146,7 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         # drops the positions past a row, the rows past the map and the channel blocks past Kpad.
         args["w"] = ((kg_pad, 8, 2, kp // 16, 1), (2 * kg_pad, kg_pad, 16 * kg_pad, kp * kg_pad),
                      (tactic.a_box, 8, 2, tactic.CHANNELS // 16, 1), (1,) * 5)
-        if tactic.quad_stores:  # (WG_QUAD_OUT) 128-byte rows of 4 pixels: the view (128, OW / 4, OH, N, KB), unswizzled
-            args["y"] = ((128, ow // 4, oh, shape.n, kp // 32), (128, ow * 32, kp * oh * ow, oh * ow * 32),
-                         (128, ow // 4, geo.th, 1, 1), (1,) * 5)
-        elif tactic.stride2_windows and geo.nb > 1:  # stacked images: positions (i * OH + oh) * pitch + ow, (32, OW, OH, N, KB)
+        if tactic.stride2_windows and geo.nb > 1:  # stacked images: positions (i * OH + oh) * pitch + ow, (32, OW, OH, N, KB)
             args["y"] = ((32, ow, oh, shape.n, kp // 32), (32, ow * 32, kp * oh * ow, oh * ow * 32),
                          (32, geo.pitch, geo.th, geo.nb, 1), (1,) * 5)
         else:
@@ -165,7 +162,7 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         span = swizzle_bytes(tactic, name)
         ok = (len(strides) == len(dims) - 1 and all(0 < d <= 1 << 32 for d in dims)
               and all(st % 16 == 0 and st < 1 << 40 for st in strides)
-              and all(0 < b <= 256 for b in box) and box[0] <= (span or 256)  # inner box <= the swizzle span
+              and all(0 < b <= 256 for b in box) and box[0] <= span  # inner box <= the swizzle span
               and all(1 <= e <= 8 and b % e == 0 for b, e in zip(box, es)))
         if not ok:
             raise ValueError(f"{tactic.name}: {name} tensor map outside TMA limits for {shape}: {dims} {strides} {box} {es}")

@@ -188,14 +188,6 @@
 #ifndef WG_TMA_OUT
 #define WG_TMA_OUT 0
 #endif
-// 1 (channel-major ping-pong, one image per tile, OW % 4 == 0): the output leaves in 128-byte rows (4 pixels of a
-// channel block) instead of one 32-byte row per pixel. The copy engine's cost goes with box rows (session 3), and the
-// 32-byte-row stores took its time from the windows: w74's windows landed ~1,340 clocks apart with them, ~1,130 without
-// (session 19's timeline). So the epilogue writes a dense staging block [TH][OW][32] per channel block, the output rows
-// as they lie in CHW32, which the map (128, OW / 4, OH, N, KB) stores as TH * OW / 4 rows (requantize_pairs_dense).
-#ifndef WG_QUAD_OUT
-#define WG_QUAD_OUT 0
-#endif
 // 1 (window tiles that stream weights through the ring): a second producer thread, in the producer warpgroup's second
 // warp, issues the windows, each as soon as its ring slot is free, instead of the weight thread issuing each window with
 // the weight slot it is first used with, which bounds a window's lead by the weight ring's: w67's consumers spent 10 % of
@@ -476,59 +468,6 @@ __device__ __forceinline__ void requantize_pairs(const int (&acc)[BN / 2], int8_
   }
 }
 
-// (WG_QUAD_OUT) The ping-pong tile's channel pairs into a dense staging block [TH][OW][32] (its output rows as they lie in
-// CHW32). Window position n = oh * pitch + ow is dense pixel oh * OW + ow, stored only where ow < OW and oh < TH; a
-// cursor per store slot e walks the thread's positions 8j + 2q + e' (q = lane % 4) without dividing. Lanes q >= 2 take
-// e' = 1 - e: a store instruction then writes positions {0, 2, 5, 7} (or {1, 3, 4, 6}) of a pixel block, 32-byte cells
-// on four distinct bank quads where the plain order's {0, 2, 4, 6} hit two twice. `cells` is the thread's block at its
-// channel pair's byte; dense_end = TH * OW * 32. In place over the residual, each thread reading only its own cells.
-template <int BN, bool RES>
-__device__ __forceinline__ void requantize_pairs_dense(const int (&acc)[BN / 2], int8_t* cells, int q, int pitch, int ow_n,
-                                                       int dense_end, const float (&sc)[2], const float (&bi)[2], float rs,
-                                                       float relu_min) {
-  constexpr int J = (BN / 8) % 4 == 0 ? 4 : 2;
-  static_assert((BN / 8) % J == 0, "pixel blocks split into groups of J");
-  const bool flip = q >= 2;
-  const int wrap_back = (pitch - ow_n) * 32;  // a row's positions past OW hold no dense pixel
-  int ow[2], off[2];  // store slot e's position: its column, and dense byte offset (oh * OW + ow) * 32
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    ow[e] = 2 * q + (e ^ flip);  // < pitch: the host takes pitch > 8
-    off[e] = ow[e] * 32;
-  }
-#pragma unroll
-  for (int j0 = 0; j0 < BN / 8; j0 += J) {
-    int cell[2 * J];
-    bool ok[2 * J];
-#pragma unroll
-    for (int i = 0; i < 2 * J; ++i) {
-      const int e = i % 2;
-      ok[i] = ow[e] < ow_n && off[e] < dense_end;
-      cell[i] = off[e];
-      ow[e] += 8;
-      off[e] += 256;
-      if (ow[e] >= pitch) ow[e] -= pitch, off[e] -= wrap_back;
-    }
-    int res[2 * J];
-    if (RES) {
-#pragma unroll
-      for (int i = 0; i < 2 * J; ++i) res[i] = ok[i] ? *reinterpret_cast<const short*>(cells + cell[i]) : 0;
-    }
-#pragma unroll
-    for (int i = 0; i < 2 * J; ++i) {
-      const int j = j0 + i / 2, e = i % 2;
-      float v[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int a = flip ? acc[4 * j + 2 * h + 1 - e] : acc[4 * j + 2 * h + e];
-        v[h] = requantize_f32<RES>(a, sc[h], bi[h], [&] { return s32_to_float(h == 0 ? (int)(int8_t)res[i] : res[i] >> 8); }, rs,
-                                   relu_min);
-      }
-      if (ok[i]) *reinterpret_cast<unsigned short*>(cells + cell[i]) = static_cast<unsigned short>(round_pack_s8x2(v[0], v[1]));
-    }
-  }
-}
-
 // A channel-major consumer thread's two output channels, c_lo and c_lo + 8 of the tile (c and c + 1 with the ping-pong
 // tile's permuted weight rows): their docs/ops.md scale and
 // bias, loaded before the tile's main loop (the latency hides under it), folded in the epilogue, which requantizes
@@ -575,18 +514,6 @@ struct ChannelPairFactors {
       requantize_pairs<BN, 32, true>(acc, cells, sc, bi, es.rs, es.relu_min);
     else
       requantize_pairs<BN, 32, false>(acc, cells, sc, bi, 0.0f, es.relu_min);
-    sm90::fence_proxy_async_shared();  // the staging writes, visible to the TMA store
-  }
-  // (WG_QUAD_OUT) the same into the dense staging block (requantize_pairs_dense)
-  template <int BN>
-  __device__ __forceinline__ void requantize_dense(const int (&acc)[BN / 2], int8_t* cells, int q, int pitch, int ow_n, int dense_end,
-                                                   const EpilogueScalars& es, bool has_res) const {
-    float sc[2], bi[2];
-    fold(es, sc, bi);
-    if (has_res)
-      requantize_pairs_dense<BN, true>(acc, cells, q, pitch, ow_n, dense_end, sc, bi, es.rs, es.relu_min);
-    else
-      requantize_pairs_dense<BN, false>(acc, cells, q, pitch, ow_n, dense_end, sc, bi, 0.0f, es.relu_min);
     sm90::fence_proxy_async_shared();  // the staging writes, visible to the TMA store
   }
 };
@@ -638,27 +565,6 @@ __device__ __forceinline__ void store_staging_by_tma(const sm90::TensorMap* tmap
       sm90::tma_store_5d(tmap_y, src, 0, 0, tc.n0, tc.oh0, tc.c0 / 32 + b);
   }
   sm90::bulk_commit_group();
-}
-
-// (WG_QUAD_OUT) One-image tiles' dense staging blocks [TH][OW][32] (BN * 32 bytes apart, 128-byte aligned): each block's
-// rows by one store of the map (128, OW / 4, OH, N, KB), box (128, OW / 4, TH, 1, 1): TH * OW / 4 rows of 128 bytes; the
-// copy engine drops the rows past the map and the blocks past Kpad.
-template <int BN, int CH>
-__device__ __forceinline__ void store_dense_by_tma(const sm90::TensorMap* tmap_y, const int8_t* staging, const TileCoord& tc, int kpad) {
-  for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b)
-    sm90::tma_store_5d(tmap_y, smem_u32(staging + b * BN * 32), 0, 0, tc.oh0, tc.n0, tc.c0 / 32 + b);
-  sm90::bulk_commit_group();
-}
-// ... and the residual into them: per block, the tile's rows are rows * OW * 32 contiguous bytes of the CHW32 residual,
-// copied 16 bytes per consumer thread and step (THREADS threads, ct their index).
-template <int BN, int CH, int THREADS>
-__device__ __forceinline__ void residual_to_dense_staging(const ConvParams& p, const TileCoord& tc, const WgmmaTile& t, int kpad,
-                                                          int ct, int8_t* staging) {
-  const int rows = p.OH - tc.oh0 < t.th ? p.OH - tc.oh0 : t.th, chunks = rows * p.OW * 2;  // 16-byte chunks per block
-  for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b) {
-    const int8_t* src = p.residual + ((size_t)(tc.n0 * (kpad / 32) + tc.c0 / 32 + b) * p.OH + tc.oh0) * p.OW * 32;
-    for (int i = ct; i < chunks; i += THREADS) cp_async_16(smem_u32(staging + b * BN * 32 + 16 * i), src + 16 * i, true);
-  }
 }
 
 // BN = output pixels per tile, CH = output channels per tile. First, with WG_WRES_KT, the resident weights:
@@ -1340,9 +1246,6 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   constexpr bool kWindowBatches = WG_WIN_BATCH != 0;
   constexpr int kTaps = 9;  // (WG_WIN_BATCH) 3x3 windows: the host takes no other filter for it
   if (kWindowBatches && p.R * p.S != kTaps) __trap();
-  constexpr bool kQuadOut = WG_QUAD_OUT != 0;  // 128-byte output rows from dense staging blocks (the host checks the shape)
-  if (kQuadOut && (t.nb != 1 || p.OW % 4 != 0 || t.pitch <= 8)) __trap();
-  int8_t* const dense_cells = staging + (warp / 2) * BN * 32 + 16 * (warp % 2) + 2 * (lane / 4);
   // The CTA stays on one channel tile (its resident weights): the host's grid is a multiple of the channel tiles.
   if ((int)gridDim.x < t.tiles && gridDim.x % t.ch_tiles != 0) __trap();
   auto tile_of = [&](int i) { return (int)blockIdx.x + i * (int)gridDim.x; };  // the CTA's i-th tile
@@ -1368,12 +1271,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     stamp(0);
     if (i > 0) sm90::named_barrier(kTurn + wg, 256);  // the CTA's tile i - 1 is issued; the staging tile is free
     stamp(1);
-    if (has_res) {
-      if (kQuadOut)
-        residual_to_dense_staging<BN, CH, 128>(p, tc, t, kpad, ct, staging);
-      else
-        residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
-    }
+    if (has_res) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
     cp_async_commit();
     WindowCursor<L> win(i * windows, t);
     if constexpr (kWindowBatches) {
@@ -1438,20 +1336,12 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     }
     cp_async_wait<0>();
     sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed
-    if (kQuadOut)
-      factors.requantize_dense<BN>(acc, dense_cells, lane % 4, t.pitch, p.OW, t.th * p.OW * 32, es, has_res);
-    else
-      factors.requantize_for_tma<BN>(acc, cells, es, has_res);
+    factors.requantize_for_tma<BN>(acc, cells, es, has_res);
     sm90::named_barrier(kStagingBar + wg, 128);  // the whole staging tile is written before it is stored
     // The tile leaves by TMA store. Stored by the consumer threads, 16 bytes each, the stores made the epilogue outlast
     // the other warpgroup's main loop (res3 conv2 w70 0.0578 ms, 0.0480 without them:
     // bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/40-pingpong-epilogue.json).
-    if (ct == 0 && !kDiagNoStores) {
-      if (kQuadOut)
-        store_dense_by_tma<BN, CH>(tmap_y, staging, tc, kpad);
-      else
-        store_staging_by_tma<BN, CH>(tmap_y, staging, tc, t, kpad);
-    }
+    if (ct == 0 && !kDiagNoStores) store_staging_by_tma<BN, CH>(tmap_y, staging, tc, t, kpad);
     stamp(5);
   }
   cp_async_wait<0>();
