@@ -257,9 +257,7 @@ class WgmmaTactic(Tactic):
             assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
         else:
             assert self.bm in WGMMA_S8_WIDTHS, "the wgmma N of s8: 8, 16, 24, then multiples of 16 up to 256"
-            assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and self.bm <= self.halo_rows)
-            assert not self.halo_rows or not self.multicast or (self.pingpong and self.stride2_windows), \
-                "windows multicast only as the ping-pong tile's stride-2 row phases"
+            assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
             assert not self.stride2_windows or self.halo_rows, "stride-2 windows are windows"
             assert not self.tma_store or (self.halo_rows and not self.pingpong), "TMA stores: the window tiles without ping-pong"
             assert not self.window_warp or (self.halo_rows and not self.pingpong), \
@@ -389,8 +387,6 @@ class WgmmaTactic(Tactic):
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
         if self.multicast and ch_tiles % 2:
             return None  # a cluster pairs a pixel tile's channel tiles
-        if self.multicast and self.halo_rows and (nb != 1 or (th + 1) * pitch % 8):
-            return None  # each CTA multicasts one row phase of a one-image window, at a 512-byte (swizzle-atom) offset
         return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_image, box_groups, pitch)
 
     def _row_tiles(self, shape: ConvShape):
@@ -595,10 +591,6 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
                 staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
                 window_warp=True),
-    # w82: w74 on clusters of 2 CTAs (the pixel tile's two channel tiles), each loading one row phase of every window and
-    # multicasting it into both (WG_MCAST): the L2 serves each window once per cluster instead of once per CTA.
-    WgmmaTactic(82, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
-                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True, multicast=True),
     # w66: w65's tile with stacked-image windows for 7 x 7 outputs (res5 first conv2: 4 images, 196 pixels in 224
     # positions, against the row-box tiles' 98 in 128 or 196 in 208 with 9 boxes per channel block): 3 windows of 224
     # pair rows per channel block, 44 KB slots, 3 of them.

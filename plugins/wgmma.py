@@ -123,9 +123,8 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
             args["x"] = ((64, shape.w // 2, shape.h, shape.n, cb), (64, shape.w * 32, cb * hw32, hw32),
                          (64, geo.pitch, 2 * geo.th, geo.nb, 1), (1, 1, 2, 1, 1))
         else:
-            # (multicast: each CTA of a cluster loads one phase, from (0, -1, oh0 - 1, rank, ...), into both)
             args["x"] = ((64, shape.w // 2, shape.h // 2, 2, shape.n * cb), (64, 2 * shape.w * 32, shape.w * 32, hw32),
-                         (64, geo.pitch, geo.th + 1, 1 if tactic.multicast else 2, 1), (1,) * 5)
+                         (64, geo.pitch, geo.th + 1, 2, 1), (1,) * 5)
     elif tactic.halo_rows:
         # One window per channel block (WG_HALO): TH + R - 1 input rows of NB images side by side, each `pitch`
         # columns from -pad_left, the padding zero-filled; each tap reads a shifted view of it. The view (32, W, N,

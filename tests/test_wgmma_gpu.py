@@ -133,22 +133,6 @@ def test_stride2_windows_walk_several_tiles(monkeypatch, tactic_id, c, has_res):
 
 
 @pytest.mark.parametrize("has_res", [True, False], ids=["residual", "no-residual"])
-@pytest.mark.parametrize("ctas", ["2", "4", ""], ids=["one-cluster", "two-clusters", "every-sm"])
-def test_stride2_multicast_windows_walk_several_tiles(monkeypatch, ctas, has_res):
-    # w82: clusters of 2 CTAs on a pixel tile's two channel tiles, each multicasting one row phase of every window into
-    # both: 20 x 15 outputs (pitch 16, so phase 1 starts on a 512-byte swizzle atom), two tiles of 10 rows per image, 2
-    # channel blocks, one or two clusters walking every tile, or one tile per CTA.
-    if ctas:
-        monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", ctas)
-    tactic = TACTICS_BY_ID[82]
-    shape = ConvShape(3, 64, 40, 30, 128, 3, 3, (2, 2), (1, 1, 1, 1))
-    geo = tactic.geometry(shape)
-    assert geo is not None and geo.nb == 1 and geo.tiles_per_image == 2 and geo.ch_tiles == 2 and geo.ctas == 12
-    assert ConvLaunch(shape, tactic, 1).grid[0] == {"2": 2, "4": 4, "": 12}[ctas]
-    _check(shape, has_res, tactic)
-
-
-@pytest.mark.parametrize("has_res", [True, False], ids=["residual", "no-residual"])
 @pytest.mark.parametrize("n,c,hw,k", [(9, 128, 14, 160), (19, 64, 6, 64)], ids=["7x7-4-images", "3x3-16-images"])
 @pytest.mark.parametrize("tactic_id", [66, 68])
 def test_stride2_stacked_windows_walk_several_tiles(monkeypatch, tactic_id, n, c, hw, k, has_res):

@@ -168,12 +168,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                                                       (1, 1, 2, 1, 1)).reshape(-1) for rr in range(3)])
                     elif tactic.stride2_windows:  # the pair view (64, W/2, H/2, 2, N * CB): [n * CB + cb][ph][h2][pair][64]
                         x_pairs = x5.reshape(shape.n * x5.shape[1], shape.h // 2, 2, shape.w // 2, 64).transpose(0, 2, 1, 3, 4)
-                        origin = n0 * x5.shape[1] + cb
-                        if tactic.multicast:  # phase `rank` from each CTA of the cluster, at rank * (TH + 1) * pitch rows
-                            box = np.concatenate([tma_box(x_pairs, (0, -1, oh0 - 1, rank, origin), (64, g.pitch, g.th + 1, 1, 1),
-                                                          (1,) * 5).reshape(-1) for rank in range(2)])
-                        else:
-                            box = tma_box(x_pairs, (0, -1, oh0 - 1, 0, origin), (64, g.pitch, g.th + 1, 2, 1), (1,) * 5)
+                        box = tma_box(x_pairs, (0, -1, oh0 - 1, 0, n0 * x5.shape[1] + cb), (64, g.pitch, g.th + 1, 2, 1), (1,) * 5)
                     else:
                         box = tma_box(x_windows, (0, w0, n0, h0, cb), (32, g.pitch, g.nb, g.th + shape.r - 1, 1), (1,) * 5)
                     assert box.size == g.box_bytes
@@ -256,7 +251,6 @@ CASES = [
     ConvShape(5, 96, 14, 14, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 7 x 7 outputs: 4 images stacked, then 1
     ConvShape(19, 64, 6, 6, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 3 x 3: 16 images (whole 1024-byte windows), then 3
     ConvShape(3, 64, 16, 14, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 8 x 7: 3 images of 64 positions, the batch in one tile
-    ConvShape(3, 64, 40, 30, 128, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 20 x 15 (pitch 16): w82's phases, one per CTA of a cluster
 ]
 
 
@@ -385,8 +379,6 @@ def test_tensor_map_arguments_are_within_tma_limits():
                     assert t.bm // 8 // g.box_groups * math.prod(box) == t.ks * g.box_bytes, name
                 elif t.stride2_windows and g.nb > 1:  # stacked images: one box per tap row
                     assert 3 * math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name
-                elif t.stride2_windows and t.multicast:  # a box per row phase, one from each CTA of the cluster
-                    assert 2 * math.prod(box) == g.box_bytes and (g.box_bytes // 2) % 512 == 0, name
                 else:
                     assert math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name  # = expect_tx bytes
 

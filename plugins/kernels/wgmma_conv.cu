@@ -602,8 +602,7 @@ struct WgmmaSmem {
   static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
-  static_assert(!HALO || (!PIXM && WG_A128 && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes");
-  static_assert(!HALO || !WG_MCAST || (kChannelPingpong && WG_S2WIN), "windows multicast only as the ping-pong tile's stride-2 phases");
+  static_assert(!HALO || (!PIXM && WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes, no multicast");
   static_assert(!WG_S2WIN || HALO, "stride-2 windows are windows");
   static_assert(!WG_FLAT || PIXM, "flat tiles are pixel-major");
   static_assert(PIXM || !WRES || kChannelPingpong, "channel-major resident weights are the ping-pong tile's");
@@ -659,17 +658,9 @@ struct WindowCursor {
     return sm90::mbar_test(hfull0 + 8 * (use % L::HALO_STAGES), (use / L::HALO_STAGES) & 1);
   }
   // Every window whose k32 steps all lie before step k: one arrive per consumer warp.
-  // (WG_MCAST: on both CTAs' barriers, since the partner's copy engine writes half of this CTA's window.)
   __device__ __forceinline__ void release_before(int k, int windows, const ConvParams& p, uint32_t hempty0, int lane) {
-    for (; released < windows && (released + 1) * p.R * p.S <= k; ++released) {
-      const uint32_t empty = hempty0 + 8 * ((first + released) % L::HALO_STAGES);
-      if (lane == 0 && WG_MCAST) {
-        sm90::mbar_arrive_cluster(empty, 0);
-        sm90::mbar_arrive_cluster(empty, 1);
-      } else if (lane == 0) {
-        sm90::mbar_arrive(empty);
-      }
-    }
+    for (; released < windows && (released + 1) * p.R * p.S <= k; ++released)
+      if (lane == 0) sm90::mbar_arrive(hempty0 + 8 * ((first + released) % L::HALO_STAGES));
   }
   __device__ __forceinline__ uint32_t view(uint32_t base) const {
     return base + L::HALO_OFFSET + slot * L::HALO_SLOT + offset;
@@ -731,8 +722,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 #pragma unroll
     for (int s = 0; s < (L::HALO ? L::HALO_STAGES : 0); ++s) {
       sm90::mbar_init(hfull0 + 8 * s, 1);
-      // the warps that read the window (WG_MCAST: of both CTAs)
-      sm90::mbar_init(hempty0 + 8 * s, (WG_MCAST ? 2 : 1) * (kChannelPingpong ? 128 : CONSUMERS) / 32);
+      sm90::mbar_init(hempty0 + 8 * s, (kChannelPingpong ? 128 : CONSUMERS) / 32);  // the warps that read the window
     }
     sm90::fence_barrier_init();
   }
@@ -807,9 +797,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
             if (WG_S2WIN && t.nb > 1) {  // stacked images, the view (64, W / 2, H, N, CB): tap row r's rows 2oh + r - 1
               for (int r = 0; r < 3; ++r)
                 sm90::tma_load_5d(slot + r * (t.box_bytes / 3), tmap_x, hfull, 0, -1, r - 1, tc.n0, cb);
-            } else if (WG_S2WIN && WG_MCAST) {  // this rank's row phase (a box of one phase), into both CTAs of the cluster
-              sm90::tma_load_5d_multicast(slot + rank * (t.th + 1) * t.pitch * 64, tmap_x, hfull, 0, -1, tc.oh0 - 1, rank,
-                                          tc.n0 * windows + cb, 0x3);
             } else if (WG_S2WIN) {  // the pair view (64, W / 2, H / 2, 2, N * CB): pairs from -1, rows of both phases from oh0 - 1
               sm90::tma_load_5d(slot, tmap_x, hfull, 0, -1, tc.oh0 - 1, 0, tc.n0 * windows + cb);
             } else  // the window view (32, W, N, H, CB) of the activation (plugins/wgmma.py): NB images side by side
@@ -1359,7 +1346,6 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   }
   cp_async_wait<0>();
   if (ct == 0) sm90::bulk_wait_group_all();  // the stores are done before the CTA's shared memory goes
-  if (WG_MCAST) sm90::cluster_sync();  // no CTA of a pair leaves while its partner may still multicast into it or arrive on its barriers
 }
 
 }  // namespace trtfuse
