@@ -188,13 +188,6 @@
 #ifndef WG_TMA_OUT
 #define WG_TMA_OUT 0
 #endif
-// K (channel-major window tiles of 128 channels, stride-2 windows, TMA stores): the weight is wgmma operand A from
-// registers, up to K k32 steps of it, loaded once per CTA from global memory (consume_register_weights). With no weight in
-// shared memory a CTA takes all 128 channels of a window tile and both warpgroups read each window, half the window bytes
-// per output that the 64-channel ping-pong tile (w74) moves, whose windows could not arrive faster (records 82-86).
-#ifndef WG_RWEIGHTS
-#define WG_RWEIGHTS 0
-#endif
 // 1 (window tiles that stream weights through the ring): a second producer thread, in the producer warpgroup's second
 // warp, issues the windows, each as soon as its ring slot is free, instead of the weight thread issuing each window with
 // the weight slot it is first used with, which bounds a window's lead by the weight ring's: w67's consumers spent 10 % of
@@ -224,7 +217,6 @@
 #define WG_DIAG 0
 #endif
 constexpr bool kChannelPingpong = WG_PINGPONG && !WG_PIXM;
-constexpr bool kRegWeights = WG_RWEIGHTS > 0 && !WG_PIXM;  // (WG_RWEIGHTS) operand A from registers
 // Channel-major tiles whose weight rows are permuted in pairs and whose output leaves by TMA store
 constexpr bool kTmaOut = kChannelPingpong || (WG_TMA_OUT && !WG_PIXM);
 constexpr bool kDiagNoRing = WG_DIAG == 13;
@@ -376,8 +368,8 @@ struct EpilogueScalars {
 // setmaxnreg split of the 64K registers: 128 producer threads + 128 * WG_CONSUMERS consumer threads.
 // The pool is what the CTA got at launch: 65536 / threads per thread, in units of 8.
 constexpr int kLaunchRegs = 65536 / (128 * (WG_CONSUMERS + 1)) / 8 * 8;
-constexpr int kProducerRegs = WG_CONSUMERS == 2 ? (WG_RWEIGHTS ? 24 : 40) : 32;
-constexpr int kConsumerRegs = WG_CONSUMERS == 2 ? (WG_RWEIGHTS ? 240 : 232) : 112;
+constexpr int kProducerRegs = WG_CONSUMERS == 2 ? 40 : 32;
+constexpr int kConsumerRegs = WG_CONSUMERS == 2 ? 232 : 112;
 static_assert(WG_CONSUMERS == 2 || WG_CONSUMERS == 4, "2 or 4 consumer warpgroups");
 static_assert(kProducerRegs + WG_CONSUMERS * kConsumerRegs <= (WG_CONSUMERS + 1) * kLaunchRegs, "register pool");
 static_assert(WG_CONSUMERS == 2 || WG_PIXM, "the channel-major tile has two consumer warpgroups");
@@ -589,7 +581,7 @@ struct WgmmaSmem {
   static constexpr int B_STEP = BN * 32;            // activations of one k32 step
   static constexpr int WRES_CHUNK = CH * 128;       // resident weights of 4 k32 steps
   static constexpr int RING_OFFSET = WRES ? WG_WRES_KT / 4 * WRES_CHUNK : 0;
-  static constexpr int A_IN_SLOT = WRES || kRegWeights ? 0 : KS * A_STEP;  // a slot's weight bytes, ahead of its activations
+  static constexpr int A_IN_SLOT = WRES ? 0 : KS * A_STEP;  // a slot's weight bytes, ahead of its activations
   static constexpr int STAGE = A_IN_SLOT + (HALO ? 0 : KS * B_STEP);
   static constexpr int HALO_OFFSET = RING_OFFSET + STAGES * STAGE;  // WG_HALO: the window ring
   static constexpr int HALO_ROW_BYTES = WG_S2WIN ? 64 : 32;  // a window row: one CHW32 vector, or (WG_S2WIN) a pair
@@ -612,10 +604,8 @@ struct WgmmaSmem {
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
   static_assert(!HALO || (!PIXM && WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes, no multicast");
   static_assert(!WG_S2WIN || HALO, "stride-2 windows are windows");
-  static_assert(!kRegWeights || (HALO && WG_S2WIN && kTmaOut && !kChannelPingpong && CH == 128 && WG_RWEIGHTS % 9 == 0),
-                "weights in registers: 128-channel stride-2 window tiles storing by TMA, whole 3x3 windows");
   static_assert(!WG_FLAT || PIXM, "flat tiles are pixel-major");
-  static_assert(PIXM || !WRES || kChannelPingpong || kRegWeights, "channel-major resident weights: the ping-pong tile's, the register-weight tile's");
+  static_assert(PIXM || !WRES || kChannelPingpong, "channel-major resident weights are the ping-pong tile's");
   static_assert(!kChannelPingpong || (CH == 64 && WRES && HALO && WG_STAGING == 2 && KS == 4),
                 "channel-major ping-pong: 64-channel tiles, resident weights, windows, a staging tile per warpgroup");
   static_assert(!kTmaOut || (OUT_OFFSET % 256 == 0 && OUT_BYTES % 256 == 0), "32-byte-swizzled staging tiles start 256-byte aligned");
@@ -626,9 +616,6 @@ template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
 __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base);
 template <int BN, int STAGES, int KS, int CH>
 __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
-                                                         const sm90::TensorMap* tmap_y);
-template <int BN, int STAGES, int KS, int CH>
-__device__ __forceinline__ void consume_register_weights(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
                                                          const sm90::TensorMap* tmap_y);
 
 // WG_HALO, consumer side, one tile: its windows are uses first .. first + windows - 1 of the window ring (the
@@ -702,7 +689,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
                                                 const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
   static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
-  static_assert(!kTimeline || kChannelPingpong || kRegWeights, "the timeline build: the channel-major ping-pong's, the register-weight tile's");
+  static_assert(!kTimeline || kChannelPingpong, "the timeline build is the channel-major ping-pong's");
   static_assert(PIXM || WG_DIAG < 6 || WG_DIAG >= 10 || WG_DIAG == 7 || (kChannelPingpong && WG_DIAG >= 7),
                 "profiling builds 6-9 take the pixel-major epilogue apart (7-9 also the channel-major ping-pong's, 7 any tile's)");
   constexpr int CONSUMERS = 128 * WG_CONSUMERS;
@@ -779,15 +766,13 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       if (L::WRES && (int)blockIdx.x < t.tiles && kCopyWeights) {  // (never the window thread: its tiles stream weights)
         // The CTA's channel tile (the same for all its tiles) as permuted 128-byte chunks: see the slot's box below.
         // (Channel-major: plain CH rows x 128 bytes per chunk, 128-byte swizzle, the A operand of all 4 steps.)
-        // (WG_RWEIGHTS: only the k32 steps past those held in registers, from step WG_RWEIGHTS on)
-        const int k_first = kRegWeights ? WG_RWEIGHTS : 0, chunks = t.kt > k_first ? (t.kt - k_first + 3) / 4 : 0;
-        const int c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0;
+        const int chunks = (t.kt + 3) / 4, c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0;
         sm90::mbar_arrive_expect_tx(wres_full, chunks * L::WRES_CHUNK);
         for (int c = 0; c < chunks; ++c) {
           if (PIXM)
             sm90::tma_load_5d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, 0, 0, 0, c0 / 32);
-          else if (kChannelPingpong || kRegWeights)  // (KGpad, 8, 2, Kpad/16, 1): box row 16u + 8h + g is channel 16u + 2g + h
-            sm90::tma_load_5d(base + c * L::WRES_CHUNK, tmap_w, wres_full, k_first * 32 + c * 128, 0, 0, c0 / 16, 0);
+          else if (kChannelPingpong)  // (KGpad, 8, 2, Kpad/16, 1): box row 16u + 8h + g is channel 16u + 2g + h
+            sm90::tma_load_5d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, 0, 0, c0 / 16, 0);
           else
             sm90::tma_load_2d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, c0);
         }
@@ -818,7 +803,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
               sm90::tma_load_5d(slot, tmap_x, hfull, 0, w0, tc.n0, h0, cb);
           }
         };
-        if (kChannelPingpong || kRegWeights || window_thread) {  // weights resident or in registers (or WG_WINDOW_WARP's window thread): windows only
+        if (kChannelPingpong || window_thread) {  // resident weights (or WG_WINDOW_WARP's window thread): windows only
           for (int cb = 0; cb < windows; ++cb) issue_window(cb);
           continue;
         }
@@ -881,9 +866,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     return;
   } else if constexpr (kChannelPingpong) {
     consume_channel_pingpong<BN, STAGES, KS, CH>(p, t, smem, base, tmap_y);
-    return;
-  } else if constexpr (kRegWeights) {
-    consume_register_weights<BN, STAGES, KS, CH>(p, t, smem, base, tmap_y);
     return;
   }
   // ---------------- consumer warpgroups 0 and 1: 64 output channels each ----------------
@@ -1364,138 +1346,6 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   }
   cp_async_wait<0>();
   if (ct == 0) sm90::bulk_wait_group_all();  // the stores are done before the CTA's shared memory goes
-}
-
-// ---------------- weights in registers (WG_RWEIGHTS): 128-channel window tiles, both warpgroups on every window ----------------
-// Warpgroup g computes channels 64g .. 64g + 63 of every tile of the CTA, operand A its weight rows held in registers
-// for the first WG_RWEIGHTS k32 steps (loaded once: the CTA stays on one channel tile) and, with WG_WRES_KT, resident in
-// shared memory for the rest; operand B the tile's stride-2 window views, which both warpgroups read
-// (a window slot goes back once all 8 consumer warps are done with it). The rows are permuted as the ping-pong tile's
-// (wgmma row 16w + 8h + g holds channel 16w + 2g + h), so the epilogue is the TMA-storing one (requantize_for_tma), into
-// the warpgroup's half of a staging tile, one of WG_STAGING taken in turn (with two, a tile's TMA store has a whole tile
-// to read its staging tile before the warpgroup writes it again). Warpgroup 1 starts two windows behind warpgroup 0, so
-// the two issue side by side (one warpgroup's chain of dependent wgmmas leaves the tensor cores idle between them: in
-// turns, as the ping-pong tiles take them, w83 issued a tile in 4,255 clocks where both together take ~5,500 for two)
-// and each one's epilogue runs under the other's last windows.
-template <int BN, int STAGES, int KS, int CH>
-__device__ __forceinline__ void consume_register_weights(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
-                                                         const sm90::TensorMap* tmap_y) {
-  using L = WgmmaSmem<BN, STAGES, KS, CH, false>;
-  constexpr int kTaps = 9, KT = WG_RWEIGHTS, kRegWindows = KT / kTaps, kMaxWindows = (KT + WG_WRES_KT) / kTaps;
-  sm90::regs_alloc<kConsumerRegs>();
-  const int tid = threadIdx.x, lane = tid % 32, warp = (tid % 128) / 32, ct = tid % 128;
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-  const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32, windows = t.kt / kTaps, wh = t.nb * t.pitch;
-  const uint32_t hfull0 = base + L::HALO_BARS, hempty0 = hfull0 + L::HALO_STAGES * 8;
-  const uint32_t wres_full = base + L::BAR_OFFSET + 2 * STAGES * 8;
-  if (p.R * p.S != kTaps || t.kt > KT + WG_WRES_KT || (int)gridDim.x < t.tiles && gridDim.x % t.ch_tiles != 0) __trap();
-  int8_t* const staging0 = smem + L::OUT_OFFSET;  // [block][position][32]: warpgroup g's blocks 2g, 2g + 1 of each
-  const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3 || WG_DIAG == 11);
-  const EpilogueScalars es(p, has_res);
-  const int c_pair = warp * 16 + 2 * (lane / 4);  // the thread's channel pair in the warpgroup's 64
-  const int cell = (2 * wg + warp / 2) * BN * 32 + 2 * (lane % 4) * 32 + ((16 * (warp % 2) + 2 * (lane / 4)) ^ (lane % 4 >= 2 ? 16 : 0));
-  constexpr int kStagingBar = 1, kStagger = 3;  // named barriers: 1 + g (the warpgroup), 3 (warpgroup 1's start)
-  const uint32_t a_rows = wg * 64 * 128;  // the warpgroup's 64 rows in each resident chunk (WG_WRES_KT)
-
-  // Operand A: register i of k32 step k holds wgmma row 16w + lane/4 + 8(i%2), which is channel 16w + 2(lane/4) + i%2,
-  // and bytes 4(lane%4) + 16(i/2) .. + 3 of the step; rows past Kpad and steps past the GEMM-K read as zeros.
-  uint32_t a[KT][4];
-  {
-    const int c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0 + 64 * wg + c_pair, kg_pad = t.kt * 32;
-#pragma unroll
-    for (int k = 0; k < KT; ++k)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int c = c0 + i % 2;
-        a[k][i] = c < kpad && k < t.kt ? __ldg(reinterpret_cast<const uint32_t*>(p.w + (size_t)c * kg_pad + k * 32 + 4 * (lane % 4) + 16 * (i / 2))) : 0u;
-      }
-  }
-  int acc[BN / 2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-  if (L::WRES && !kDiagNoCopies) sm90::mbar_wait(wres_full, 0);
-  if (wg == 1) sm90::named_barrier(kStagger, 256);  // warpgroup 0 has issued its first tile's second window
-  for (int i = 0, tile = blockIdx.x; tile < t.tiles; ++i, tile += gridDim.x) {
-    TileCoord tc(tile, p, t, ohw, CH);
-    tc.c0 += 64 * wg;  // the warpgroup's 64 channels
-    // (WG_TIMELINE) point j of the tile, as the ping-pong's: 0 ready, 1 staging free, 2 first window, 3 issued, 4 drained, 5 stored
-    auto stamp = [&](int j) {
-#if WG_TIMELINE
-      if (ct == 0 && blockIdx.x < kTimelineCtas && i < kTimelineTiles)
-        trtfuse_timeline[((blockIdx.x * 2 + wg) * kTimelineTiles + i) * kTimelinePoints + j] = clock64();
-#endif
-    };
-    stamp(0);
-    const ChannelPairFactors factors(p, tc.c0 + c_pair, kpad, 1);  // loaded now, used in the epilogue
-    int8_t* const staging = staging0 + (WG_STAGING == 2 ? (i & 1) * L::OUT_BYTES : 0);
-    // The warpgroup's TMA store that last read this staging tile is done reading it: waited for here where the residual
-    // streams in under the main loop, else just before the epilogue (a whole tile after that store).
-    auto staging_free = [&] {
-      if (ct == 0) {
-        if (WG_STAGING == 2)
-          sm90::bulk_wait_group_read<1>();
-        else
-          sm90::bulk_wait_group_read_all();
-      }
-      sm90::named_barrier(kStagingBar + wg, 128);
-    };
-    if (has_res) staging_free();
-    stamp(1);
-    if (has_res) residual_to_staging<BN, 64, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging + 2 * wg * BN * 32);
-    cp_async_commit();
-    WindowCursor<L> win(i * windows, t);
-#pragma unroll
-    for (int w = 0; w < kMaxWindows; ++w) {
-      if (w < windows) {
-        if (!kDiagNoRing) {
-          if (w > 0 && !win.next_landed(hfull0)) {  // not landed: give the last one back first
-            sm90::wgmma_wait<0>();
-            win.release_before(w * kTaps, windows, p, hempty0, lane);
-          }
-          win.wait_for_steps_before((w + 1) * kTaps, p, hfull0);
-        }
-        if (w == 0) stamp(2);
-        __syncwarp();
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < kTaps; ++j) {
-          const int k = w * kTaps + j, kr = k - KT;  // kr: the step's place in the resident chunks (w >= kRegWindows)
-          if (!kDiagNoWgmma && w < kRegWindows)
-            sm90::WgmmaS8<BN>::mma_rs(acc, a[k < KT ? k : 0], win.desc(base), k > 0);
-          else if (!kDiagNoWgmma)
-            sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + (kr >> 2) * L::WRES_CHUNK + a_rows + 32 * (kr & 3)), win.desc(base), k > 0);
-          win.advance(p, wh);
-        }
-        sm90::wgmma_commit();
-        if (i == 0 && wg == 0 && w == (windows > 1 ? 1 : 0)) sm90::named_barrier_arrive(kStagger, 256);
-        if (w == windows - 1) stamp(3);
-        sm90::wgmma_wait<1>();  // window w - 1's batch is done
-        if (!kDiagNoRing) win.release_before(w * kTaps, windows, p, hempty0, lane);
-        __syncwarp();
-      }
-    }
-    sm90::wgmma_wait<0>();
-    stamp(4);
-    if (!kDiagNoRing) win.release_before(t.kt, windows, p, hempty0, lane);
-    __syncwarp();
-    if (kDiagSkipsEpilogue) {
-      keep_accumulators_live(acc, p, tid);
-      stamp(5);
-      continue;
-    }
-    if (has_res) {
-      cp_async_wait<0>();
-      sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed
-    } else {
-      staging_free();
-    }
-    factors.requantize_for_tma<BN>(acc, staging + cell, es, has_res);
-    sm90::named_barrier(kStagingBar + wg, 128);  // its staging blocks are written before they are stored
-    if (ct == 0 && !kDiagNoStores) store_staging_by_tma<BN, 64>(tmap_y, staging + 2 * wg * BN * 32, tc, t, kpad);
-    stamp(5);
-  }
-  cp_async_wait<0>();
-  if (ct == 0) sm90::bulk_wait_group_all();
 }
 
 }  // namespace trtfuse
