@@ -242,9 +242,6 @@ class WgmmaTactic(Tactic):
     # channel-major ping-pong on 3x3 windows: one wgmma batch per window (9 taps), each window released as soon as its
     # batch is done, early when the next has not landed (WG_WIN_BATCH)
     window_batches: bool = False
-    # channel-major ping-pong, one image per tile: the output leaves by the producer warpgroup's warps 1-3 (16-byte stores
-    # from the staging tile) instead of by TMA store, leaving the copy engine to the windows (WG_STORE_WARPS)
-    store_warps: bool = False
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     timeline: int = 0  # profiling only: the ping-pong consumers stamp the SM clock per tile (WG_TIMELINE, bench/wgmma_timeline.py)
     family: ClassVar[str] = "wgmma"
@@ -275,7 +272,6 @@ class WgmmaTactic(Tactic):
             assert not self.flat, "flat tiles are pixel-major"
         assert not self.timeline or (self.pingpong and not self.pixel_major), "the timeline build is the channel-major ping-pong's"
         assert not self.window_batches or (self.pingpong and not self.pixel_major), "window batches: the channel-major ping-pong's"
-        assert not self.store_warps or (self.pingpong and not self.pixel_major), "store warps: the channel-major ping-pong's"
 
     @property
     def CHANNELS(self) -> int:  # output channels per CTA tile
@@ -296,14 +292,14 @@ class WgmmaTactic(Tactic):
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
-                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}{'_sw' if self.store_warps else ''}"
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}"
                 + (f"_diag{self.diag}" if self.diag else "") + ("_timeline" if self.timeline else ""))
 
     # on/off fields and the wgmma_conv.cu macro each sets to 1
     _SWITCHES: ClassVar[tuple[tuple[str, str], ...]] = (
         ("multicast", "WG_MCAST"), ("pixel_major", "WG_PIXM"), ("flat", "WG_FLAT"), ("pingpong", "WG_PINGPONG"),
         ("stride2_windows", "WG_S2WIN"), ("tma_store", "WG_TMA_OUT"),
-        ("window_warp", "WG_WINDOW_WARP"), ("window_batches", "WG_WIN_BATCH"), ("store_warps", "WG_STORE_WARPS"))
+        ("window_warp", "WG_WINDOW_WARP"), ("window_batches", "WG_WIN_BATCH"))
 
     def defines(self) -> dict[str, int]:
         d = {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks, "WG_PERSISTENT": int(self.persistent)}
@@ -356,7 +352,7 @@ class WgmmaTactic(Tactic):
         if self.halo_rows:  # weight slots carry weights only (or resident weights), the windows have their ring and barriers
             weights = self.resident_kt * 32 * self.CHANNELS if self.resident_kt else self.stages * self.ks * 32 * self.CHANNELS
             ring = weights + self.halo_stages * self.halo_slot_bytes
-            bars += 16 * self.halo_stages + (32 if self.store_warps else 0)
+            bars += 16 * self.halo_stages
         else:
             ring = self.stages * self.ks * 32 * (self.CHANNELS + self.bm)
         # staging rows of CHANNELS + 16 bytes; the TMA-stored tiles' are [block][position][32], unpadded
@@ -388,8 +384,6 @@ class WgmmaTactic(Tactic):
             return None  # the channel tile's weight does not fit the resident buffer
         if self.window_batches and shape.r * shape.s != 9:
             return None  # a batch is one window's 9 taps (WG_WIN_BATCH)
-        if self.store_warps and nb != 1:
-            return None  # the store warps walk one image's rows per tile (WG_STORE_WARPS)
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
         if self.multicast and ch_tiles % 2:
             return None  # a cluster pairs a pixel tile's channel tiles
@@ -597,11 +591,6 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
                 staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
                 window_warp=True),
-    # w80 / w81: w74 / w70 with their output stored by the producer warpgroup's idle warps (store_warps, WG_STORE_WARPS)
-    WgmmaTactic(80, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
-                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True, store_warps=True),
-    WgmmaTactic(81, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=8,
-                staging=2, resident_kt=36, pingpong=True, store_warps=True),
     # w66: w65's tile with stacked-image windows for 7 x 7 outputs (res5 first conv2: 4 images, 196 pixels in 224
     # positions, against the row-box tiles' 98 in 128 or 196 in 208 with 9 boxes per channel block): 3 windows of 224
     # pair rows per channel block, 44 KB slots, 3 of them.

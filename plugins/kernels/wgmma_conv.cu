@@ -188,13 +188,6 @@
 #ifndef WG_TMA_OUT
 #define WG_TMA_OUT 0
 #endif
-// 1 (channel-major ping-pong, one image per tile): the output leaves by the producer warpgroup's idle warps 1-3, 16-byte
-// stores from the staging tile, instead of by TMA store: the copy engine then moves windows only. The TMA stores cost
-// w74 ~3.3 us whether in 32- or 128-byte rows (records 82, 83), and the consumer threads' own stores had doubled their
-// epilogue (session 19); these warps sit outside the consumers' path (store_by_warps).
-#ifndef WG_STORE_WARPS
-#define WG_STORE_WARPS 0
-#endif
 // 1 (window tiles that stream weights through the ring): a second producer thread, in the producer warpgroup's second
 // warp, issues the windows, each as soon as its ring slot is free, instead of the weight thread issuing each window with
 // the weight slot it is first used with, which bounds a window's lead by the weight ring's: w67's consumers spent 10 % of
@@ -385,8 +378,6 @@ static_assert(WG_CONSUMERS == 2 || WG_PIXM, "the channel-major tile has two cons
 // so the compiler cannot drop the wgmmas that produce them.
 constexpr bool kDiagSkipsEpilogue =
     WG_DIAG == 1 || WG_DIAG == 2 || WG_DIAG == 4 || WG_DIAG == 5 || WG_DIAG == 10 || WG_DIAG == 12 || WG_DIAG == 13;
-// (WG_STORE_WARPS) Only where the consumers reach their stores: not in the profiling builds without an epilogue or stores.
-constexpr bool kStoreWarps = WG_STORE_WARPS && kChannelPingpong && !kDiagSkipsEpilogue && WG_DIAG != 7 && WG_DIAG != 9;
 template <int NACC>
 __device__ __forceinline__ void keep_accumulators_live(const int (&acc)[NACC], const ConvParams& p, int tid) {
   int folded = 0;
@@ -607,9 +598,7 @@ struct WgmmaSmem {
   static constexpr int BAR_OFFSET = FACTOR_OFFSET + (PIXM ? GROUPS * 2 * CH * 4 : 0);
   // mbarriers: full[STAGES], empty[STAGES], resident weights, then the window ring's full / empty
   static constexpr int HALO_BARS = BAR_OFFSET + (2 * STAGES + 1) * 8;
-  // (WG_STORE_WARPS) each warpgroup's staging tile written (out_full[2]) and stored (out_empty[2])
-  static constexpr int STORE_BARS = HALO_BARS + (HALO ? 2 * HALO_STAGES * 8 : 0);
-  static constexpr int BYTES = STORE_BARS + (WG_STORE_WARPS ? 4 * 8 : 0);
+  static constexpr int BYTES = HALO_BARS + (HALO ? 2 * HALO_STAGES * 8 : 0);
   static_assert(B_STEP % 256 == 0 && A_STEP % 256 == 0, "32-byte-swizzled tiles start 256-byte aligned");
   static_assert(!WG_A128 || (KS == 4 && STAGE % 1024 == 0), "128-byte weight boxes: 4 k32 steps per slot, 1024-byte aligned slots");
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
@@ -695,35 +684,6 @@ struct WindowCursor {
   }
 };
 
-// (WG_STORE_WARPS) The producer warpgroup's warps 1-3 (st = 0 .. 95) store the ping-pong tiles' output. The CTA's tile i
-// is warpgroup i % 2's, in its staging tile [block][position][32] (32-byte swizzle: a position's halves swap in positions
-// 4-7 of every 8) for the (i / 2)-th time: they wait for its epilogue (out_full), copy its pixels to the CHW32 output
-// 16 bytes per thread and step, a row of a block at a time (consecutive threads, consecutive bytes of the row), and hand
-// the staging tile back (out_empty). One image per tile: its rows are TH rows from oh0, position r * pitch + x.
-template <int BN, int CH, class L>
-__device__ __forceinline__ void store_by_warps(const ConvParams& p, const WgmmaTile& t, const int8_t* smem, uint32_t bars, int st) {
-  const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32, row_chunks = p.OW * 2;
-  if (t.nb != 1) __trap();  // (the host takes no other tile for it)
-  for (int i = 0, tile = blockIdx.x; tile < t.tiles; ++i, tile += gridDim.x) {
-    const int g = i & 1;
-    const TileCoord tc(tile, p, t, ohw, CH);
-    sm90::mbar_wait(bars + 8 * g, (i >> 1) & 1);
-    const int8_t* staging = smem + L::OUT_OFFSET + g * L::OUT_BYTES;
-    const int rows = p.OH - tc.oh0 < t.th ? p.OH - tc.oh0 : t.th;
-    for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b) {
-      int8_t* out = p.y + ((size_t)(tc.n0 * (kpad / 32) + tc.c0 / 32 + b) * p.OH + tc.oh0) * p.OW * 32;
-      for (int r = 0; r < rows; ++r)
-        for (int c = st; c < row_chunks; c += 96) {
-          const int n = r * t.pitch + (c >> 1), h = c & 1;
-          const int4 v = *reinterpret_cast<const int4*>(staging + b * BN * 32 + n * 32 + ((h ^ ((n >> 2) & 1)) << 4));
-          *reinterpret_cast<int4*>(out + (size_t)r * p.OW * 32 + c * 16) = v;
-        }
-    }
-    __syncwarp();  // (relaxed: the stores need not have landed, only the staging reads, whose values they carry, be done)
-    if (threadIdx.x % 32 == 0) sm90::mbar_arrive_relaxed(bars + 16 + 8 * g);
-  }
-}
-
 template <int BN, int STAGES, int KS, bool PERSISTENT, int CH = 128, bool PIXM = false>
 __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x, const sm90::TensorMap* tmap_y,
                                                 const ConvParams& p, const WgmmaTile& t) {
@@ -763,12 +723,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     for (int s = 0; s < (L::HALO ? L::HALO_STAGES : 0); ++s) {
       sm90::mbar_init(hfull0 + 8 * s, 1);
       sm90::mbar_init(hempty0 + 8 * s, (kChannelPingpong ? 128 : CONSUMERS) / 32);  // the warps that read the window
-    }
-    if (kStoreWarps) {
-      for (int g = 0; g < 2; ++g) {
-        sm90::mbar_init(base + L::STORE_BARS + 8 * g, 1);           // out_full[g]: the warpgroup's thread 0
-        sm90::mbar_init(base + L::STORE_BARS + 16 + 8 * g, 3);      // out_empty[g]: each store warp
-      }
     }
     sm90::fence_barrier_init();
   }
@@ -902,7 +856,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         }
       }
     }
-    if (kStoreWarps && tid >= CONSUMERS + 32) store_by_warps<BN, CH, L>(p, t, smem, base + L::STORE_BARS, tid - CONSUMERS - 32);
     __syncwarp();
     if (WG_MCAST) sm90::cluster_sync();  // matches the consumers' final one
     return;
@@ -1314,13 +1267,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
         trtfuse_timeline[((blockIdx.x * 2 + wg) * kTimelineTiles + i / 2) * kTimelinePoints + j] = clock64();
 #endif
     };
-    // this warpgroup's previous store has read the staging tile (by TMA; the store warps' is waited for before the
-    // epilogue instead, unless the residual streams into the staging tile now)
-    auto stores_done = [&] {
-      if (ct == 0 && i >= 2) sm90::mbar_wait(base + L::STORE_BARS + 16 + 8 * wg, ((i >> 1) - 1) & 1);
-    };
-    if (ct == 0 && !kStoreWarps) sm90::bulk_wait_group_read_all();
-    if (kStoreWarps && has_res) stores_done();
+    if (ct == 0) sm90::bulk_wait_group_read_all();  // this warpgroup's previous TMA store has read the staging tile
     stamp(0);
     if (i > 0) sm90::named_barrier(kTurn + wg, 256);  // the CTA's tile i - 1 is issued; the staging tile is free
     stamp(1);
@@ -1388,15 +1335,13 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
       continue;
     }
     cp_async_wait<0>();
-    if (kStoreWarps && !has_res) stores_done();
-    sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed (the staging tile is free)
+    sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed
     factors.requantize_for_tma<BN>(acc, cells, es, has_res);
     sm90::named_barrier(kStagingBar + wg, 128);  // the whole staging tile is written before it is stored
     // The tile leaves by TMA store. Stored by the consumer threads, 16 bytes each, the stores made the epilogue outlast
     // the other warpgroup's main loop (res3 conv2 w70 0.0578 ms, 0.0480 without them:
     // bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/40-pingpong-epilogue.json).
-    if (ct == 0 && kStoreWarps) sm90::mbar_arrive(base + L::STORE_BARS + 8 * wg);  // to the store warps
-    if (ct == 0 && !kDiagNoStores && !kStoreWarps) store_staging_by_tma<BN, CH>(tmap_y, staging, tc, t, kpad);
+    if (ct == 0 && !kDiagNoStores) store_staging_by_tma<BN, CH>(tmap_y, staging, tc, t, kpad);
     stamp(5);
   }
   cp_async_wait<0>();
