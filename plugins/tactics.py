@@ -242,10 +242,6 @@ class WgmmaTactic(Tactic):
     # channel-major ping-pong on 3x3 windows: one wgmma batch per window (9 taps), each window released as soon as its
     # batch is done, early when the next has not landed (WG_WIN_BATCH)
     window_batches: bool = False
-    # stride-2 windows of one image: each row phase in a box of its own, phase 0 one pair row shorter (WG_S2_SPLIT)
-    split_phases: bool = False
-    # channel-major ping-pong: a staging tile of one 32-channel block, the epilogue storing the two in turn (WG_BLOCK_STAGING)
-    block_staging: bool = False
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     timeline: int = 0  # profiling only: the ping-pong consumers stamp the SM clock per tile (WG_TIMELINE, bench/wgmma_timeline.py)
     family: ClassVar[str] = "wgmma"
@@ -268,8 +264,7 @@ class WgmmaTactic(Tactic):
                 "a window thread: the window tiles whose weights stream through the ring (the ping-pong tile's producer issues windows only)"
             if self.pingpong:  # each consumer warpgroup a 64-channel tile of its own, the weight resident, windows
                 assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
-                # staging 2: a staging tile per warpgroup; 1: one they take in turn (their epilogues come in turn)
-                assert self.halo_rows and self.persistent, "channel-major ping-pong: windows, persistent"
+                assert self.halo_rows and self.persistent and self.staging == 2, "channel-major ping-pong: windows, persistent, a staging tile per warpgroup"
                 assert 1 <= self.pp_inflight and self.halo_stages >= self.pp_inflight + 1, \
                     "k wgmma batches in flight hold up to k + 1 windows (WG_PP_INFLIGHT)"
             else:
@@ -277,8 +272,6 @@ class WgmmaTactic(Tactic):
             assert not self.flat, "flat tiles are pixel-major"
         assert not self.timeline or (self.pingpong and not self.pixel_major), "the timeline build is the channel-major ping-pong's"
         assert not self.window_batches or (self.pingpong and not self.pixel_major), "window batches: the channel-major ping-pong's"
-        assert not self.split_phases or self.stride2_windows, "phase boxes: stride-2 windows"
-        assert not self.block_staging or (self.pingpong and not self.pixel_major and self.staging == 2), "block staging: the ping-pong's own staging tiles"
 
     @property
     def CHANNELS(self) -> int:  # output channels per CTA tile
@@ -299,14 +292,14 @@ class WgmmaTactic(Tactic):
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
-                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}{'_sp' if self.split_phases else ''}{'_bs' if self.block_staging else ''}"
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}"
                 + (f"_diag{self.diag}" if self.diag else "") + ("_timeline" if self.timeline else ""))
 
     # on/off fields and the wgmma_conv.cu macro each sets to 1
     _SWITCHES: ClassVar[tuple[tuple[str, str], ...]] = (
         ("multicast", "WG_MCAST"), ("pixel_major", "WG_PIXM"), ("flat", "WG_FLAT"), ("pingpong", "WG_PINGPONG"),
         ("stride2_windows", "WG_S2WIN"), ("tma_store", "WG_TMA_OUT"),
-        ("window_warp", "WG_WINDOW_WARP"), ("window_batches", "WG_WIN_BATCH"), ("split_phases", "WG_S2_SPLIT"), ("block_staging", "WG_BLOCK_STAGING"))
+        ("window_warp", "WG_WINDOW_WARP"), ("window_batches", "WG_WIN_BATCH"))
 
     def defines(self) -> dict[str, int]:
         d = {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks, "WG_PERSISTENT": int(self.persistent)}
@@ -363,7 +356,7 @@ class WgmmaTactic(Tactic):
         else:
             ring = self.stages * self.ks * 32 * (self.CHANNELS + self.bm)
         # staging rows of CHANNELS + 16 bytes; the TMA-stored tiles' are [block][position][32], unpadded
-        staging_row = (32 if self.block_staging else self.CHANNELS) if self.stores_by_tma else self.CHANNELS + 16
+        staging_row = self.CHANNELS if self.stores_by_tma else self.CHANNELS + 16
         return ring + self.staging * self.bm * staging_row + bars + 1024
 
     def geometry(self, shape: ConvShape) -> WgmmaGeometry | None:
@@ -494,15 +487,11 @@ class WgmmaTactic(Tactic):
         tpi = math.ceil(oh / th_max)
         th = math.ceil(oh / tpi)
         phase_rows = (th + 1) * pitch
-        if self.split_phases:  # phase 1 (TH + 1 rows), then phase 0 (TH rows) on a 512-byte boundary; tap (1, 2) reads furthest
-            if phase_rows % 8 or phase_rows + 2 + self.bm > self.halo_rows:
-                return None
-        elif phase_rows + pitch + 1 + self.bm > self.halo_rows:
+        if phase_rows + pitch + 1 + self.bm > self.halo_rows:
             return None  # tap (2, 2)'s view, from row phase_rows + pitch + 1, must stay inside the slot
         if th * ow * 2 < self.bm:
             return None  # under half the tile's positions would be pixels
-        rows = phase_rows + th * pitch if self.split_phases else 2 * phase_rows
-        return th, 1, tpi, rows * self.window_row_bytes, shape.n * tpi, pitch
+        return th, 1, tpi, 2 * phase_rows * self.window_row_bytes, shape.n * tpi, pitch
 
 
 WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
@@ -602,17 +591,6 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
                 staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
                 window_warp=True),
-    # w85: w74 with a box per row phase, phase 0 one pair row shorter (split_phases, WG_S2_SPLIT): 435 rows a window, not 464
-    WgmmaTactic(85, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
-                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True, split_phases=True),
-    # w86: w85 with one staging tile the two warpgroups take in turn, which with the 435-row windows makes room for a 5th
-    # window slot (448 rows)
-    WgmmaTactic(86, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=448, halo_stages=5,
-                staging=1, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True, split_phases=True),
-    # w87: w85 with a one-block staging tile per warpgroup (block_staging), which also makes room for a 5th window slot
-    WgmmaTactic(87, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=448, halo_stages=5,
-                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True, split_phases=True,
-                block_staging=True),
     # w66: w65's tile with stacked-image windows for 7 x 7 outputs (res5 first conv2: 4 images, 196 pixels in 224
     # positions, against the row-box tiles' 98 in 128 or 196 in 208 with 9 boxes per channel block): 3 windows of 224
     # pair rows per channel block, 44 KB slots, 3 of them.

@@ -94,7 +94,7 @@ def swizzle_bytes(tactic: WgmmaTactic, name: str) -> int:
     """Shared-memory swizzle of a map: the activation boxes are 32-byte rows (one CHW32 vector per
     pixel; the stride-2 windows' 64-byte pairs of them); the weight boxes are as wide as the tactic's a_box (32,
     or 128 = a slot's 4 k32 steps)."""
-    return {"w": tactic.a_box, "x": tactic.window_row_bytes, "x2": tactic.window_row_bytes, "y": 32}[name]
+    return {"w": tactic.a_box, "x": tactic.window_row_bytes, "y": 32}[name]
 
 
 def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -> dict:
@@ -122,10 +122,6 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         if geo.nb > 1:
             args["x"] = ((64, shape.w // 2, shape.h, shape.n, cb), (64, shape.w * 32, cb * hw32, hw32),
                          (64, geo.pitch, 2 * geo.th, geo.nb, 1), (1, 1, 2, 1, 1))
-        elif tactic.split_phases:  # a box per phase: phase 1's TH + 1 rows (x), phase 0's TH (x2)
-            dims, strides = (64, shape.w // 2, shape.h // 2, 2, shape.n * cb), (64, 2 * shape.w * 32, shape.w * 32, hw32)
-            args["x"] = (dims, strides, (64, geo.pitch, geo.th + 1, 1, 1), (1,) * 5)
-            args["x2"] = (dims, strides, (64, geo.pitch, geo.th, 1, 1), (1,) * 5)
         else:
             args["x"] = ((64, shape.w // 2, shape.h // 2, 2, shape.n * cb), (64, 2 * shape.w * 32, shape.w * 32, hw32),
                          (64, geo.pitch, geo.th + 1, 2, 1), (1,) * 5)
@@ -174,9 +170,8 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
 
 
 def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: int, w: int, y: int):
-    """(weight map, activation map, output map, second activation map) as 128-byte host buffers, cached. Only the
-    tactics that store by TMA have an output map, only split_phases a second activation map; the others get the
-    activation map in their place (never read)."""
+    """(weight map, activation map, output map) as 128-byte host buffers, cached. Only the tactics that store by TMA
+    have an output map; the others get the activation map in its place (never read)."""
     key = (x, w, y, shape, tactic)  # the whole tactic: variants of one id (bench --replace) can differ in their boxes
     hit = _maps.get(key)
     if hit is not None:
@@ -186,11 +181,10 @@ def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: in
     wmap = _encode(len(args["w"][0]), w, *args["w"], swizzle_bytes(tactic, "w"))
     xmap = _encode(5, x, *args["x"], swizzle_bytes(tactic, "x"))
     ymap = _encode(5, y, *args["y"], swizzle_bytes(tactic, "y")) if "y" in args else xmap
-    x2map = _encode(5, x, *args["x2"], swizzle_bytes(tactic, "x2")) if "x2" in args else xmap
-    _maps[key] = (wmap, xmap, ymap, x2map)
+    _maps[key] = (wmap, xmap, ymap)
     if len(_maps) > _MAP_CACHE:
         _maps.popitem(last=False)
-    return wmap, xmap, ymap, x2map
+    return wmap, xmap, ymap
 
 
 def _sms() -> int:
@@ -222,7 +216,7 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     geo = tactic.geometry(shape)
     if geo is None:
         raise ValueError(f"{tactic.name} does not handle {shape}")
-    wmap, xmap, ymap, x2map = tensor_maps(shape, tactic, geo, x, w, params.y)
+    wmap, xmap, ymap = tensor_maps(shape, tactic, geo, x, w, params.y)
     d, mul, shr = fast_divmod(max(geo.groups_per_image, 1))
     tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,
                            kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas, groups_per_image=geo.groups_per_image,
@@ -231,4 +225,4 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     fn = module_for(tactic).function(ENTRY, smem)
     cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,
               [ctypes.addressof(wmap), ctypes.addressof(xmap), ctypes.addressof(ymap), ctypes.addressof(params),
-               ctypes.addressof(tile), ctypes.addressof(x2map)])
+               ctypes.addressof(tile)])

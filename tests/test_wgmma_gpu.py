@@ -116,16 +116,15 @@ def test_channel_pingpong_walks_several_tiles(monkeypatch, tactic_id, ctas, has_
 
 
 @pytest.mark.parametrize("has_res", [True, False], ids=["residual", "no-residual"])
-@pytest.mark.parametrize("tactic_id,c,w", [(74, 96, 56), (85, 96, 30), (86, 96, 30), (87, 96, 30), (65, 160, 56), (67, 160, 56)])
-def test_stride2_windows_walk_several_tiles(monkeypatch, tactic_id, c, w, has_res):
+@pytest.mark.parametrize("tactic_id,c", [(74, 96), (65, 160), (67, 160)])
+def test_stride2_windows_walk_several_tiles(monkeypatch, tactic_id, c, has_res):
     # 3x3 stride-2 windows of column pairs: 3 channel tiles of w74 (K = 160, the last one partial) or 2 of w65, 3 or 5
     # channel blocks, 3 CTAs (w74's resident weights: one channel tile each) walking every tile, window rings whose slot
     # count does not divide a tile's windows, a short last tile per image (29 output rows in tiles of 6), and the padding
     # (pair -1, phase row -1) zero-filled by the copy engine.
     monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", "3")
     tactic = TACTICS_BY_ID[tactic_id]
-    # (w85's phase boxes need phase 1's rows on a 512-byte boundary: 15 output columns, pitch 16)
-    shape = ConvShape(2, c, 58, w, 160, 3, 3, (2, 2), (1, 1, 1, 1))
+    shape = ConvShape(2, c, 58, 56, 160, 3, 3, (2, 2), (1, 1, 1, 1))
     geo = tactic.geometry(shape)
     oh, _ = shape.out_hw
     assert geo is not None and geo.tiles_per_image > 1 and oh % geo.th != 0 and geo.kt // 9 % tactic.halo_stages != 0

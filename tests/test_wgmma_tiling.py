@@ -168,20 +168,13 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                                                       (1, 1, 2, 1, 1)).reshape(-1) for rr in range(3)])
                     elif tactic.stride2_windows:  # the pair view (64, W/2, H/2, 2, N * CB): [n * CB + cb][ph][h2][pair][64]
                         x_pairs = x5.reshape(shape.n * x5.shape[1], shape.h // 2, 2, shape.w // 2, 64).transpose(0, 2, 1, 3, 4)
-                        origin = n0 * x5.shape[1] + cb
-                        if tactic.split_phases:  # phase 1 from oh0 - 1 (TH + 1 rows), then phase 0 from oh0 (TH rows)
-                            box = np.concatenate([tma_box(x_pairs, (0, -1, oh0 - 1, 1, origin), (64, g.pitch, g.th + 1, 1, 1), (1,) * 5).reshape(-1),
-                                                  tma_box(x_pairs, (0, -1, oh0, 0, origin), (64, g.pitch, g.th, 1, 1), (1,) * 5).reshape(-1)])
-                        else:
-                            box = tma_box(x_pairs, (0, -1, oh0 - 1, 0, origin), (64, g.pitch, g.th + 1, 2, 1), (1,) * 5)
+                        box = tma_box(x_pairs, (0, -1, oh0 - 1, 0, n0 * x5.shape[1] + cb), (64, g.pitch, g.th + 1, 2, 1), (1,) * 5)
                     else:
                         box = tma_box(x_windows, (0, w0, n0, h0, cb), (32, g.pitch, g.nb, g.th + shape.r - 1, 1), (1,) * 5)
                     assert box.size == g.box_bytes
                     window[:box.size] = box.reshape(-1)
                 if tactic.stride2_windows and g.nb > 1:  # window r of three: WindowCursor::s2_offset
                     offset = r * (g.box_bytes // 3) + 32 + 32 * s
-                elif tactic.stride2_windows and tactic.split_phases:  # r = 0, 2: phase 1 from row 0, 1; r = 1: phase 0
-                    offset = {0: 0, 1: (g.th + 1) * g.pitch * 64, 2: g.pitch * 64}[r] + 32 + 32 * s
                 elif tactic.stride2_windows:  # phase(r) + row(r) + (1 + s) * 32
                     offset = ((g.th + 1) * g.pitch * 64 if r != 1 else 0) + (g.pitch * 64 if r != 0 else 0) + 32 + 32 * s
                 else:
@@ -258,7 +251,6 @@ CASES = [
     ConvShape(5, 96, 14, 14, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 7 x 7 outputs: 4 images stacked, then 1
     ConvShape(19, 64, 6, 6, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 3 x 3: 16 images (whole 1024-byte windows), then 3
     ConvShape(3, 64, 16, 14, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 8 x 7: 3 images of 64 positions, the batch in one tile
-    ConvShape(2, 96, 58, 30, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 29 x 15 (pitch 16): w85's row phases in boxes of their own
 ]
 
 
@@ -387,8 +379,6 @@ def test_tensor_map_arguments_are_within_tma_limits():
                     assert t.bm // 8 // g.box_groups * math.prod(box) == t.ks * g.box_bytes, name
                 elif t.stride2_windows and g.nb > 1:  # stacked images: one box per tap row
                     assert 3 * math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name
-                elif t.split_phases:  # a box per row phase: expect_tx is both
-                    assert math.prod(box) + math.prod(args["x2"][2]) == g.box_bytes and math.prod(box) % 512 == 0, name
                 else:
                     assert math.prod(math.ceil(b / e) for b, e in zip(box, es)) == g.box_bytes, name  # = expect_tx bytes
 

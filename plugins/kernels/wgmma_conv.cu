@@ -188,19 +188,6 @@
 #ifndef WG_TMA_OUT
 #define WG_TMA_OUT 0
 #endif
-// 1 (stride-2 windows of one image): the window's two row phases in boxes of their own, phase 1's TH + 1 pair rows from
-// half row oh0 - 1 (tmap_x), then phase 0's TH from oh0 (tmap_x2, 512-byte aligned after phase 1). The one box of both
-// phases (TH + 1 rows each, from oh0 - 1) also brought phase 0's row oh0 - 1, which no tap reads: 2 TH + 1 rows of pairs
-// per window instead of 2 TH + 2, and the copy engine's time goes with rows (session 3, session 20's records).
-#ifndef WG_S2_SPLIT
-#define WG_S2_SPLIT 0
-#endif
-// 1 (channel-major ping-pong): a warpgroup's staging tile holds one 32-channel block, and its epilogue requantizes and
-// stores the tile's two blocks in turn (the second once the first's store has read the tile): half the staging memory,
-// for another window slot.
-#ifndef WG_BLOCK_STAGING
-#define WG_BLOCK_STAGING 0
-#endif
 // 1 (window tiles that stream weights through the ring): a second producer thread, in the producer warpgroup's second
 // warp, issues the windows, each as soon as its ring slot is free, instead of the weight thread issuing each window with
 // the weight slot it is first used with, which bounds a window's lead by the weight ring's: w67's consumers spent 10 % of
@@ -604,8 +591,7 @@ struct WgmmaSmem {
   // (staging_offset), what their TMA store reads
   static constexpr int OUT_STRIDE = kTmaOut ? 32 : CH + 16;
   static constexpr int OUT_OFFSET = HALO_OFFSET + HALO_STAGES * HALO_SLOT;  // HALO_SLOT is 0 without windows
-  // one staging (or residual) buffer (WG_BLOCK_STAGING: one 32-channel block of it)
-  static constexpr int OUT_BYTES = PIXM ? WG_CONSUMERS * 64 * CH : kTmaOut ? BN * (WG_BLOCK_STAGING ? 32 : CH) : BN * OUT_STRIDE;
+  static constexpr int OUT_BYTES = PIXM ? WG_CONSUMERS * 64 * CH : kTmaOut ? BN * CH : BN * OUT_STRIDE;  // one staging (or residual) buffer
   static constexpr int BUFFERS = PIXM ? 2 : WG_STAGING;
   static constexpr int GROUPS = PIXM ? WG_CONSUMERS / (BN / 64) : 1;  // tile groups (pixel-major): consumer warpgroups per CTA / per tile
   static constexpr int FACTOR_OFFSET = OUT_OFFSET + BUFFERS * OUT_BYTES;
@@ -620,8 +606,8 @@ struct WgmmaSmem {
   static_assert(!WG_S2WIN || HALO, "stride-2 windows are windows");
   static_assert(!WG_FLAT || PIXM, "flat tiles are pixel-major");
   static_assert(PIXM || !WRES || kChannelPingpong, "channel-major resident weights are the ping-pong tile's");
-  static_assert(!kChannelPingpong || (CH == 64 && WRES && HALO && KS == 4),
-                "channel-major ping-pong: 64-channel tiles, resident weights, windows");
+  static_assert(!kChannelPingpong || (CH == 64 && WRES && HALO && WG_STAGING == 2 && KS == 4),
+                "channel-major ping-pong: 64-channel tiles, resident weights, windows, a staging tile per warpgroup");
   static_assert(!kTmaOut || (OUT_OFFSET % 256 == 0 && OUT_BYTES % 256 == 0), "32-byte-swizzled staging tiles start 256-byte aligned");
   static_assert(!WG_TMA_OUT || (!PIXM && HALO && WG_A128 && CH == 128), "TMA-stored channel-major tiles: windows, 128-byte weight boxes");
 };
@@ -650,10 +636,9 @@ struct WindowCursor {
   __device__ __forceinline__ WindowCursor(int first_use, const WgmmaTile& t)
       : first(first_use), slot(first_use % L::HALO_STAGES) {
     const int phase_bytes = (t.th + 1) * t.pitch * 64, row_bytes = t.pitch * 64, stacked = t.box_bytes / 3;
-    // (WG_S2_SPLIT: phase 1 first from oh - 1, then phase 0 from oh)
-    row_view0 = t.nb > 1 ? 0 : WG_S2_SPLIT ? 0 : phase_bytes;
-    row_view1 = t.nb > 1 ? stacked : WG_S2_SPLIT ? phase_bytes : row_bytes;
-    row_view2 = t.nb > 1 ? 2 * stacked : WG_S2_SPLIT ? row_bytes : phase_bytes + row_bytes;
+    row_view0 = t.nb > 1 ? 0 : phase_bytes;
+    row_view1 = t.nb > 1 ? stacked : row_bytes;
+    row_view2 = t.nb > 1 ? 2 * stacked : phase_bytes + row_bytes;
     offset = WG_S2WIN ? s2_offset() : 0;
   }
   // the current tap (r, s) of a stride-2 window
@@ -701,7 +686,7 @@ struct WindowCursor {
 
 template <int BN, int STAGES, int KS, bool PERSISTENT, int CH = 128, bool PIXM = false>
 __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x, const sm90::TensorMap* tmap_y,
-                                                const ConvParams& p, const WgmmaTile& t, const sm90::TensorMap* tmap_x2) {
+                                                const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
   static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
   static_assert(!kTimeline || kChannelPingpong, "the timeline build is the channel-major ping-pong's");
@@ -778,7 +763,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       constexpr bool kLoadWeights = kCopyWeights && !L::WRES;  // per ring slot
       sm90::prefetch_tensor_map(tmap_w);
       sm90::prefetch_tensor_map(tmap_x);
-      if (WG_S2_SPLIT) sm90::prefetch_tensor_map(tmap_x2);
       if (L::WRES && (int)blockIdx.x < t.tiles && kCopyWeights) {  // (never the window thread: its tiles stream weights)
         // The CTA's channel tile (the same for all its tiles) as permuted 128-byte chunks: see the slot's box below.
         // (Channel-major: plain CH rows x 128 bytes per chunk, 128-byte swizzle, the A operand of all 4 steps.)
@@ -813,9 +797,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
             if (WG_S2WIN && t.nb > 1) {  // stacked images, the view (64, W / 2, H, N, CB): tap row r's rows 2oh + r - 1
               for (int r = 0; r < 3; ++r)
                 sm90::tma_load_5d(slot + r * (t.box_bytes / 3), tmap_x, hfull, 0, -1, r - 1, tc.n0, cb);
-            } else if (WG_S2WIN && WG_S2_SPLIT) {  // phase 1 from half row oh0 - 1, then phase 0 from oh0 (boxes of one phase)
-              sm90::tma_load_5d(slot, tmap_x, hfull, 0, -1, tc.oh0 - 1, 1, tc.n0 * windows + cb);
-              sm90::tma_load_5d(slot + (t.th + 1) * t.pitch * 64, tmap_x2, hfull, 0, -1, tc.oh0, 0, tc.n0 * windows + cb);
             } else if (WG_S2WIN) {  // the pair view (64, W / 2, H / 2, 2, N * CB): pairs from -1, rows of both phases from oh0 - 1
               sm90::tma_load_5d(slot, tmap_x, hfull, 0, -1, tc.oh0 - 1, 0, tc.n0 * windows + cb);
             } else  // the window view (32, W, N, H, CB) of the activation (plugins/wgmma.py): NB images side by side
@@ -1253,22 +1234,14 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   const int kblocks = (t.kt + KS - 1) / KS, windows = t.kt / (p.R * p.S), wh = t.nb * t.pitch;
   const uint32_t wres_full = base + L::BAR_OFFSET + 2 * STAGES * 8;
   const uint32_t hfull0 = base + L::HALO_BARS, hempty0 = hfull0 + L::HALO_STAGES * 8;
-  // A staging tile per warpgroup, or (WG_STAGING 1) one the two take in turn, as their epilogues come in turn: a
-  // warpgroup writes it only once the other's last TMA store has read it (named barrier kStagingFree + g, which the
-  // other's warp 0 arrives on after that store), and the residual then streams in within the epilogue.
-  constexpr bool kSharedStaging = L::BUFFERS == 1;
-  int8_t* const staging = smem + L::OUT_OFFSET + (kSharedStaging ? 0 : wg * L::OUT_BYTES);
+  int8_t* const staging = smem + L::OUT_OFFSET + wg * L::OUT_BYTES;
   const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3 || WG_DIAG == 11);
   const EpilogueScalars es(p, has_res);
   // The weight rows are permuted (plugins/wgmma.py): accumulator rows 16w + g and 16w + g + 8 of warp w are channels
   // 16w + 2g and 16w + 2g + 1, adjacent bytes of staging block w / 2 (32-byte swizzle: the half flips in rows 4-7).
   const int c_pair = warp * 16 + 2 * (lane / 4);
-  // (WG_BLOCK_STAGING: every warp's cells in the one block; warps 2w and 2w + 1 hold block w's channels)
-  constexpr bool kBlockStaging = WG_BLOCK_STAGING != 0;
-  int8_t* const cells = staging + (kBlockStaging ? 0 : (warp / 2) * BN * 32) + 2 * (lane % 4) * 32 +
-                        ((16 * (warp % 2) + 2 * (lane / 4)) ^ (lane % 4 >= 2 ? 16 : 0));
-  // named barriers: 1 + g (the warpgroup), 3 + g (its turn), 5 + g (the shared staging tile is free for it)
-  constexpr int kStagingBar = 1, kTurn = 3, kStagingFree = 5;
+  int8_t* const cells = staging + (warp / 2) * BN * 32 + 2 * (lane % 4) * 32 + ((16 * (warp % 2) + 2 * (lane / 4)) ^ (lane % 4 >= 2 ? 16 : 0));
+  constexpr int kStagingBar = 1, kTurn = 3;  // named barriers: 1 + g (the warpgroup), 3 + g (its turn)
   constexpr int kInFlight = WG_PP_INFLIGHT;  // batches left in flight while the next is prepared
   constexpr bool kWindowBatches = WG_WIN_BATCH != 0;
   constexpr int kTaps = 9;  // (WG_WIN_BATCH) 3x3 windows: the host takes no other filter for it
@@ -1298,7 +1271,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     stamp(0);
     if (i > 0) sm90::named_barrier(kTurn + wg, 256);  // the CTA's tile i - 1 is issued; the staging tile is free
     stamp(1);
-    if (has_res && !kSharedStaging && !kBlockStaging) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
+    if (has_res) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
     cp_async_commit();
     WindowCursor<L> win(i * windows, t);
     if constexpr (kWindowBatches) {
@@ -1361,27 +1334,6 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
       stamp(5);
       continue;
     }
-    if (kSharedStaging) {
-      if (i > 0) sm90::named_barrier(kStagingFree + wg, 160);  // the other warpgroup's store has read the staging tile
-      if (has_res) residual_to_staging<BN, CH, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging);
-      cp_async_commit();
-    }
-    if (kBlockStaging) {  // block b: (its residual,) requantized by warps 2b, 2b + 1, stored, then the next block
-#pragma unroll
-      for (int b = 0; b < CH / 32; ++b) {
-        TileCoord tb = tc;
-        tb.c0 += 32 * b;
-        if (b > 0 && ct == 0) sm90::bulk_wait_group_read_all();  // block b - 1's store has read the staging tile
-        if (b > 0) sm90::named_barrier(kStagingBar + wg, 128);
-        if (has_res) residual_to_staging<BN, 32, 128, L::OUT_STRIDE>(p, tb, ohw, kpad, ct, t, staging);
-        cp_async_commit();
-        cp_async_wait<0>();
-        sm90::named_barrier(kStagingBar + wg, 128);  // the block's residual copies have landed
-        if (warp / 2 == b) factors.requantize_for_tma<BN>(acc, cells, es, has_res);
-        sm90::named_barrier(kStagingBar + wg, 128);  // the block is written before it is stored
-        if (ct == 0 && !kDiagNoStores) store_staging_by_tma<BN, 32>(tmap_y, staging, tb, t, kpad);
-      }
-    } else {
     cp_async_wait<0>();
     sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed
     factors.requantize_for_tma<BN>(acc, cells, es, has_res);
@@ -1390,12 +1342,6 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
     // the other warpgroup's main loop (res3 conv2 w70 0.0578 ms, 0.0480 without them:
     // bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/40-pingpong-epilogue.json).
     if (ct == 0 && !kDiagNoStores) store_staging_by_tma<BN, CH>(tmap_y, staging, tc, t, kpad);
-    }
-    if (kSharedStaging && warp == 0 && tile_of(i + 1) < t.tiles) {  // the other warpgroup's next epilogue may write it now
-      if (ct == 0) sm90::bulk_wait_group_read_all();
-      __syncwarp();
-      sm90::named_barrier_arrive(kStagingFree + 1 - wg, 160);
-    }
     stamp(5);
   }
   cp_async_wait<0>();
@@ -1415,7 +1361,6 @@ extern "C" __global__ void WG_CLUSTER __launch_bounds__(128 * (WG_CONSUMERS + 1)
     trtfuse_wgmma_conv(const __grid_constant__ trtfuse::sm90::TensorMap tmap_w,
                        const __grid_constant__ trtfuse::sm90::TensorMap tmap_x,
                        const __grid_constant__ trtfuse::sm90::TensorMap tmap_y, const trtfuse::ConvParams p,
-                       const trtfuse::WgmmaTile t, const __grid_constant__ trtfuse::sm90::TensorMap tmap_x2) {
-  // tmap_x2: WG_S2_SPLIT's phase-0 box (the activation map again otherwise, never read)
-  trtfuse::wgmma_conv_body<WG_BN, WG_STAGES, WG_KS, WG_PERSISTENT != 0, WG_CH, WG_PIXM != 0>(&tmap_w, &tmap_x, &tmap_y, p, t, &tmap_x2);
+                       const trtfuse::WgmmaTile t) {
+  trtfuse::wgmma_conv_body<WG_BN, WG_STAGES, WG_KS, WG_PERSISTENT != 0, WG_CH, WG_PIXM != 0>(&tmap_w, &tmap_x, &tmap_y, p, t);
 }
