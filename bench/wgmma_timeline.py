@@ -26,8 +26,7 @@ import numpy as np
 
 from ..io import atomic_write_json
 from ..plugins.conv import ConvLaunch
-from ..plugins.tactics import TACTICS_BY_ID
-from .wgmma_diag import LAYERS
+from .wgmma_diag import LAYERS, replaced_variant
 
 CTAS, TILES, POINTS, USES = 160, 16, 6, 64  # kTimelineCtas, kTimelineTiles, kTimelinePoints, window uses in wgmma_conv.cu
 PHASES = ("wait turn", "wait window", "issue", "drain", "epilogue")
@@ -72,8 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dump", type=int, help="print one CTA's raw stamps (points 0-5 per tile, windows issued / seen)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    changes = {k: int(v) for k, v in (f.split("=") for f in args.replace.split(":") if f)}
-    tactic = dataclasses.replace(TACTICS_BY_ID[args.tactic], timeline=1, **changes)
+    _, variant = replaced_variant(":".join([str(args.tactic)] + ([args.replace] if args.replace else [])))
+    tactic = dataclasses.replace(variant, timeline=1)
     name, shape = next((n, s) for n, s in LAYERS if args.layer in n)
     torch.cuda.init()
     cd.context()
