@@ -24,37 +24,59 @@ LAYOUTS = {0: "rows32", 1: "window32", 2: "rows128"}
 DEFAULT_VARIANTS = ["208:2:0", "208:2:1", "208:2:2", "256:2:0", "256:2:2", "128:2:0", "208:1:1", "256:1:2"]
 
 
+def parse_variant(variant: str) -> tuple[int, int, int, int, int]:
+    """'N:warpgroups:layout[:chains[:rs]]' -> its five integers (one accumulator chain, operand A in shared memory
+    unless named)."""
+    n, wgs, layout, *rest = (int(v) for v in variant.split(":"))
+    return n, wgs, layout, rest[0] if rest else 1, rest[1] if len(rest) > 1 else 0
+
+
+def launcher(torch, cd, variant: str, iters: int):
+    """The peak kernel of one variant on every SM: (launch(), its clocks tensor [SM clocks, global-timer ns])."""
+    from ..plugins.nvrtc import compile_kernel
+    from ..plugins.wgmma import ARCH
+
+    n, wgs, layout, chains, rs = parse_variant(variant)
+    sms = cd.device_attribute("MULTIPROCESSOR_COUNT")
+    module = cd.Module(compile_kernel("wgmma_peak.cu", {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout, "PEAK_CHAINS": chains,
+                                                        "PEAK_RS": rs},
+                                      ARCH, "cubin").image)
+    b_bytes = n * 128 if layout == 2 else 4 * (n + 64) * 32
+    smem = wgs * 64 * 128 + b_bytes + 1024
+    fn = module.function("wgmma_peak", smem)
+    out = torch.zeros(256, dtype=torch.int32, device="cuda")
+    clocks = torch.zeros(2, dtype=torch.int64, device="cuda")
+    args = [ctypes.c_int32(iters), ctypes.c_uint64(out.data_ptr()), ctypes.c_uint64(clocks.data_ptr())]
+
+    keep = (module, out)  # alive as long as the launcher
+
+    def once():
+        assert keep
+        cd.launch(fn, (sms, 1, 1), (128 * wgs, 1, 1), smem, torch.cuda.current_stream().cuda_stream,
+                  [ctypes.addressof(a) for a in args])
+
+    return once, clocks
+
+
 def main(argv=None) -> int:
     import torch
 
     from ..plugins import cuda_driver as cd
-    from ..plugins.nvrtc import compile_kernel
-    from ..plugins.wgmma import ARCH
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
-    ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="N:warpgroups:layout (layout 0 rows32, 1 window32, 2 rows128)")
+    ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="N:warpgroups:layout[:chains[:rs]] (layout 0 rows32, 1 window32, 2 rows128; chains: independent "
+                    "accumulators each warpgroup alternates between, N each; rs 1: operand A from registers)")
     ap.add_argument("--iters", type=int, default=4000, help="batches of 4 wgmmas per warpgroup")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     torch.cuda.init()
     cd.context()
     sms = cd.device_attribute("MULTIPROCESSOR_COUNT")
-    out = torch.zeros(256, dtype=torch.int32, device="cuda")
-    clocks = torch.zeros(2, dtype=torch.int64, device="cuda")
+    clocks = None
     rows = []
     for variant in args.variants:
-        n, wgs, layout = (int(v) for v in variant.split(":"))
-        module = cd.Module(compile_kernel("wgmma_peak.cu", {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout}, ARCH, "cubin").image)
-        b_bytes = n * 128 if layout == 2 else 4 * (n + 64) * 32
-        smem = wgs * 64 * 128 + b_bytes + 1024
-        fn = module.function("wgmma_peak", smem)
-        iters = ctypes.c_int32(args.iters)
-        op, cp = ctypes.c_uint64(out.data_ptr()), ctypes.c_uint64(clocks.data_ptr())
-        stream = torch.cuda.current_stream().cuda_stream
-
-        def once():
-            cd.launch(fn, (sms, 1, 1), (128 * wgs, 1, 1), smem, stream, [ctypes.addressof(iters), ctypes.addressof(op), ctypes.addressof(cp)])
-
+        once, clocks = launcher(torch, cd, variant, args.iters)
+        n, wgs, layout, chains, rs = parse_variant(variant)
         once()
         torch.cuda.synchronize()
         times = []
@@ -70,9 +92,10 @@ def main(argv=None) -> int:
             ghz.append(c / ns)
         ms = sorted(times)[len(times) // 2]
         clock = sorted(ghz)[len(ghz) // 2]
-        ops = 2.0 * 64 * n * 32 * 4 * args.iters * wgs * sms
+        ops = 2.0 * 64 * n * 32 * 4 * chains * args.iters * wgs * sms
         tops = ops / ms / 1e9
-        row = {"variant": f"n{n} wg{wgs} {LAYOUTS[layout]}", "n": n, "warpgroups": wgs, "b_layout": LAYOUTS[layout],
+        row = {"variant": f"n{n} wg{wgs} {LAYOUTS[layout]}" + (f" {chains} chains" if chains > 1 else "") + (" A in regs" if rs else ""),
+               "n": n, "warpgroups": wgs, "b_layout": LAYOUTS[layout], "chains": chains, "a_in_registers": bool(rs),
                "ms": round(ms, 4), "tops": round(tops, 1), "pct_of_1979": round(100 * tops / PEAK_TOPS, 1),
                "sm_ghz": round(clock, 3), "pct_at_clock": round(100 * tops / (sms * OPS_PER_SM_CLOCK * clock / 1e3), 1)}
         rows.append(row)

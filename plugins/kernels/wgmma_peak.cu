@@ -4,7 +4,10 @@
 //
 // PEAK_WGS warpgroups (1 or 2) each issue `iters` batches of 4 wgmma m64n{PEAK_N}k32 s8 on fixed shared
 // memory filled with pseudo-random bytes (the tensor cores' power, hence the clock, depends on the data),
-// one batch in flight (commit, wait_group 1), as the conv kernel does. Operand A is 64 rows x 128 bytes
+// one batch in flight (commit, wait_group 1), as the conv kernel does. With PEAK_CHAINS 2 a batch is 4 k32 steps on
+// each of two independent accumulators, alternating (does one warpgroup's dependent chain, not N, set the rate?).
+// With PEAK_RS 1 operand A comes from registers (mma_rs: the batch's 4 k32 steps loaded once from the A chunk), as a
+// weight held in registers would be. Operand A is 64 rows x 128 bytes
 // per warpgroup, 128-byte swizzle (the conv kernel's weight chunk). Operand B (PEAK_N rows) is:
 //   PEAK_B 0: 32-byte rows, 32-byte swizzle, each k32 step its own 256-byte-aligned tile (row boxes)
 //   PEAK_B 1: 32-byte rows, 32-byte swizzle, k32 step j a view of one window from row PEAK_SHIFT(j)
@@ -21,6 +24,12 @@
 #endif
 #ifndef PEAK_B
 #define PEAK_B 0
+#endif
+#ifndef PEAK_CHAINS
+#define PEAK_CHAINS 1
+#endif
+#ifndef PEAK_RS
+#define PEAK_RS 0
 #endif
 
 using namespace trtfuse;
@@ -56,16 +65,33 @@ extern "C" __global__ void __launch_bounds__(128 * PEAK_WGS, 1) wgmma_peak(int i
   const long long t0 = clock64();
   long long g0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
-  int acc[PEAK_N / 2];
+  int acc[PEAK_CHAINS][PEAK_N / 2];
 #pragma unroll
-  for (int i = 0; i < PEAK_N / 2; ++i) acc[i] = 0;
+  for (int c = 0; c < PEAK_CHAINS; ++c)
+#pragma unroll
+    for (int i = 0; i < PEAK_N / 2; ++i) acc[c][i] = 0;
+  uint32_t a_regs[4][4];  // PEAK_RS: thread t's A fragment of k32 step j (mma_rs's layout), read once
+  {
+    const int t = threadIdx.x % 128, row = 16 * (t / 32) + (t % 32) / 4;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        a_regs[j][i] = *reinterpret_cast<const uint32_t*>(smem + wg * kARegion + (row + 8 * (i % 2)) * 128 + 32 * j + 4 * (t % 4) + 16 * (i / 2));
+  }
   int step = 0;
   for (int it = 0; it < iters; ++it) {
     sm90::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < 4; ++j, ++step) {
       const uint64_t db = PEAK_B == 2 ? sm90::desc_kmajor_sw128(b_tile(b0, step)) : sm90::desc_kmajor_sw32(b_tile(b0, step));
-      sm90::WgmmaS8<PEAK_N>::mma(acc, sm90::desc_kmajor_sw128(a0 + j * 32), db, true);
+#pragma unroll
+      for (int c = 0; c < PEAK_CHAINS; ++c) {
+        if (PEAK_RS)
+          sm90::WgmmaS8<PEAK_N>::mma_rs(acc[c], a_regs[j], db, true);
+        else
+          sm90::WgmmaS8<PEAK_N>::mma(acc[c], sm90::desc_kmajor_sw128(a0 + j * 32), db, true);
+      }
     }
     sm90::wgmma_commit();
     sm90::wgmma_wait<1>();
@@ -73,7 +99,9 @@ extern "C" __global__ void __launch_bounds__(128 * PEAK_WGS, 1) wgmma_peak(int i
   sm90::wgmma_wait<0>();
   int folded = 0;
 #pragma unroll
-  for (int i = 0; i < PEAK_N / 2; ++i) folded ^= acc[i];
+  for (int c = 0; c < PEAK_CHAINS; ++c)
+#pragma unroll
+    for (int i = 0; i < PEAK_N / 2; ++i) folded ^= acc[c][i];
   if (folded == 0x7fffffff) out[threadIdx.x] = folded;
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     long long g1;
