@@ -24,11 +24,17 @@ LAYOUTS = {0: "rows32", 1: "window32", 2: "rows128"}
 DEFAULT_VARIANTS = ["208:2:0", "208:2:1", "208:2:2", "256:2:0", "256:2:2", "128:2:0", "208:1:1", "256:1:2"]
 
 
-def parse_variant(variant: str) -> tuple[int, int, int, int, int]:
-    """'N:warpgroups:layout[:chains[:rs]]' -> its five integers (one accumulator chain, operand A in shared memory
-    unless named)."""
+def parse_variant(variant: str) -> tuple[int, int, int, int, int, int]:
+    """'N:warpgroups:layout[:chains[:rs[:kt]]]' -> its six integers (one accumulator chain, operand A in shared memory
+    unless named; with rs, kt k32 steps of A held in registers, 4 unless named)."""
     n, wgs, layout, *rest = (int(v) for v in variant.split(":"))
-    return n, wgs, layout, rest[0] if rest else 1, rest[1] if len(rest) > 1 else 0
+    return n, wgs, layout, rest[0] if rest else 1, rest[1] if len(rest) > 1 else 0, rest[2] if len(rest) > 2 else 4
+
+
+def batches_run(iters: int, kt: int) -> int:
+    """The kernel runs whole cycles of kt / 4 batches (the registers' k32 steps in order): iters rounded up to them."""
+    per = kt // 4
+    return -(-iters // per) * per
 
 
 def launcher(torch, cd, variant: str, iters: int):
@@ -36,10 +42,10 @@ def launcher(torch, cd, variant: str, iters: int):
     from ..plugins.nvrtc import compile_kernel
     from ..plugins.wgmma import ARCH
 
-    n, wgs, layout, chains, rs = parse_variant(variant)
+    n, wgs, layout, chains, rs, kt = parse_variant(variant)
     sms = cd.device_attribute("MULTIPROCESSOR_COUNT")
     module = cd.Module(compile_kernel("wgmma_peak.cu", {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout, "PEAK_CHAINS": chains,
-                                                        "PEAK_RS": rs},
+                                                        "PEAK_RS": rs, "PEAK_RS_KT": kt},
                                       ARCH, "cubin").image)
     b_bytes = n * 128 if layout == 2 else 4 * (n + 64) * 32
     smem = wgs * 64 * 128 + b_bytes + 1024
@@ -66,7 +72,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="N:warpgroups:layout[:chains[:rs]] (layout 0 rows32, 1 window32, 2 rows128; chains: independent "
-                    "accumulators each warpgroup alternates between, N each; rs 1: operand A from registers)")
+                    "accumulators each warpgroup alternates between, N each; rs 1: operand A from registers, kt k32 steps of it, 4 unless named)")
     ap.add_argument("--iters", type=int, default=4000, help="batches of 4 wgmmas per warpgroup")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     torch.cuda.init()
@@ -76,7 +82,7 @@ def main(argv=None) -> int:
     rows = []
     for variant in args.variants:
         once, clocks = launcher(torch, cd, variant, args.iters)
-        n, wgs, layout, chains, rs = parse_variant(variant)
+        n, wgs, layout, chains, rs, kt = parse_variant(variant)
         once()
         torch.cuda.synchronize()
         times = []
@@ -92,10 +98,11 @@ def main(argv=None) -> int:
             ghz.append(c / ns)
         ms = sorted(times)[len(times) // 2]
         clock = sorted(ghz)[len(ghz) // 2]
-        ops = 2.0 * 64 * n * 32 * 4 * chains * args.iters * wgs * sms
+        ops = 2.0 * 64 * n * 32 * 4 * chains * batches_run(args.iters, kt) * wgs * sms
         tops = ops / ms / 1e9
-        row = {"variant": f"n{n} wg{wgs} {LAYOUTS[layout]}" + (f" {chains} chains" if chains > 1 else "") + (" A in regs" if rs else ""),
+        row = {"variant": f"n{n} wg{wgs} {LAYOUTS[layout]}" + (f" {chains} chains" if chains > 1 else "") + (f" A in regs ({kt} steps)" if rs else ""),
                "n": n, "warpgroups": wgs, "b_layout": LAYOUTS[layout], "chains": chains, "a_in_registers": bool(rs),
+               "a_register_steps": kt if rs else 0,
                "ms": round(ms, 4), "tops": round(tops, 1), "pct_of_1979": round(100 * tops / PEAK_TOPS, 1),
                "sm_ghz": round(clock, 3), "pct_at_clock": round(100 * tops / (sms * OPS_PER_SM_CLOCK * clock / 1e3), 1)}
         rows.append(row)

@@ -113,18 +113,17 @@ def test_wgmma_profiling_builds_compile(diag):
     assert not k.spills() and "serialized" not in k.log, k.log
 
 
-@pytest.mark.parametrize("variant", ["208:2:1", "128:1:0:2", "208:1:0:1:1", "128:1:0:2:1"])
+@pytest.mark.parametrize("variant", ["208:2:1", "128:1:0:2", "208:1:0:1:1", "128:1:0:2:1", "128:2:0:1:1:36"])
 def test_wgmma_peak_variants_compile(variant):
     # bench/wgmma_peak.py's ceilings (incl. two accumulator chains and operand A from registers) are only worth their
     # figures if the wgmmas issue unserialized and nothing spills
     from trtfuse.bench.wgmma_peak import parse_variant
 
-    n, wgs, layout, chains, rs = parse_variant(variant)
-    k = compile_kernel("wgmma_peak.cu", {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout, "PEAK_CHAINS": chains, "PEAK_RS": rs},
-                       "sm_90a", "cubin")
+    n, wgs, layout, chains, rs, kt = parse_variant(variant)
+    defines = {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout, "PEAK_CHAINS": chains, "PEAK_RS": rs, "PEAK_RS_KT": kt}
+    k = compile_kernel("wgmma_peak.cu", defines, "sm_90a", "cubin")
     assert set(k.resources) == {"wgmma_peak"} and not k.spills() and "serialized" not in k.log, k.log
-    ptx = compile_kernel("wgmma_peak.cu", {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout, "PEAK_CHAINS": chains, "PEAK_RS": rs},
-                         "sm_90a", "ptx").image.decode(errors="replace")
+    ptx = compile_kernel("wgmma_peak.cu", defines, "sm_90a", "ptx").image.decode(errors="replace")
     operand_a = "{%r" if rs else "%rd"  # four A registers, or a descriptor, after the accumulator list
     assert any(operand_a in line.split("}, ", 1)[1] for line in ptx.splitlines() if f"m64n{n}k32.s32.s8.s8" in line)
 

@@ -31,6 +31,9 @@
 #ifndef PEAK_RS
 #define PEAK_RS 0
 #endif
+#ifndef PEAK_RS_KT
+#define PEAK_RS_KT 4  // PEAK_RS: k32 steps of A held in registers, cycled through (36: a 3x3 conv's whole weight, 144 registers)
+#endif
 
 using namespace trtfuse;
 
@@ -70,17 +73,21 @@ extern "C" __global__ void __launch_bounds__(128 * PEAK_WGS, 1) wgmma_peak(int i
   for (int c = 0; c < PEAK_CHAINS; ++c)
 #pragma unroll
     for (int i = 0; i < PEAK_N / 2; ++i) acc[c][i] = 0;
-  uint32_t a_regs[4][4];  // PEAK_RS: thread t's A fragment of k32 step j (mma_rs's layout), read once
+  uint32_t a_regs[PEAK_RS ? PEAK_RS_KT : 1][4];  // PEAK_RS: thread t's A fragment of k32 step j (mma_rs's layout), read once
   {
     const int t = threadIdx.x % 128, row = 16 * (t / 32) + (t % 32) / 4;
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < (PEAK_RS ? PEAK_RS_KT : 1); ++j)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        a_regs[j][i] = *reinterpret_cast<const uint32_t*>(smem + wg * kARegion + (row + 8 * (i % 2)) * 128 + 32 * j + 4 * (t % 4) + 16 * (i / 2));
+        a_regs[j][i] = *reinterpret_cast<const uint32_t*>(smem + wg * kARegion + (row + 8 * (i % 2)) * 128 + 32 * (j % 4) + 4 * (t % 4) + 16 * (i / 2)) + j;
   }
+  static_assert(PEAK_RS_KT % 4 == 0, "whole batches");
   int step = 0;
-  for (int it = 0; it < iters; ++it) {
+#pragma unroll 1
+  for (int it0 = 0; it0 < iters; it0 += PEAK_RS_KT / 4) {
+#pragma unroll
+  for (int it = it0; it < it0 + PEAK_RS_KT / 4; ++it) {
     sm90::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < 4; ++j, ++step) {
@@ -88,13 +95,14 @@ extern "C" __global__ void __launch_bounds__(128 * PEAK_WGS, 1) wgmma_peak(int i
 #pragma unroll
       for (int c = 0; c < PEAK_CHAINS; ++c) {
         if (PEAK_RS)
-          sm90::WgmmaS8<PEAK_N>::mma_rs(acc[c], a_regs[j], db, true);
+          sm90::WgmmaS8<PEAK_N>::mma_rs(acc[c], a_regs[((it - it0) * 4 + j) % (PEAK_RS ? PEAK_RS_KT : 1)], db, true);
         else
           sm90::WgmmaS8<PEAK_N>::mma(acc[c], sm90::desc_kmajor_sw128(a0 + j * 32), db, true);
       }
     }
     sm90::wgmma_commit();
     sm90::wgmma_wait<1>();
+  }
   }
   sm90::wgmma_wait<0>();
   int folded = 0;
