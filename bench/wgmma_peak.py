@@ -20,15 +20,17 @@ from ..io import atomic_write_json
 
 PEAK_TOPS = 1979.0  # the datasheet's dense int8 figure: 132 SMs x 8192 ops per clock at 1.83 GHz
 OPS_PER_SM_CLOCK = 8192
-LAYOUTS = {0: "rows32", 1: "window32", 2: "rows128"}
+LAYOUTS = {0: "rows32", 1: "window32", 2: "rows128", 3: "window64"}
 DEFAULT_VARIANTS = ["208:2:0", "208:2:1", "208:2:2", "256:2:0", "256:2:2", "128:2:0", "208:1:1", "256:1:2"]
 
 
-def parse_variant(variant: str) -> tuple[int, int, int, int, int, int]:
-    """'N:warpgroups:layout[:chains[:rs[:kt]]]' -> its six integers (one accumulator chain, operand A in shared memory
-    unless named; with rs, kt k32 steps of A held in registers, 4 unless named)."""
+def parse_variant(variant: str) -> tuple[int, int, int, int, int, int, int]:
+    """'N:warpgroups:layout[:chains[:rs[:kt[:pitch[:turn]]]]]' -> its eight integers (one accumulator chain, operand A in
+    shared memory unless named; with rs, kt k32 steps of A held in registers, 4 unless named; layout 3's tap rows pitch
+    pair rows apart, 32 unless named; turn 1: two warpgroups in turns of kt / 4 batches, 0 (side by side) unless named)."""
     n, wgs, layout, *rest = (int(v) for v in variant.split(":"))
-    return n, wgs, layout, rest[0] if rest else 1, rest[1] if len(rest) > 1 else 0, rest[2] if len(rest) > 2 else 4
+    rest += [1, 0, 4, 32, 0][len(rest):]
+    return n, wgs, layout, rest[0], rest[1], rest[2], rest[3], rest[4]
 
 
 def batches_run(iters: int, kt: int) -> int:
@@ -42,12 +44,13 @@ def launcher(torch, cd, variant: str, iters: int):
     from ..plugins.nvrtc import compile_kernel
     from ..plugins.wgmma import ARCH
 
-    n, wgs, layout, chains, rs, kt = parse_variant(variant)
+    n, wgs, layout, chains, rs, kt, pitch, turn = parse_variant(variant)
     sms = cd.device_attribute("MULTIPROCESSOR_COUNT")
     module = cd.Module(compile_kernel("wgmma_peak.cu", {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout, "PEAK_CHAINS": chains,
-                                                        "PEAK_RS": rs, "PEAK_RS_KT": kt},
+                                                        "PEAK_RS": rs, "PEAK_RS_KT": kt, "PEAK_PITCH": pitch,
+                                                        "PEAK_TURN": turn},
                                       ARCH, "cubin").image)
-    b_bytes = n * 128 if layout == 2 else 4 * (n + 64) * 32
+    b_bytes = n * 128 if layout == 2 else (n + 2 * pitch + 2) * 64 if layout == 3 else 4 * (n + 64) * 32
     smem = wgs * 64 * 128 + b_bytes + 1024
     fn = module.function("wgmma_peak", smem)
     out = torch.zeros(256, dtype=torch.int32, device="cuda")
@@ -71,7 +74,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
-    ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="N:warpgroups:layout[:chains[:rs]] (layout 0 rows32, 1 window32, 2 rows128; chains: independent "
+    ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="N:warpgroups:layout[:chains[:rs]] (layout 0 rows32, 1 window32, 2 rows128, 3 window64: the stride-2 windows' taps; chains: independent "
                     "accumulators each warpgroup alternates between, N each; rs 1: operand A from registers, kt k32 steps of it, 4 unless named)")
     ap.add_argument("--iters", type=int, default=4000, help="batches of 4 wgmmas per warpgroup")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
@@ -82,7 +85,7 @@ def main(argv=None) -> int:
     rows = []
     for variant in args.variants:
         once, clocks = launcher(torch, cd, variant, args.iters)
-        n, wgs, layout, chains, rs, kt = parse_variant(variant)
+        n, wgs, layout, chains, rs, kt, pitch, turn = parse_variant(variant)
         once()
         torch.cuda.synchronize()
         times = []
@@ -100,9 +103,10 @@ def main(argv=None) -> int:
         clock = sorted(ghz)[len(ghz) // 2]
         ops = 2.0 * 64 * n * 32 * 4 * chains * batches_run(args.iters, kt) * wgs * sms
         tops = ops / ms / 1e9
-        row = {"variant": f"n{n} wg{wgs} {LAYOUTS[layout]}" + (f" {chains} chains" if chains > 1 else "") + (f" A in regs ({kt} steps)" if rs else ""),
+        row = {"variant": f"n{n} wg{wgs} {LAYOUTS[layout]}" + (f" {chains} chains" if chains > 1 else "") + (f" A in regs ({kt} steps)" if rs else "")
+               + (f" pitch {pitch}" if layout == 3 else "") + (f" turns of {kt} steps" if turn else ""),
                "n": n, "warpgroups": wgs, "b_layout": LAYOUTS[layout], "chains": chains, "a_in_registers": bool(rs),
-               "a_register_steps": kt if rs else 0,
+               "a_register_steps": kt if rs else 0, "pitch": pitch if layout == 3 else None, "turns": bool(turn),
                "ms": round(ms, 4), "tops": round(tops, 1), "pct_of_1979": round(100 * tops / PEAK_TOPS, 1),
                "sm_ghz": round(clock, 3), "pct_at_clock": round(100 * tops / (sms * OPS_PER_SM_CLOCK * clock / 1e3), 1)}
         rows.append(row)

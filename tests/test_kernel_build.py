@@ -113,14 +113,15 @@ def test_wgmma_profiling_builds_compile(diag):
     assert not k.spills() and "serialized" not in k.log, k.log
 
 
-@pytest.mark.parametrize("variant", ["208:2:1", "128:1:0:2", "208:1:0:1:1", "128:1:0:2:1", "128:2:0:1:1:36"])
+@pytest.mark.parametrize("variant", ["208:2:1", "128:1:0:2", "208:1:0:1:1", "128:1:0:2:1", "128:2:0:1:1:36", "128:1:3:1:1:36:29", "208:2:3", "128:2:3:1:1:36:29:1", "208:2:3:1:0:36:29:1"])
 def test_wgmma_peak_variants_compile(variant):
     # bench/wgmma_peak.py's ceilings (incl. two accumulator chains and operand A from registers) are only worth their
     # figures if the wgmmas issue unserialized and nothing spills
     from trtfuse.bench.wgmma_peak import parse_variant
 
-    n, wgs, layout, chains, rs, kt = parse_variant(variant)
-    defines = {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout, "PEAK_CHAINS": chains, "PEAK_RS": rs, "PEAK_RS_KT": kt}
+    n, wgs, layout, chains, rs, kt, pitch, turn = parse_variant(variant)
+    defines = {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout, "PEAK_CHAINS": chains, "PEAK_RS": rs, "PEAK_RS_KT": kt, "PEAK_PITCH": pitch,
+               "PEAK_TURN": turn}
     k = compile_kernel("wgmma_peak.cu", defines, "sm_90a", "cubin")
     assert set(k.resources) == {"wgmma_peak"} and not k.spills() and "serialized" not in k.log, k.log
     ptx = compile_kernel("wgmma_peak.cu", defines, "sm_90a", "ptx").image.decode(errors="replace")

@@ -13,6 +13,9 @@
 //   PEAK_B 1: 32-byte rows, 32-byte swizzle, k32 step j a view of one window from row PEAK_SHIFT(j)
 //             (the halo windows' 3x3 taps of a 30-wide window: rows 0, 1, 2, 30, 31, 32, 60, 61, 62)
 //   PEAK_B 2: 128-byte rows, 128-byte swizzle, k32 step j at byte 32 j of the row (4 channel blocks a row)
+//   PEAK_B 3: 64-byte rows, 64-byte swizzle, k32 step j the stride-2 windows' tap (r, s) = (j / 3 % 3, j % 3) view: from
+//             byte 32 + 32 s of row PEAK_PITCH r (the second half of a pair row, or the first half of the next); a pitch
+//             that is not a multiple of 8 rows starts the views off the 512-byte swizzle atom (w74 / w88's 29 pairs)
 #include "sm90_primitives.cuh"
 #include "wgmma_s8.cuh"
 
@@ -24,6 +27,14 @@
 #endif
 #ifndef PEAK_B
 #define PEAK_B 0
+#endif
+// PEAK_TURN 1 (two warpgroups): they take the tensor cores in turns of PEAK_RS_KT / 4 batches (36 k32 steps: a 3x3
+// conv tile), handing over by named barriers as the conv kernel's ping-pong tiles do (does the hand-over cost time?)
+#ifndef PEAK_TURN
+#define PEAK_TURN 0
+#endif
+#ifndef PEAK_PITCH
+#define PEAK_PITCH 32
 #endif
 #ifndef PEAK_CHAINS
 #define PEAK_CHAINS 1
@@ -39,7 +50,7 @@ using namespace trtfuse;
 
 constexpr int kARegion = 64 * 128;                     // one warpgroup's A chunk
 constexpr int kBRows = PEAK_N + 64;                    // room for the window views' shifts
-constexpr int kBRegion = PEAK_B == 2 ? PEAK_N * 128 : 4 * kBRows * 32;
+constexpr int kBRegion = PEAK_B == 2 ? PEAK_N * 128 : PEAK_B == 3 ? (PEAK_N + 2 * PEAK_PITCH + 2) * 64 : 4 * kBRows * 32;
 constexpr int kSmemBytes = PEAK_WGS * kARegion + kBRegion;
 
 __device__ __forceinline__ uint32_t b_tile(uint32_t b0, int step) {
@@ -47,6 +58,10 @@ __device__ __forceinline__ uint32_t b_tile(uint32_t b0, int step) {
   if (PEAK_B == 1) {
     const int tap = step % 9;
     return b0 + ((tap / 3) * 30 + tap % 3) * 32;
+  }
+  if (PEAK_B == 3) {
+    const int tap = step % 9;
+    return b0 + (tap / 3) * PEAK_PITCH * 64 + 32 + 32 * (tap % 3);
   }
   return b0 + (step % 4) * 32;
 }
@@ -83,15 +98,20 @@ extern "C" __global__ void __launch_bounds__(128 * PEAK_WGS, 1) wgmma_peak(int i
         a_regs[j][i] = *reinterpret_cast<const uint32_t*>(smem + wg * kARegion + (row + 8 * (i % 2)) * 128 + 32 * (j % 4) + 4 * (t % 4) + 16 * (i / 2)) + j;
   }
   static_assert(PEAK_RS_KT % 4 == 0, "whole batches");
+  static_assert(PEAK_TURN == 0 || PEAK_WGS == 2, "turns take two warpgroups");
   int step = 0;
+  const int batches = (iters + PEAK_RS_KT / 4 - 1) / (PEAK_RS_KT / 4) * (PEAK_RS_KT / 4);
 #pragma unroll 1
   for (int it0 = 0; it0 < iters; it0 += PEAK_RS_KT / 4) {
+  if (PEAK_TURN && (wg == 1 || it0 > 0)) sm90::named_barrier(1 + wg, 256);
 #pragma unroll
   for (int it = it0; it < it0 + PEAK_RS_KT / 4; ++it) {
     sm90::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < 4; ++j, ++step) {
-      const uint64_t db = PEAK_B == 2 ? sm90::desc_kmajor_sw128(b_tile(b0, step)) : sm90::desc_kmajor_sw32(b_tile(b0, step));
+      const uint64_t db = PEAK_B == 2   ? sm90::desc_kmajor_sw128(b_tile(b0, step))
+                          : PEAK_B == 3 ? sm90::desc_kmajor_sw64(b_tile(b0, step))
+                                        : sm90::desc_kmajor_sw32(b_tile(b0, step));
 #pragma unroll
       for (int c = 0; c < PEAK_CHAINS; ++c) {
         if (PEAK_RS)
@@ -101,6 +121,7 @@ extern "C" __global__ void __launch_bounds__(128 * PEAK_WGS, 1) wgmma_peak(int i
       }
     }
     sm90::wgmma_commit();
+    if (PEAK_TURN && it == it0 + PEAK_RS_KT / 4 - 1 && (wg == 0 || it + 1 < batches)) sm90::named_barrier_arrive(2 - wg, 256);
     sm90::wgmma_wait<1>();
   }
   }
