@@ -87,17 +87,24 @@ def main(argv=None) -> int:
     assert size == CTAS * 2 * TILES * POINTS * 8
     wptr, wsize = cd.check(drv.cuModuleGetGlobal(module, b"trtfuse_windows"))
     assert wsize == CTAS * USES * 2 * 8
+    eptr, esize = cd.check(drv.cuModuleGetGlobal(module, b"trtfuse_entry"))
+    assert esize == CTAS * 8
+    entry = np.zeros(CTAS, dtype=np.uint64)
     host = np.zeros(CTAS * 2 * TILES * POINTS, dtype=np.uint64)
     windows = np.zeros(CTAS * USES * 2, dtype=np.uint64)
     ms = graph_time_ms(torch, run, 10)
-    records, spans = [], []
+    records, spans, starts = [], [], []
     for _ in range(5):
         cd.check(drv.cuMemsetD8(ptr, 0, size))
         cd.check(drv.cuMemsetD8(wptr, 0, wsize))
+        cd.check(drv.cuMemsetD8(eptr, 0, esize))
         run()
         torch.cuda.synchronize()
         cd.check(drv.cuMemcpyDtoH(host.ctypes.data, ptr, size))
+        cd.check(drv.cuMemcpyDtoH(entry.ctypes.data, eptr, esize))
         stamps = host.reshape(CTAS, 2, TILES, POINTS).astype(np.int64)
+        # a CTA's start to its first tile's ready point (barrier init, the weight's load, the first windows' wait)
+        starts += [int(c[c != 0].min() - e) for c, e in zip(stamps, entry.astype(np.int64)) if (c != 0).any() and e != 0]
         cd.check(drv.cuMemcpyDtoH(windows.ctypes.data, wptr, wsize))
         records.append(phases(stamps) | window_phases(windows.reshape(CTAS, USES, 2).astype(np.int64)))
         spans += [int(c[c != 0].max() - c[c != 0].min()) for c in stamps if (c != 0).any()]
@@ -116,15 +123,18 @@ def main(argv=None) -> int:
             if (w[u] != 0).all():
                 print(f"  cta {args.dump} window {u:2d}: issued {w[u, 0] - t0:7d} seen {w[u, 1] - t0:7d}")
     span = float(np.median(spans))
+    start = float(np.median(starts)) if starts else float("nan")
     print(f"== {name}  {tactic.name}  {ms:.4f} ms; a CTA's first to last stamp {span:.0f} clocks "
-          f"({span / (ms * 1e3):.0f} MHz if it ran the whole kernel); phases in SM clocks over the tiles of 5 launches")
+          f"({span / (ms * 1e3):.0f} MHz if it ran the whole kernel); its start to its first tile {start:.0f} clocks; "
+          "phases in SM clocks over the tiles of 5 launches")
     for k, v in summary.items():
         print(f"  {k:24s} median {v['median']:8.0f}   p10 {v['p10']:8.0f}   p90 {v['p90']:8.0f}")
     if args.out:
         atomic_write_json(args.out, {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
                                      "command": "python3 -m trtfuse.bench.wgmma_timeline "
                                      + shlex.join(sys.argv[1:] if argv is None else argv),
-                                     "layer": name, "tactic": tactic.name, "ms": ms, "cta_span_clocks": span, "clocks": summary})
+                                     "layer": name, "tactic": tactic.name, "ms": ms, "cta_span_clocks": span,
+                                     "start_to_first_tile_clocks": start, "clocks": summary})
     return 0
 
 
