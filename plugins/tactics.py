@@ -242,11 +242,6 @@ class WgmmaTactic(Tactic):
     # channel-major ping-pong on 3x3 windows: one wgmma batch per window (9 taps), each window released as soon as its
     # batch is done, early when the next has not landed (WG_WIN_BATCH)
     window_batches: bool = False
-    # 128-channel stride-2 window tiles storing by TMA: the weight is wgmma operand A from registers, up to this many k32
-    # steps of it (whole 3x3 windows), loaded once per CTA; no weight in shared memory (WG_RWEIGHTS)
-    register_kt: int = 0
-    # with register_kt: the two warpgroups take each tile in turns (WG_RW_TURNS), not side by side
-    register_turns: bool = False
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     timeline: int = 0  # profiling only: the ping-pong consumers stamp the SM clock per tile (WG_TIMELINE, bench/wgmma_timeline.py)
     family: ClassVar[str] = "wgmma"
@@ -273,14 +268,9 @@ class WgmmaTactic(Tactic):
                 assert 1 <= self.pp_inflight and self.halo_stages >= self.pp_inflight + 1, \
                     "k wgmma batches in flight hold up to k + 1 windows (WG_PP_INFLIGHT)"
             else:
-                assert self.bn == 128 and self.consumers == 2 and (self.resident_kt == 0 or self.register_kt), \
-                    "channel-major tiles are two warpgroups x m64 channels (resident weights: with some in registers)"
-            assert not self.register_kt or (self.stride2_windows and self.tma_store and self.register_kt % 9 == 0), \
-                "weights in registers: stride-2 window tiles storing by TMA, whole 3x3 windows"
-            assert not self.register_turns or self.register_kt, "turns: the register-weight tile's"
+                assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
             assert not self.flat, "flat tiles are pixel-major"
-        assert not self.timeline or (not self.pixel_major and (self.pingpong or self.register_kt)), \
-            "the timeline build: the channel-major ping-pong's, the register-weight tile's"
+        assert not self.timeline or (self.pingpong and not self.pixel_major), "the timeline build is the channel-major ping-pong's"
         assert not self.window_batches or (self.pingpong and not self.pixel_major), "window batches: the channel-major ping-pong's"
 
     @property
@@ -302,14 +292,14 @@ class WgmmaTactic(Tactic):
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
-                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}{f'_rw{self.register_kt}' if self.register_kt else ''}{'_rt' if self.register_turns else ''}"
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}"
                 + (f"_diag{self.diag}" if self.diag else "") + ("_timeline" if self.timeline else ""))
 
     # on/off fields and the wgmma_conv.cu macro each sets to 1
     _SWITCHES: ClassVar[tuple[tuple[str, str], ...]] = (
         ("multicast", "WG_MCAST"), ("pixel_major", "WG_PIXM"), ("flat", "WG_FLAT"), ("pingpong", "WG_PINGPONG"),
         ("stride2_windows", "WG_S2WIN"), ("tma_store", "WG_TMA_OUT"),
-        ("window_warp", "WG_WINDOW_WARP"), ("window_batches", "WG_WIN_BATCH"), ("register_turns", "WG_RW_TURNS"))
+        ("window_warp", "WG_WINDOW_WARP"), ("window_batches", "WG_WIN_BATCH"))
 
     def defines(self) -> dict[str, int]:
         d = {"WG_BN": self.bm, "WG_STAGES": self.stages, "WG_KS": self.ks, "WG_PERSISTENT": int(self.persistent)}
@@ -328,8 +318,6 @@ class WgmmaTactic(Tactic):
             d.update(WG_HALO=1, WG_HALO_ROWS=self.halo_rows, WG_HALO_STAGES=self.halo_stages)
         if self.pp_inflight != 3:
             d["WG_PP_INFLIGHT"] = self.pp_inflight
-        if self.register_kt:
-            d["WG_RWEIGHTS"] = self.register_kt
         if self.diag:
             d["WG_DIAG"] = self.diag
         if self.timeline:
@@ -362,8 +350,7 @@ class WgmmaTactic(Tactic):
             ring = self.stages * self.ks * 32 * (weights_in_slot + self.bm) + self.resident_kt * 32 * self.CHANNELS
             return ring + 2 * self.consumers * 64 * self.bn + self.tile_groups * 8 * self.bn + bars + 1024
         if self.halo_rows:  # weight slots carry weights only (or resident weights), the windows have their ring and barriers
-            weights = (self.resident_kt * 32 * self.CHANNELS if self.resident_kt else
-                       0 if self.register_kt else self.stages * self.ks * 32 * self.CHANNELS)
+            weights = self.resident_kt * 32 * self.CHANNELS if self.resident_kt else self.stages * self.ks * 32 * self.CHANNELS
             ring = weights + self.halo_stages * self.halo_slot_bytes
             bars += 16 * self.halo_stages
         else:
@@ -393,10 +380,8 @@ class WgmmaTactic(Tactic):
             return None
         th, nb, tpi, box_bytes, pix_tiles, pitch = tiles
         kt = math.ceil(shape.c / 32) * shape.r * shape.s
-        if self.resident_kt and kt > self.resident_kt + self.register_kt:
-            return None  # the channel tile's weight does not fit the resident buffer (and the registers)
-        if self.register_kt and (kt > self.register_kt + self.resident_kt or shape.r * shape.s != 9 or nb != 1):
-            return None  # the weight held in registers: up to register_kt k32 steps of whole 3x3 windows, one image per tile
+        if self.resident_kt and kt > self.resident_kt:
+            return None  # the channel tile's weight does not fit the resident buffer
         if self.window_batches and shape.r * shape.s != 9:
             return None  # a batch is one window's 9 taps (WG_WIN_BATCH)
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
@@ -606,16 +591,6 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
                 staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
                 window_warp=True),
-    # w83: a 128-channel stride-2 window tile whose weight is wgmma operand A from registers (register_kt, WG_RWEIGHTS): both
-    # warpgroups read each window, 4-row tiles (N 128 of pitch 29), 10 window slots of 304 pair rows.
-    WgmmaTactic(83, 128, 128, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=304, halo_stages=10, stride2_windows=True,
-                tma_store=True, register_kt=36, staging=2),
-    # w84: the same with 6-row tiles (N 176), the first 3 windows' weight in registers and the 4th resident in shared memory
-    WgmmaTactic(84, 176, 128, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=416, halo_stages=5, stride2_windows=True,
-                tma_store=True, register_kt=27, resident_kt=12),
-    # w88: w83 with the two warpgroups in turns on each tile (register_turns)
-    WgmmaTactic(88, 128, 128, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=304, halo_stages=10, stride2_windows=True,
-                tma_store=True, register_kt=36, staging=2, register_turns=True, pp_inflight=1),
     # w66: w65's tile with stacked-image windows for 7 x 7 outputs (res5 first conv2: 4 images, 196 pixels in 224
     # positions, against the row-box tiles' 98 in 128 or 196 in 208 with 9 boxes per channel block): 3 windows of 224
     # pair rows per channel block, 44 KB slots, 3 of them.

@@ -203,9 +203,9 @@ def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
     if not tactic.persistent:
         return geo.ctas, 1, 1
     ctas = min(geo.ctas, _sms())
-    if (tactic.pixel_major or tactic.resident_kt or tactic.register_kt) and ctas < geo.ctas:  # each CTA keeps one channel tile (its folded factors load once)
+    if (tactic.pixel_major or tactic.resident_kt) and ctas < geo.ctas:  # each CTA keeps one channel tile (its folded factors load once)
         # resident weights need it (the kernel traps otherwise): never fewer CTAs than channel tiles
-        ctas = max(geo.ch_tiles if tactic.resident_kt or tactic.register_kt else 1, ctas - ctas % geo.ch_tiles)
+        ctas = max(geo.ch_tiles if tactic.resident_kt else 1, ctas - ctas % geo.ch_tiles)
     if tactic.multicast:  # whole clusters of 2: tile pairs (2i, 2i+1) stay together as each CTA strides the tiles
         ctas = max(2, ctas - ctas % 2)
     return ctas, 1, 1

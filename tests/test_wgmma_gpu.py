@@ -133,25 +133,6 @@ def test_stride2_windows_walk_several_tiles(monkeypatch, tactic_id, c, has_res):
 
 
 @pytest.mark.parametrize("has_res", [True, False], ids=["residual", "no-residual"])
-@pytest.mark.parametrize("ctas", ["3", ""], ids=["two-ctas", "one-tile-per-cta"])
-@pytest.mark.parametrize("tactic_id,c", [(83, 96), (84, 128), (88, 96), (88, 128)])
-def test_register_weights_walk_several_tiles(monkeypatch, tactic_id, c, ctas, has_res):
-    # w83 / w84: the weight as wgmma operand A from registers (w84: its last window's from shared memory), 128 channels
-    # per CTA (K = 160: the second channel tile's second warpgroup has no channel inside Kpad), 3 or 4 channel blocks, 29
-    # output rows in tiles of 4 or 6 (a short last tile per image); 3 CTAs round down to 2 so each keeps one channel
-    # tile, walking every tile between them.
-    if ctas:
-        monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", ctas)
-    tactic = TACTICS_BY_ID[tactic_id]
-    shape = ConvShape(2, c, 58, 56, 160, 3, 3, (2, 2), (1, 1, 1, 1))
-    geo = tactic.geometry(shape)
-    assert geo is not None and geo.kt == 9 * c // 32 and geo.ch_tiles == 2 and 29 % geo.th != 0
-    assert tactic_id != 84 or geo.kt > tactic.register_kt  # w84 takes its last window's weight from shared memory
-    assert ConvLaunch(shape, tactic, 1).grid[0] == (2 if ctas else geo.ctas)
-    _check(shape, has_res, tactic)
-
-
-@pytest.mark.parametrize("has_res", [True, False], ids=["residual", "no-residual"])
 @pytest.mark.parametrize("n,c,hw,k", [(9, 128, 14, 160), (19, 64, 6, 64)], ids=["7x7-4-images", "3x3-16-images"])
 @pytest.mark.parametrize("tactic_id", [66, 68])
 def test_stride2_stacked_windows_walk_several_tiles(monkeypatch, tactic_id, n, c, hw, k, has_res):

@@ -188,19 +188,6 @@
 #ifndef WG_TMA_OUT
 #define WG_TMA_OUT 0
 #endif
-// K (channel-major window tiles of 128 channels, stride-2 windows, TMA stores): the weight is wgmma operand A from
-// registers, up to K k32 steps of it, loaded once per CTA from global memory (consume_register_weights). With no weight in
-// shared memory a CTA takes all 128 channels of a window tile and both warpgroups read each window, half the window bytes
-// per output that the 64-channel ping-pong tile (w74) moves, whose windows could not arrive faster (records 82-86).
-#ifndef WG_RWEIGHTS
-#define WG_RWEIGHTS 0
-#endif
-// 1 (WG_RWEIGHTS): the two warpgroups take the tensor cores in turns on each tile, warpgroup 0 its 64 channels first,
-// then warpgroup 1 on the same windows, each one's drain and epilogue under the other's wgmmas (the ping-pong's turn
-// barriers); 0: side by side, warpgroup 1 two windows behind.
-#ifndef WG_RW_TURNS
-#define WG_RW_TURNS 0
-#endif
 // 1 (window tiles that stream weights through the ring): a second producer thread, in the producer warpgroup's second
 // warp, issues the windows, each as soon as its ring slot is free, instead of the weight thread issuing each window with
 // the weight slot it is first used with, which bounds a window's lead by the weight ring's: w67's consumers spent 10 % of
@@ -230,10 +217,9 @@
 #define WG_DIAG 0
 #endif
 constexpr bool kChannelPingpong = WG_PINGPONG && !WG_PIXM;
-constexpr bool kRegWeights = WG_RWEIGHTS > 0 && !WG_PIXM;  // (WG_RWEIGHTS) operand A from registers
 // Channel-major tiles whose weight rows are permuted in pairs and whose output leaves by TMA store
 constexpr bool kTmaOut = kChannelPingpong || (WG_TMA_OUT && !WG_PIXM);
-constexpr bool kDiagNoRing = WG_DIAG == 13 || WG_DIAG == 14;  // 14: the register-weight tile's weight loads alone; 15: nothing
+constexpr bool kDiagNoRing = WG_DIAG == 13;
 // WG_WIN_BATCH (channel-major ping-pong on 3x3 windows): a wgmma batch per window (consume_channel_pingpong)
 #ifndef WG_WIN_BATCH
 #define WG_WIN_BATCH 0
@@ -383,8 +369,8 @@ struct EpilogueScalars {
 // setmaxnreg split of the 64K registers: 128 producer threads + 128 * WG_CONSUMERS consumer threads.
 // The pool is what the CTA got at launch: 65536 / threads per thread, in units of 8.
 constexpr int kLaunchRegs = 65536 / (128 * (WG_CONSUMERS + 1)) / 8 * 8;
-constexpr int kProducerRegs = WG_CONSUMERS == 2 ? (WG_RWEIGHTS ? 24 : 40) : 32;
-constexpr int kConsumerRegs = WG_CONSUMERS == 2 ? (WG_RWEIGHTS ? 240 : 232) : 112;
+constexpr int kProducerRegs = WG_CONSUMERS == 2 ? 40 : 32;
+constexpr int kConsumerRegs = WG_CONSUMERS == 2 ? 232 : 112;
 static_assert(WG_CONSUMERS == 2 || WG_CONSUMERS == 4, "2 or 4 consumer warpgroups");
 static_assert(kProducerRegs + WG_CONSUMERS * kConsumerRegs <= (WG_CONSUMERS + 1) * kLaunchRegs, "register pool");
 static_assert(WG_CONSUMERS == 2 || WG_PIXM, "the channel-major tile has two consumer warpgroups");
@@ -596,7 +582,7 @@ struct WgmmaSmem {
   static constexpr int B_STEP = BN * 32;            // activations of one k32 step
   static constexpr int WRES_CHUNK = CH * 128;       // resident weights of 4 k32 steps
   static constexpr int RING_OFFSET = WRES ? WG_WRES_KT / 4 * WRES_CHUNK : 0;
-  static constexpr int A_IN_SLOT = WRES || kRegWeights ? 0 : KS * A_STEP;  // a slot's weight bytes, ahead of its activations
+  static constexpr int A_IN_SLOT = WRES ? 0 : KS * A_STEP;  // a slot's weight bytes, ahead of its activations
   static constexpr int STAGE = A_IN_SLOT + (HALO ? 0 : KS * B_STEP);
   static constexpr int HALO_OFFSET = RING_OFFSET + STAGES * STAGE;  // WG_HALO: the window ring
   static constexpr int HALO_ROW_BYTES = WG_S2WIN ? 64 : 32;  // a window row: one CHW32 vector, or (WG_S2WIN) a pair
@@ -619,10 +605,8 @@ struct WgmmaSmem {
   static_assert(!WRES || (WG_WRES_KT % 4 == 0 && WRES_CHUNK % 1024 == 0), "resident weights: whole 1024-byte-aligned chunks");
   static_assert(!HALO || (!PIXM && WG_A128 && !WG_MCAST && BN <= WG_HALO_ROWS), "halo windows: channel-major, 128-byte weight boxes, no multicast");
   static_assert(!WG_S2WIN || HALO, "stride-2 windows are windows");
-  static_assert(!kRegWeights || (HALO && WG_S2WIN && kTmaOut && !kChannelPingpong && CH == 128 && WG_RWEIGHTS % 9 == 0),
-                "weights in registers: 128-channel stride-2 window tiles storing by TMA, whole 3x3 windows");
   static_assert(!WG_FLAT || PIXM, "flat tiles are pixel-major");
-  static_assert(PIXM || !WRES || kChannelPingpong || kRegWeights, "channel-major resident weights: the ping-pong tile's, the register-weight tile's");
+  static_assert(PIXM || !WRES || kChannelPingpong, "channel-major resident weights are the ping-pong tile's");
   static_assert(!kChannelPingpong || (CH == 64 && WRES && HALO && WG_STAGING == 2 && KS == 4),
                 "channel-major ping-pong: 64-channel tiles, resident weights, windows, a staging tile per warpgroup");
   static_assert(!kTmaOut || (OUT_OFFSET % 256 == 0 && OUT_BYTES % 256 == 0), "32-byte-swizzled staging tiles start 256-byte aligned");
@@ -633,9 +617,6 @@ template <int BN, int STAGES, int KS, int CH, bool PERSISTENT>
 __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base);
 template <int BN, int STAGES, int KS, int CH>
 __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
-                                                         const sm90::TensorMap* tmap_y);
-template <int BN, int STAGES, int KS, int CH>
-__device__ __forceinline__ void consume_register_weights(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
                                                          const sm90::TensorMap* tmap_y);
 
 // WG_HALO, consumer side, one tile: its windows are uses first .. first + windows - 1 of the window ring (the
@@ -685,22 +666,6 @@ struct WindowCursor {
   __device__ __forceinline__ uint32_t view(uint32_t base) const {
     return base + L::HALO_OFFSET + slot * L::HALO_SLOT + offset;
   }
-  // WG_S2WIN, a batch of one whole 3x3 window: the descriptor of the window's slot, computed once per batch; tap j's
-  // (r = j / 3, s = j % 3, compile-time constants once the batch is unrolled) is it plus s2_tap_quads(j), so no cursor
-  // arithmetic runs between the wgmmas (the address field, bits 0-13, cannot carry: shared memory is under 256 KB).
-  __device__ __forceinline__ uint64_t s2_window_desc(uint32_t base) const {
-    return sm90::desc_kmajor_sw64(base + L::HALO_OFFSET + slot * L::HALO_SLOT);
-  }
-  __device__ __forceinline__ uint32_t s2_tap_quads(int j) const {
-    return (uint32_t)((j / 3 == 0 ? row_view0 : j / 3 == 1 ? row_view1 : row_view2) + 32 + 32 * (j % 3)) >> 4;
-  }
-  // past the current window: the next slot's tap (0, 0)
-  __device__ __forceinline__ void next_window() {
-    slot = slot + 1 == L::HALO_STAGES ? 0 : slot + 1;
-    r = 0;
-    s = 0;
-    offset = s2_offset();
-  }
   // The wgmma operand B of the current tap
   __device__ __forceinline__ uint64_t desc(uint32_t base) const {
     return WG_S2WIN ? sm90::desc_kmajor_sw64(view(base)) : sm90::desc_kmajor_sw32(view(base));
@@ -744,7 +709,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
                                                 const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
   static_assert(!PIXM || (WG_A128 && PERSISTENT && !WG_MCAST && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
-  static_assert(!kTimeline || kChannelPingpong || kRegWeights, "the timeline build: the channel-major ping-pong's, the register-weight tile's");
+  static_assert(!kTimeline || kChannelPingpong, "the timeline build is the channel-major ping-pong's");
   static_assert(PIXM || WG_DIAG < 6 || WG_DIAG >= 10 || WG_DIAG == 7 || (kChannelPingpong && WG_DIAG >= 7),
                 "profiling builds 6-9 take the pixel-major epilogue apart (7-9 also the channel-major ping-pong's, 7 any tile's)");
   constexpr int CONSUMERS = 128 * WG_CONSUMERS;
@@ -825,15 +790,13 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       if (L::WRES && (int)blockIdx.x < t.tiles && kCopyWeights) {  // (never the window thread: its tiles stream weights)
         // The CTA's channel tile (the same for all its tiles) as permuted 128-byte chunks: see the slot's box below.
         // (Channel-major: plain CH rows x 128 bytes per chunk, 128-byte swizzle, the A operand of all 4 steps.)
-        // (WG_RWEIGHTS: only the k32 steps past those held in registers, from step WG_RWEIGHTS on)
-        const int k_first = kRegWeights ? WG_RWEIGHTS : 0, chunks = t.kt > k_first ? (t.kt - k_first + 3) / 4 : 0;
-        const int c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0;
+        const int chunks = (t.kt + 3) / 4, c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0;
         sm90::mbar_arrive_expect_tx(wres_full, chunks * L::WRES_CHUNK);
         for (int c = 0; c < chunks; ++c) {
           if (PIXM)
             sm90::tma_load_5d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, 0, 0, 0, c0 / 32);
-          else if (kChannelPingpong || kRegWeights)  // (KGpad, 8, 2, Kpad/16, 1): box row 16u + 8h + g is channel 16u + 2g + h
-            sm90::tma_load_5d(base + c * L::WRES_CHUNK, tmap_w, wres_full, k_first * 32 + c * 128, 0, 0, c0 / 16, 0);
+          else if (kChannelPingpong)  // (KGpad, 8, 2, Kpad/16, 1): box row 16u + 8h + g is channel 16u + 2g + h
+            sm90::tma_load_5d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, 0, 0, c0 / 16, 0);
           else
             sm90::tma_load_2d(base + c * L::WRES_CHUNK, tmap_w, wres_full, c * 128, c0);
         }
@@ -864,7 +827,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
               sm90::tma_load_5d(slot, tmap_x, hfull, 0, w0, tc.n0, h0, cb);
           }
         };
-        if (kChannelPingpong || kRegWeights || window_thread) {  // weights resident or in registers (or WG_WINDOW_WARP's window thread): windows only
+        if (kChannelPingpong || window_thread) {  // resident weights (or WG_WINDOW_WARP's window thread): windows only
           for (int cb = 0; cb < windows; ++cb) issue_window(cb);
           continue;
         }
@@ -927,9 +890,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     return;
   } else if constexpr (kChannelPingpong) {
     consume_channel_pingpong<BN, STAGES, KS, CH>(p, t, smem, base, tmap_y);
-    return;
-  } else if constexpr (kRegWeights) {
-    consume_register_weights<BN, STAGES, KS, CH>(p, t, smem, base, tmap_y);
     return;
   }
   // ---------------- consumer warpgroups 0 and 1: 64 output channels each ----------------
@@ -1399,180 +1359,6 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   }
   cp_async_wait<0>();
   if (ct == 0) sm90::bulk_wait_group_all();  // the stores are done before the CTA's shared memory goes
-}
-
-// ---------------- weights in registers (WG_RWEIGHTS): 128-channel window tiles, both warpgroups on every window ----------------
-// Warpgroup g computes channels 64g .. 64g + 63 of every tile of the CTA, operand A its weight rows held in registers
-// for the first WG_RWEIGHTS k32 steps (loaded once: the CTA stays on one channel tile) and, with WG_WRES_KT, resident in
-// shared memory for the rest; operand B the tile's stride-2 window views, which both warpgroups read
-// (a window slot goes back once all 8 consumer warps are done with it). The rows are permuted as the ping-pong tile's
-// (wgmma row 16w + 8h + g holds channel 16w + 2g + h), so the epilogue is the TMA-storing one (requantize_for_tma), into
-// the warpgroup's half of a staging tile, one of WG_STAGING taken in turn (with two, a tile's TMA store has a whole tile
-// to read its staging tile before the warpgroup writes it again). Side by side (WG_RW_TURNS 0) warpgroup 1 starts two
-// windows behind warpgroup 0 and each one's epilogue runs under the other's last windows; in turns (WG_RW_TURNS 1)
-// warpgroup 0 issues a tile's 36 wgmmas, hands the turn to warpgroup 1 for the same tile's (the windows have landed
-// by then) and drains, requantizes and stores under them, and so on: the tensor cores take one warpgroup's chain at a
-// time, which at N 128 runs at 92-97 % of their peak (bench/wgmma_peak.py, record 96).
-template <int BN, int STAGES, int KS, int CH>
-__device__ __forceinline__ void consume_register_weights(const ConvParams& p, const WgmmaTile& t, int8_t* smem, uint32_t base,
-                                                         const sm90::TensorMap* tmap_y) {
-  using L = WgmmaSmem<BN, STAGES, KS, CH, false>;
-  constexpr int kTaps = 9, KT = WG_RWEIGHTS, kRegWindows = KT / kTaps, kMaxWindows = (KT + WG_WRES_KT) / kTaps;
-  sm90::regs_alloc<kConsumerRegs>();
-  const int tid = threadIdx.x, lane = tid % 32, warp = (tid % 128) / 32, ct = tid % 128;
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-  const int ohw = p.OH * p.OW, kpad = (p.K + 31) / 32 * 32, windows = t.kt / kTaps;
-  const uint32_t hfull0 = base + L::HALO_BARS, hempty0 = hfull0 + L::HALO_STAGES * 8;
-  const uint32_t wres_full = base + L::BAR_OFFSET + 2 * STAGES * 8;
-  if (p.R * p.S != kTaps || t.kt > KT + WG_WRES_KT || (int)gridDim.x < t.tiles && gridDim.x % t.ch_tiles != 0) __trap();
-  int8_t* const staging0 = smem + L::OUT_OFFSET;  // [block][position][32]: warpgroup g's blocks 2g, 2g + 1 of each
-  const bool has_res = p.residual != nullptr && (WG_DIAG == 0 || WG_DIAG == 3 || WG_DIAG == 11);
-  const EpilogueScalars es(p, has_res);
-  const int c_pair = warp * 16 + 2 * (lane / 4);  // the thread's channel pair in the warpgroup's 64
-  const int cell = (2 * wg + warp / 2) * BN * 32 + 2 * (lane % 4) * 32 + ((16 * (warp % 2) + 2 * (lane / 4)) ^ (lane % 4 >= 2 ? 16 : 0));
-  // named barriers: 1 + g (the warpgroup), 3 (side by side: warpgroup 1's start), 4 + g (in turns: its turn)
-  constexpr int kStagingBar = 1, kStagger = 3, kTurn = 4;
-  constexpr bool kTurns = WG_RW_TURNS != 0;
-  // wgmma batches (windows) left in flight while the next is prepared: in turns WG_PP_INFLIGHT (1 or 2), side by side 1
-  constexpr int kInFlight = kTurns ? WG_PP_INFLIGHT : 1;
-  static_assert(kInFlight == 1 || kInFlight == 2, "one or two window batches in flight");
-  auto tile_of = [&](int i) { return (int)blockIdx.x + i * (int)gridDim.x; };  // the CTA's i-th tile
-  const uint32_t a_rows = wg * 64 * 128;  // the warpgroup's 64 rows in each resident chunk (WG_WRES_KT)
-
-  // Operand A: register i of k32 step k holds wgmma row 16w + lane/4 + 8(i%2), which is channel 16w + 2(lane/4) + i%2,
-  // and bytes 4(lane%4) + 16(i/2) .. + 3 of the step; rows past Kpad and steps past the GEMM-K read as zeros.
-  // Loaded as 16-byte pieces, one per lane of each quad, then transposed within the quad: the 4 lanes of a quad want word
-  // lane % 4 of the same four 16-byte pieces (rows c, c + 1 x bytes 32k .. + 15, 32k + 16 .. + 31), so lane q loads
-  // piece q (row c + q % 2, half q / 2) whole and two shuffle stages give each lane its word of every piece. A warp's
-  // load instruction then reads 8 rows x 64 contiguous bytes, every sector whole, where one 4-byte load per register read
-  // half sectors 4 times as often (w83's weight took 9.5 us of the kernel's start that way; record 97).
-  uint32_t a[KT][4];
-  {
-    const int q = lane % 4, c0 = TileCoord(blockIdx.x, p, t, ohw, CH).c0 + 64 * wg + c_pair, kg_pad = t.kt * 32;
-    const int c = c0 + q % 2;
-    const int8_t* const row = p.w + (size_t)c * kg_pad + 16 * (q / 2);
-#pragma unroll
-    for (int k = 0; k < KT; ++k) {
-      const int4 piece = c < kpad && k < t.kt ? __ldg(reinterpret_cast<const int4*>(row + k * 32)) : make_int4(0, 0, 0, 0);
-      uint32_t v[4] = {(uint32_t)piece.x, (uint32_t)piece.y, (uint32_t)piece.z, (uint32_t)piece.w};
-      // 4 x 4 transpose over the quad: stage `bit` swaps, between lanes q and q ^ bit, the words whose index differs from
-      // the lane's in that bit; afterwards lane q holds word q of piece i in v[i].
-#pragma unroll
-      for (int bit = 2; bit >= 1; bit >>= 1) {
-        const bool upper = (q & bit) != 0;
-#pragma unroll
-        for (int lo = 0; lo < 4; ++lo) {
-          if (lo & bit) continue;
-          const uint32_t sent = upper ? v[lo] : v[lo | bit];
-          const uint32_t got = __shfl_xor_sync(0xffffffffu, sent, bit);
-          if (upper)
-            v[lo] = got;
-          else
-            v[lo | bit] = got;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) a[k][i] = v[i];
-    }
-  }
-  if (WG_DIAG == 14) {  // profiling: the kernel's start alone (the weight into registers), kept live
-    uint32_t folded = 0;
-#pragma unroll
-    for (int k = 0; k < KT; ++k) folded ^= a[k][0] ^ a[k][1] ^ a[k][2] ^ a[k][3];
-    if (folded == 0x7fffffffu && p.N < 0) p.y[tid] = 1;
-    return;
-  }
-  int acc[BN / 2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-  if (L::WRES && !kDiagNoCopies) sm90::mbar_wait(wres_full, 0);
-  if (!kTurns && wg == 1) sm90::named_barrier(kStagger, 256);  // warpgroup 0 has issued its first tile's second window
-  for (int i = 0, tile = blockIdx.x; tile < t.tiles; ++i, tile += gridDim.x) {
-    TileCoord tc(tile, p, t, ohw, CH);
-    tc.c0 += 64 * wg;  // the warpgroup's 64 channels
-    // (WG_TIMELINE) point j of the tile, as the ping-pong's: 0 ready, 1 staging free, 2 first window, 3 issued, 4 drained, 5 stored
-    auto stamp = [&](int j) {
-#if WG_TIMELINE
-      if (ct == 0 && blockIdx.x < kTimelineCtas && i < kTimelineTiles)
-        trtfuse_timeline[((blockIdx.x * 2 + wg) * kTimelineTiles + i) * kTimelinePoints + j] = clock64();
-#endif
-    };
-    stamp(0);
-    const ChannelPairFactors factors(p, tc.c0 + c_pair, kpad, 1);  // loaded now, used in the epilogue
-    int8_t* const staging = staging0 + (WG_STAGING == 2 ? (i & 1) * L::OUT_BYTES : 0);
-    // The warpgroup's TMA store that last read this staging tile is done reading it: waited for here where the residual
-    // streams in under the main loop, else just before the epilogue (a whole tile after that store).
-    auto staging_free = [&] {
-      if (ct == 0) {
-        if (WG_STAGING == 2)
-          sm90::bulk_wait_group_read<1>();
-        else
-          sm90::bulk_wait_group_read_all();
-      }
-      sm90::named_barrier(kStagingBar + wg, 128);
-    };
-    if (has_res) staging_free();
-    // In turns: warpgroup 0 takes tile i once warpgroup 1 has issued tile i - 1, warpgroup 1 once warpgroup 0 has issued i.
-    if (kTurns && (wg == 1 || i > 0)) sm90::named_barrier(kTurn + wg, 256);
-    stamp(1);
-    if (has_res) residual_to_staging<BN, 64, 128, L::OUT_STRIDE>(p, tc, ohw, kpad, ct, t, staging + 2 * wg * BN * 32);
-    cp_async_commit();
-    WindowCursor<L> win(i * windows, t);
-#pragma unroll
-    for (int w = 0; w < kMaxWindows; ++w) {
-      if (w < windows) {
-        if (!kDiagNoRing) {
-          if (w > 0 && !win.next_landed(hfull0)) {  // not landed: give the last one back first
-            sm90::wgmma_wait<0>();
-            win.release_before(w * kTaps, windows, p, hempty0, lane);
-          }
-          win.wait_for_steps_before((w + 1) * kTaps, p, hfull0);
-        }
-        if (w == 0) stamp(2);
-        __syncwarp();
-        const uint64_t window_desc = win.s2_window_desc(base);
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < kTaps; ++j) {
-          const int k = w * kTaps + j, kr = k - KT;  // kr: the step's place in the resident chunks (w >= kRegWindows)
-          const uint64_t b = window_desc + win.s2_tap_quads(j);
-          if (!kDiagNoWgmma && w < kRegWindows)
-            sm90::WgmmaS8<BN>::mma_rs(acc, a[k < KT ? k : 0], b, k > 0);
-          else if (!kDiagNoWgmma)
-            sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + (kr >> 2) * L::WRES_CHUNK + a_rows + 32 * (kr & 3)), b, k > 0);
-        }
-        win.next_window();
-        sm90::wgmma_commit();
-        if (!kTurns && i == 0 && wg == 0 && w == (windows > 1 ? 1 : 0)) sm90::named_barrier_arrive(kStagger, 256);
-        if (kTurns && w == windows - 1 && (wg == 0 || tile_of(i + 1) < t.tiles)) sm90::named_barrier_arrive(kTurn + 1 - wg, 256);
-        if (w == windows - 1) stamp(3);
-        sm90::wgmma_wait<kInFlight>();  // window w - kInFlight's batch is done
-        if (!kDiagNoRing) win.release_before((w + 1 - kInFlight) * kTaps, windows, p, hempty0, lane);
-        __syncwarp();
-      }
-    }
-    sm90::wgmma_wait<0>();
-    stamp(4);
-    if (!kDiagNoRing) win.release_before(t.kt, windows, p, hempty0, lane);
-    __syncwarp();
-    if (kDiagSkipsEpilogue) {
-      keep_accumulators_live(acc, p, tid);
-      stamp(5);
-      continue;
-    }
-    if (has_res) {
-      cp_async_wait<0>();
-      sm90::named_barrier(kStagingBar + wg, 128);  // the warpgroup's residual copies have landed
-    } else {
-      staging_free();
-    }
-    factors.requantize_for_tma<BN>(acc, staging + cell, es, has_res);
-    sm90::named_barrier(kStagingBar + wg, 128);  // its staging blocks are written before they are stored
-    if (ct == 0 && !kDiagNoStores) store_staging_by_tma<BN, 64>(tmap_y, staging + 2 * wg * BN * 32, tc, t, kpad);
-    stamp(5);
-  }
-  cp_async_wait<0>();
-  if (ct == 0) sm90::bulk_wait_group_all();
 }
 
 }  // namespace trtfuse
