@@ -666,6 +666,22 @@ struct WindowCursor {
   __device__ __forceinline__ uint32_t view(uint32_t base) const {
     return base + L::HALO_OFFSET + slot * L::HALO_SLOT + offset;
   }
+  // WG_S2WIN, a batch of one whole 3x3 window: the descriptor of the window's slot, computed once per batch; tap j's
+  // (r = j / 3, s = j % 3, compile-time constants once the batch is unrolled) is it plus s2_tap_quads(j), so no cursor
+  // arithmetic runs between the wgmmas (the address field, bits 0-13, cannot carry: shared memory is under 256 KB).
+  __device__ __forceinline__ uint64_t s2_window_desc(uint32_t base) const {
+    return sm90::desc_kmajor_sw64(base + L::HALO_OFFSET + slot * L::HALO_SLOT);
+  }
+  __device__ __forceinline__ uint32_t s2_tap_quads(int j) const {
+    return (uint32_t)((j / 3 == 0 ? row_view0 : j / 3 == 1 ? row_view1 : row_view2) + 32 + 32 * (j % 3)) >> 4;
+  }
+  // past the current window: the next slot's tap (0, 0)
+  __device__ __forceinline__ void next_window() {
+    slot = slot + 1 == L::HALO_STAGES ? 0 : slot + 1;
+    r = 0;
+    s = 0;
+    offset = s2_offset();
+  }
   // The wgmma operand B of the current tap
   __device__ __forceinline__ uint64_t desc(uint32_t base) const {
     return WG_S2WIN ? sm90::desc_kmajor_sw64(view(base)) : sm90::desc_kmajor_sw32(view(base));
@@ -695,6 +711,17 @@ __device__ __forceinline__ void issue_resident_steps(int (&acc)[BN / 2], uint32_
                                                      const ConvParams& p, int wh) {
   static_assert(!ONE_CHUNK || N <= 4, "one chunk holds 4 k32 steps");
   const uint32_t chunk = base + (k0 >> 2) * L::WRES_CHUNK;
+  if constexpr (WG_S2WIN && N == 9) {  // one stride-2 3x3 window (WG_WIN_BATCH): its taps' views from one descriptor
+    const uint64_t window = win.s2_window_desc(base);
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const int k = k0 + j;
+      if (!kDiagNoWgmma)
+        sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + (k >> 2) * L::WRES_CHUNK + 32 * (k & 3)), window + win.s2_tap_quads(j), k > 0);
+    }
+    win.next_window();
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < N; ++j) {
     const int k = k0 + j;
