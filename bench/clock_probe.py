@@ -111,6 +111,7 @@ def main(argv=None) -> int:
     from ..plugins import cuda_driver as cd
     from ..plugins.conv import ConvLaunch
     from .conv_problem import ConvProblem
+    from .kernels import captured_graph
     from .wgmma_check import TorchOperands
     from .wgmma_diag import LAYERS, replaced_variant
 
@@ -142,7 +143,8 @@ def main(argv=None) -> int:
         name, shape = next((n, s) for n, s in LAYERS if layer in n)
         ops = TorchOperands(torch, ConvProblem.random(shape, False))
         label, tactic = replaced_variant(spec)
-        graph, inner = _graph(torch, ops.launcher(ConvLaunch(shape, tactic, 1)))
+        graph, inner, _ = captured_graph(torch, ops.launcher(ConvLaunch(shape, tactic, 1)), target_ms=1.0)
+        torch.cuda.synchronize()
         report(f"{name.split(' 3x3')[0]} {label}", sampled_run(torch, graph.replay, inner, args.seconds, args.settle, args.idle))
         del graph, ops
         torch.cuda.empty_cache()
@@ -157,28 +159,6 @@ def main(argv=None) -> int:
                                      "command": "python3 -m trtfuse.bench.clock_probe " + shlex.join(sys.argv[1:] if argv is None else argv),
                                      "rows": rows})
     return 0
-
-
-def _graph(torch, fn, target_ms: float = 1.0):
-    """fn captured back to back in one CUDA graph of about target_ms (bench/kernels.py's graph_time_ms: 2 ms)."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record(stream)
-    with torch.cuda.stream(stream):
-        fn()
-    stop.record(stream)
-    stop.synchronize()
-    inner = int(min(200, max(2, target_ms / max(start.elapsed_time(stop), 1e-3))))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(inner):
-            fn()
-    torch.cuda.synchronize()
-    return graph, inner
 
 
 if __name__ == "__main__":

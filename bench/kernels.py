@@ -41,8 +41,9 @@ def _torch():
     return torch
 
 
-def graph_time_ms(torch, fn, reps: int) -> float:
-    """Median ms of one fn() call: fn captured `inner` times in a CUDA graph, replays timed by events."""
+def captured_graph(torch, fn, target_ms: float = 2.0):
+    """fn warmed up, then captured `inner` times back to back in one CUDA graph of about target_ms (2 to 200 calls):
+    (graph, inner, the stream it was captured on)."""
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         for _ in range(3):
@@ -54,11 +55,18 @@ def graph_time_ms(torch, fn, reps: int) -> float:
         fn()
     stop.record(stream)
     stop.synchronize()
-    inner = int(min(200, max(2, 2.0 / max(start.elapsed_time(stop), 1e-3))))  # ~2 ms per replay
+    inner = int(min(200, max(2, target_ms / max(start.elapsed_time(stop), 1e-3))))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         for _ in range(inner):
             fn()
+    return graph, inner, stream
+
+
+def graph_time_ms(torch, fn, reps: int) -> float:
+    """Median ms of one fn() call: fn captured in a CUDA graph of ~2 ms (captured_graph), replays timed by events."""
+    graph, inner, stream = captured_graph(torch, fn)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with torch.cuda.stream(stream):  # replay and events on one stream
         graph.replay()
         torch.cuda.synchronize()
