@@ -50,7 +50,11 @@ def test_classifier_gemm_reference():
     w = rng.integers(-127, 128, (10, 64), dtype=np.int8)
     scale, bias = rng.uniform(1e-4, 1e-3, 32).astype(np.float32), rng.normal(size=32).astype(np.float32)
     y = ref.gemm_int8_f32out(x, w, scale, bias)
-    np.testing.assert_allclose(y, (x.astype(np.float64) @ w.T.astype(np.float64)) * scale[:10] + bias[:10], rtol=1e-6)
+    product = (x.astype(np.float64) @ w.T.astype(np.float64)) * scale[:10]  # |acc| <= 2^20: exact in fp32 too
+    exact = product + bias[:10]
+    # fp32 rounds the product and the sum once each: within 2^-24 of each (2^-23 for margin). A relative tolerance on y
+    # alone fails where the two terms cancel (y ~ 0.05 from terms ~ 1; seen once in CI with rtol 1e-6).
+    assert np.all(np.abs(y - exact) <= 2.0**-23 * (np.abs(product) + np.abs(exact)))
 
 
 _ok, _why = gpu_available()
