@@ -7,7 +7,7 @@ active clock-throttle reasons, and reports their medians over the steady part (d
 The int8 datasheet peak (1979 TOPS) is counted at 1.83 GHz; a kernel whose clock sits lower loses that share of the
 peak whatever its schedule, and a throttle reason of "sw power cap" says the board's power limit set it, i.e. that
 the energy the kernel spends per output (data movement included) is part of its speed. Read only: the card's clocks
-and limits are never touched (docs/wgmma.md, "Clocks").
+and limits are never touched (docs/wgmma.md, "Session 21: clocks and power").
 """
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ def main(argv=None) -> int:
 
     def report(label, r):
         rows.append({"variant": label, **r})
-        print(f"{label:34s} first 50 ms {r['first_50ms_ms']:.4f} ms/launch, steady {r['steady_ms']:.4f}  "
+        steady = "-" if r["steady_ms"] is None else f"{r['steady_ms']:.4f}"  # None: the run ended before `settle`
+        print(f"{label:34s} first 50 ms {r['first_50ms_ms']:.4f} ms/launch, steady {steady}  "
               f"SM {r.get('sm_mhz', 0):6.0f} MHz ({r.get('sm_mhz_min', 0):.0f}-{r.get('sm_mhz_max', 0):.0f})  "
               f"{r.get('power_w', 0):6.1f} W  {r.get('temp_c', 0):.0f} C  {r.get('throttle')}", flush=True)
         for b in r["timeline"]:

@@ -57,10 +57,7 @@ def launcher(torch, cd, variant: str, iters: int):
     clocks = torch.zeros(2, dtype=torch.int64, device="cuda")
     args = [ctypes.c_int32(iters), ctypes.c_uint64(out.data_ptr()), ctypes.c_uint64(clocks.data_ptr())]
 
-    keep = (module, out)  # alive as long as the launcher
-
-    def once():
-        assert keep
+    def once(_alive=(module, out)):  # the module and the output buffer live as long as the launcher
         cd.launch(fn, (sms, 1, 1), (128 * wgs, 1, 1), smem, torch.cuda.current_stream().cuda_stream,
                   [ctypes.addressof(a) for a in args])
 
@@ -74,14 +71,13 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
-    ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="N:warpgroups:layout[:chains[:rs]] (layout 0 rows32, 1 window32, 2 rows128, 3 window64: the stride-2 windows' taps; chains: independent "
-                    "accumulators each warpgroup alternates between, N each; rs 1: operand A from registers, kt k32 steps of it, 4 unless named)")
+    ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="N:warpgroups:layout[:chains[:rs[:kt[:pitch[:turn]]]]] (parse_variant; layout 0 rows32, 1 window32, "
+                    "2 rows128, 3 window64: the stride-2 windows' taps)")
     ap.add_argument("--iters", type=int, default=4000, help="batches of 4 wgmmas per warpgroup")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     torch.cuda.init()
     cd.context()
     sms = cd.device_attribute("MULTIPROCESSOR_COUNT")
-    clocks = None
     rows = []
     for variant in args.variants:
         once, clocks = launcher(torch, cd, variant, args.iters)

@@ -710,7 +710,6 @@ template <int N, bool ONE_CHUNK, int BN, class L>
 __device__ __forceinline__ void issue_resident_steps(int (&acc)[BN / 2], uint32_t base, WindowCursor<L>& win, int k0,
                                                      const ConvParams& p, int wh) {
   static_assert(!ONE_CHUNK || N <= 4, "one chunk holds 4 k32 steps");
-  const uint32_t chunk = base + (k0 >> 2) * L::WRES_CHUNK;
   if constexpr (WG_S2WIN && N == 9) {  // one stride-2 3x3 window (WG_WIN_BATCH): its taps' views from one descriptor
     const uint64_t window = win.s2_window_desc(base);
 #pragma unroll
@@ -722,6 +721,7 @@ __device__ __forceinline__ void issue_resident_steps(int (&acc)[BN / 2], uint32_
     win.next_window();
     return;
   }
+  const uint32_t chunk = base + (k0 >> 2) * L::WRES_CHUNK;
 #pragma unroll
   for (int j = 0; j < N; ++j) {
     const int k = k0 + j;

@@ -6,8 +6,8 @@
 // memory filled with pseudo-random bytes (the tensor cores' power, hence the clock, depends on the data),
 // one batch in flight (commit, wait_group 1), as the conv kernel does. With PEAK_CHAINS 2 a batch is 4 k32 steps on
 // each of two independent accumulators, alternating (does one warpgroup's dependent chain, not N, set the rate?).
-// With PEAK_RS 1 operand A comes from registers (mma_rs: the batch's 4 k32 steps loaded once from the A chunk), as a
-// weight held in registers would be. Operand A is 64 rows x 128 bytes
+// With PEAK_RS 1 operand A comes from registers (mma_rs: PEAK_RS_KT k32 steps loaded once from the A chunk, cycled
+// through), as a weight held in registers would be. Operand A is 64 rows x 128 bytes
 // per warpgroup, 128-byte swizzle (the conv kernel's weight chunk). Operand B (PEAK_N rows) is:
 //   PEAK_B 0: 32-byte rows, 32-byte swizzle, each k32 step its own 256-byte-aligned tile (row boxes)
 //   PEAK_B 1: 32-byte rows, 32-byte swizzle, k32 step j a view of one window from row PEAK_SHIFT(j)
