@@ -25,6 +25,7 @@ import dataclasses
 import datetime
 import shlex
 import sys
+import time
 
 from ..io import atomic_write_json
 from ..plugins.conv import ConvLaunch
@@ -94,8 +95,16 @@ def main(argv=None) -> int:
                     "quantization: '198,200,256,264')")
     ap.add_argument("--replace", default="",
                     help="comma-separated table tactics with fields replaced, also timed: '70:halo_stages=10:diag=1,61:halo_rows=256'")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds the card idles before each variant is timed: a power-bound kernel (res3 first conv2) "
+                    "drops from 1980 MHz after ~100 ms of load, so without it the variant timed later runs slower "
+                    "(bench/clock_probe.py)")
     args = ap.parse_args(argv)
-    extra = [replaced_variant(spec) for spec in args.replace.split(",") if spec]
+    extra = []
+    for spec in (s for s in args.replace.split(",") if s):  # a spec given twice is timed twice: 't74 pdl=1 #2'
+        label, tactic = replaced_variant(spec)
+        seen = sum(1 for prior, _ in extra if prior.split(" #")[0] == label)
+        extra.append((f"{label} #{seen + 1}" if seen else label, tactic))
     only = set(args.only.split(",")) if args.only else None
     only = only | {label for label, _ in extra} if only is not None else None
     layers = RESIDUAL_LAYERS if args.residual else LAYERS
@@ -126,6 +135,9 @@ def main(argv=None) -> int:
         for label, t in variants() + extra:
             if t.geometry(shape) is None or (only and label not in only):
                 continue
+            if args.settle:
+                torch.cuda.synchronize()
+                time.sleep(args.settle)
             try:
                 plan = ConvLaunch(shape, t, 1)
                 ok = None

@@ -253,11 +253,26 @@ def max_active_blocks(fn, threads: int, dynamic_smem: int) -> int:
     return _occupancy[key]
 
 
-def launch(fn, grid, block, shared_bytes: int, stream, arg_pointers: list[int]) -> None:
-    """cuLaunchKernel with kernelParams given as host addresses of each argument's bytes."""
+def launch(fn, grid, block, shared_bytes: int, stream, arg_pointers: list[int], programmatic: bool = False) -> None:
+    """cuLaunchKernel with kernelParams given as host addresses of each argument's bytes. `programmatic`: the
+    grid may start before the previous one in the stream completes (programmatic stream serialization; the kernel
+    itself waits, griddepcontrol.wait, before it touches what that grid writes or reads)."""
     drv = _driver()
     params = (ctypes.c_void_p * len(arg_pointers))(*arg_pointers)
-    check(drv.cuLaunchKernel(fn, *grid, *block, shared_bytes, stream or 0, ctypes.addressof(params), 0))
+    if not programmatic:
+        check(drv.cuLaunchKernel(fn, *grid, *block, shared_bytes, stream or 0, ctypes.addressof(params), 0))
+        return
+    attr = drv.CUlaunchAttribute()
+    attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    config = drv.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared_bytes
+    config.hStream = stream or 0
+    config.attrs = [attr]
+    config.numAttrs = 1
+    check(drv.cuLaunchKernelEx(config, fn, ctypes.addressof(params), 0))
 
 
 def capture_graph(stream, work, thread_local: bool = False):

@@ -242,6 +242,10 @@ class WgmmaTactic(Tactic):
     # channel-major ping-pong on 3x3 windows: one wgmma batch per window (9 taps), each window released as soon as its
     # batch is done, early when the next has not landed (WG_WIN_BATCH)
     window_batches: bool = False
+    # programmatic dependent launch (WG_PDL): launched so that it may start while the previous grid in the stream runs;
+    # the CTA's setup and resident weight overlap that grid's last tiles (persistent grids: every CTA is resident).
+    # When the CTA lets the next grid launch: 1 at its start, 2 never (at its exit), 3 once its last window is issued
+    pdl: int = 0
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     timeline: int = 0  # profiling only: the ping-pong consumers stamp the SM clock per tile (WG_TIMELINE, bench/wgmma_timeline.py)
     family: ClassVar[str] = "wgmma"
@@ -272,6 +276,7 @@ class WgmmaTactic(Tactic):
             assert not self.flat, "flat tiles are pixel-major"
         assert not self.timeline or (self.pingpong and not self.pixel_major), "the timeline build is the channel-major ping-pong's"
         assert not self.window_batches or (self.pingpong and not self.pixel_major), "window batches: the channel-major ping-pong's"
+        assert self.pdl in (0, 1, 2, 3) and (not self.pdl or self.persistent), "an early-launched grid's CTAs wait on SMs: only persistent grids, all resident"
 
     @property
     def CHANNELS(self) -> int:  # output channels per CTA tile
@@ -292,7 +297,7 @@ class WgmmaTactic(Tactic):
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
-                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}"
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}{f'_pdl{self.pdl}' if self.pdl else ''}"
                 + (f"_diag{self.diag}" if self.diag else "") + ("_timeline" if self.timeline else ""))
 
     # on/off fields and the wgmma_conv.cu macro each sets to 1
@@ -308,6 +313,8 @@ class WgmmaTactic(Tactic):
             d["WG_A128"] = 1
         if self.staging != 1:
             d["WG_STAGING"] = self.staging
+        if self.pdl:
+            d["WG_PDL"] = self.pdl
         if self.pixel_major and self.consumers != 2:
             d["WG_CONSUMERS"] = self.consumers
         if self.pixel_major or self.bn != 128:
@@ -553,8 +560,13 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # w70 keeps 8 window slots since session 19 (6 before): res3 conv2 0.0491 -> 0.0490, 0.0491 -> 0.0483, 0.0500 -> 0.0487
     # ms in three calls (bench/results/wgmma-diag-NVIDIA_H200-2026-11-26/79-*.json, 80-*.json; 10 slots 0.0494-0.0495, 12
     # 0.0501; in session 14, before the TMA stores, 8 had not helped: 39-window-stages.json).
+    # Programmatic dependent launch (pdl, session 22; bench/results/wgmma-diag-NVIDIA_H200-2026-11-26/99-pdl-*.json, batch
+    # 256, A/B in one call): a grid that lets the next launch at its start (pdl=1) gained on w67-w70 (res3 conv2 w70
+    # 0.0485 -> 0.0473 ms, res4 conv2 w69 0.0466 -> 0.0454, res5 conv2 w69 0.0428 -> 0.0422, res4 first conv2 w67 0.0490 ->
+    # 0.0472, res5 first conv2 w68 0.0460 -> 0.0453) but cost w74 4 % (0.0522 -> 0.0543, in every call): w74 takes the
+    # launch attribute alone (pdl=2: the launch overlaps the previous grid's exit; 0.0522 -> 0.0516).
     WgmmaTactic(70, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=8,
-                staging=2, resident_kt=36, pingpong=True),
+                staging=2, resident_kt=36, pingpong=True, pdl=1),
     WgmmaTactic(71, 224, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, halo_stages=4,
                 staging=2, resident_kt=72, pingpong=True),
     # ... for 56 x 56 maps (res2's 64-channel conv2: a 64-channel tile is the whole layer): 3 rows of pitch 57 are 170
@@ -588,7 +600,7 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # 0.0539 -> 0.0532, 0.0550 -> 0.0540, 0.0542 -> 0.0533 ms, and its build without stores 0.0523 -> 0.0490. (w70 on res3
     # conv2 0.0491 -> 0.0494 and 0.0499 -> 0.0508, w71 on res4 conv2 0.0462 -> 0.0472: not taken; 77-*.json.)
     WgmmaTactic(74, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
-                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True),
+                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True, pdl=2),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
                 window_warp=True),
     # w66: w65's tile with stacked-image windows for 7 x 7 outputs (res5 first conv2: 4 images, 196 pixels in 224
@@ -606,10 +618,10 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # res5 first conv2 w68 0.0477-0.0478 -> 0.0457-0.0461, w66 0.0491 -> 0.0471; res3 first conv2 w67 0.0593 -> 0.0560.
     # The stride-1 window tiles gained nothing (w60 -1 %, w61 / w62 / w64 within 1 %, w69 +0.5-1 %) and keep one thread.
     WgmmaTactic(67, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
-                tma_store=True, window_warp=True),
+                tma_store=True, window_warp=True, pdl=1),
     WgmmaTactic(68, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=688, halo_stages=3, stride2_windows=True,
-                tma_store=True, window_warp=True),
-    WgmmaTactic(69, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320, halo_stages=4, tma_store=True),
+                tma_store=True, window_warp=True, pdl=1),
+    WgmmaTactic(69, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=320, halo_stages=4, tma_store=True, pdl=1),
     # Flat tiles (WG_FLAT) of the 1x1 stride-1 layers whose maps come in 8-pixel groups: w50 / w45 / w42 / w46 with
     # tiles of consecutive pixels instead of whole output rows, so res2's 56- and res3's 28-pixel rows leave no
     # computed row unstored (row tiles: 12.5 % of the rows).

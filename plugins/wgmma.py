@@ -225,4 +225,4 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     fn = module_for(tactic).function(ENTRY, smem)
     cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,
               [ctypes.addressof(wmap), ctypes.addressof(xmap), ctypes.addressof(ymap), ctypes.addressof(params),
-               ctypes.addressof(tile)])
+               ctypes.addressof(tile)], programmatic=tactic.pdl > 0)

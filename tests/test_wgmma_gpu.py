@@ -4,9 +4,10 @@ multi-image / partial-channel-tile shapes, CHW32 padding channels written as 0, 
 the heuristic makes by default on sm_90. Skips, saying why, without a GPU or on a GPU without wgmma
 (anything but compute capability 9.0)."""
 
+import numpy as np
 import pytest
 
-from trtfuse.bench.conv_problem import ConvProblem, DeviceConv, compare, passes_lsb_rule
+from trtfuse.bench.conv_problem import POISON, ConvProblem, DeviceConv, compare, passes_lsb_rule
 from trtfuse.bench.wgmma_check import EDGE_CASES
 from trtfuse.plugins.conv import ConvLaunch
 from trtfuse.plugins.cuda_driver import gpu_available
@@ -223,3 +224,39 @@ def test_a_variant_over_the_shared_memory_limit_fails_by_name():
     assert tactic.geometry(shape) is not None and tactic.shared_bytes() > shared_memory_limit(0)
     with pytest.raises(ValueError, match=f"{tactic.name} needs {tactic.shared_bytes()} bytes of shared memory"):
         _check(shape, False, tactic)
+
+
+@pytest.mark.parametrize("ctas", ["2", ""], ids=["two-ctas", "every-sm"])
+@pytest.mark.parametrize("pdl", [1, 2, 3], ids=["trigger-at-start", "no-trigger", "trigger-after-last-window"])
+@pytest.mark.parametrize("first_id,second_id,n,c,hw", [(74, 70, 2, 128, 56), (67, 69, 2, 256, 28), (68, 69, 9, 512, 14)],
+                         ids=["w74-then-w70", "w67-then-w69", "w68-then-w69"])
+def test_programmatic_launches_wait_for_the_previous_grid(monkeypatch, first_id, second_id, n, c, hw, pdl, ctas):
+    # Two layers launched back to back with programmatic dependent launch (WG_PDL): the second may start while the first
+    # runs, so it must wait (griddepcontrol.wait) before it reads the first one's output (poisoned before the first
+    # launch) and before it stores into the first one's input, which the first may still be reading. With 2 CTAs each
+    # CTA walks many tiles and the second grid's CTAs find idle SMs at once.
+    import dataclasses
+
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins.layout import unpack_chw32
+
+    if ctas:
+        monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", ctas)
+    first = dataclasses.replace(TACTICS_BY_ID[first_id], pdl=pdl)
+    second = dataclasses.replace(TACTICS_BY_ID[second_id], pdl=pdl)
+    shape_a = ConvShape(n, c, hw, hw, c, 3, 3, (2, 2), (1, 1, 1, 1))
+    shape_b = ConvShape(n, c, hw // 2, hw // 2, c, 3, 3, (1, 1), (1, 1, 1, 1))
+    assert first.geometry(shape_a) is not None and second.geometry(shape_b) is not None
+    a = DeviceConv(ConvProblem.random(shape_a, False), ConvLaunch(shape_a, first, 1))
+    problem_b = ConvProblem.random(shape_b, False)
+    problem_b.x = a.p.golden()
+    b = DeviceConv(problem_b, ConvLaunch(shape_b, second, 1))
+    assert b.y.nbytes <= a.x.nbytes  # the second layer's output goes into the first one's input
+    a.y.fill(POISON)
+    a.run()
+    b.launch_plan.launch(a.y.ptr, b.w.ptr, b.scale.ptr, b.bias.ptr, b.out_scale.ptr, a.x.ptr, relu=True)
+    cd.check(cd._driver().cuCtxSynchronize())
+    first_out = unpack_chw32(a.y.download(a.y_shape, np.int8), shape_a.k)
+    second_out = unpack_chw32(a.x.download(b.y_shape, np.int8), shape_b.k)
+    assert passes_lsb_rule(compare(first_out, problem_b.x)), "the first layer's output"
+    assert passes_lsb_rule(compare(second_out, problem_b.golden())), "the second layer read its input before it was written"

@@ -126,6 +126,14 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) 
       : "memory");
 }
 
+// ---- programmatic dependent launch (a launch with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) ----
+// The next grid in the stream may be scheduled once every CTA of this one has said so (or exited); its CTAs then take
+// SMs as this grid's CTAs leave them, so a grid whose CTAs are all resident loses nothing by saying it at once.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+// Waits until the grids this one depends on have completed and their memory is visible: before the first read of
+// anything they write (activations, residual) and the first write of anything they may still read (the output).
+__device__ __forceinline__ void wait_for_prerequisites() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 // ---- register reallocation between warpgroups (needs __launch_bounds__(threads, 1)) ----
 template <int REGS>
 __device__ __forceinline__ void regs_dealloc() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }

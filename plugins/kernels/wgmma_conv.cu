@@ -230,6 +230,12 @@ constexpr bool kDiagNoRing = WG_DIAG == 13;
 #ifndef WG_TIMELINE
 #define WG_TIMELINE 0
 #endif
+// WG_PDL (persistent tiles; the host launches them with programmatic stream serialization): the CTA's setup and its
+// resident weight, a constant of the layer, overlap the previous grid's last tiles; the first read of an activation
+// or the residual and the first store wait for that grid (sm90::wait_for_prerequisites).
+#ifndef WG_PDL
+#define WG_PDL 0
+#endif
 constexpr bool kTimeline = WG_TIMELINE != 0;
 constexpr int kTimelineCtas = 160, kTimelineTiles = 16, kTimelinePoints = 6, kTimelineUses = 64;
 #if WG_TIMELINE
@@ -741,6 +747,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
                 "profiling builds 6-9 take the pixel-major epilogue apart (7-9 also the channel-major ping-pong's, 7 any tile's)");
   constexpr int CONSUMERS = 128 * WG_CONSUMERS;
   if (WG_DIAG == 15) return;  // profiling: a launch of this shape doing nothing (what a launch costs in a CUDA graph)
+  if (WG_PDL == 1) sm90::launch_dependents();
 #if WG_TIMELINE
   if (threadIdx.x == 0 && blockIdx.x < kTimelineCtas) trtfuse_entry[blockIdx.x] = clock64();
 #endif
@@ -800,12 +807,15 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   }
   __syncthreads();
   if (WG_MCAST) sm90::cluster_sync();  // the partner's barriers exist before any multicast completes on them
+  constexpr bool kWindowWarp = WG_WINDOW_WARP && L::HALO && !kChannelPingpong;
+  static_assert(!WG_WINDOW_WARP || kWindowWarp, "a window thread: window tiles whose weights stream through the ring");
+  const bool weight_thread = tid == CONSUMERS;  // issues the resident weight (and, but for WG_WINDOW_WARP, the rest)
+  // (WG_PDL) every other thread waits for the previous grid here; the weight thread once it has issued the weight
+  if (WG_PDL && !weight_thread) sm90::wait_for_prerequisites();
 
   if (wg == WG_CONSUMERS) {
     // ---------------- producer warpgroup: one thread drives the copy engine (WG_WINDOW_WARP: a second, the windows) ----------------
     sm90::regs_dealloc<kProducerRegs>();
-    constexpr bool kWindowWarp = WG_WINDOW_WARP && L::HALO && !kChannelPingpong;
-    static_assert(!WG_WINDOW_WARP || kWindowWarp, "a window thread: window tiles whose weights stream through the ring");
     const bool window_thread = kWindowWarp && tid == CONSUMERS + 32;  // (WG_WINDOW_WARP) issues the windows only
     if ((tid == CONSUMERS || window_thread) && !kDiagNoRing) {
       // What the copy engine moves: profiling builds 3, 8, 9 nothing, 4 only weights, 5 only activations;
@@ -830,6 +840,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       } else if (L::WRES) {
         sm90::mbar_arrive(wres_full);
       }
+      if (WG_PDL && weight_thread) sm90::wait_for_prerequisites();
       int it = 0;  // ring slot use counter, continuous across tiles
       for (int tile = blockIdx.x, local = 0; tile < t.tiles; tile += tile_step, ++local) {
         const TileCoord tc(tile, p, t, ohw, CH);
@@ -907,6 +918,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         }
       }
     }
+    if (WG_PDL == 3 && tid == CONSUMERS) sm90::launch_dependents();  // every copy of the CTA's is issued
     __syncwarp();
     if (WG_MCAST) sm90::cluster_sync();  // matches the consumers' final one
     return;
