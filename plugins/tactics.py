@@ -198,7 +198,7 @@ class WgmmaGeometry:
         return self.nb * self.pitch
 
 
-WGMMA_S8_WIDTHS = (64, 96, 128, 160, 176, 192, 208, 224, 256)  # the wgmma N widths plugins/kernels/wgmma_s8.cuh instantiates
+WGMMA_S8_WIDTHS = (64, 96, 112, 128, 160, 176, 192, 208, 224, 256)  # the wgmma N widths plugins/kernels/wgmma_s8.cuh instantiates
 
 
 @dataclass(frozen=True)
@@ -234,6 +234,9 @@ class WgmmaTactic(Tactic):
     # windows of 3x3 stride-2 convs (WG_S2WIN): a window row is a pair of input columns, 64 bytes, so halo_rows counts
     # 64-byte rows; both row phases of TH + 1 pair rows land in one box (_stride2_window_tiles)
     stride2_windows: bool = False
+    # ... of 128-byte rows (column quads, WG_S2WIN 2; one image per tile, window batches): the tile's positions split by
+    # output column parity, two wgmmas of N / 2 per tap, half the window rows of the pairs
+    quad_windows: bool = False
     pp_inflight: int = 3  # channel-major ping-pong: wgmma batches left in flight (WG_PP_INFLIGHT); holds up to pp_inflight + 1 windows
     # channel-major window tiles without ping-pong: the output leaves by TMA store from a [block][position][32] staging
     # tile, the weight rows permuted in pairs as the ping-pong tile's (WG_TMA_OUT; the ping-pong tile always does)
@@ -263,6 +266,8 @@ class WgmmaTactic(Tactic):
             assert self.bm in WGMMA_S8_WIDTHS, "the wgmma N of s8: 8, 16, 24, then multiples of 16 up to 256"
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
             assert not self.stride2_windows or self.halo_rows, "stride-2 windows are windows"
+            assert not self.quad_windows or (self.stride2_windows and self.window_batches and self.bm // 2 in WGMMA_S8_WIDTHS), \
+                "quads: stride-2 window batches, two wgmmas of N / 2 per tap"
             assert not self.tma_store or (self.halo_rows and not self.pingpong), "TMA stores: the window tiles without ping-pong"
             assert not self.window_warp or (self.halo_rows and not self.pingpong), \
                 "a window thread: the window tiles whose weights stream through the ring (the ping-pong tile's producer issues windows only)"
@@ -296,7 +301,7 @@ class WgmmaTactic(Tactic):
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
-                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{'_s2' if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
+                f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{('_s2q' if self.quad_windows else '_s2') if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
                 f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}{f'_pdl{self.pdl}' if self.pdl else ''}"
                 + (f"_diag{self.diag}" if self.diag else "") + ("_timeline" if self.timeline else ""))
 
@@ -315,6 +320,8 @@ class WgmmaTactic(Tactic):
             d["WG_STAGING"] = self.staging
         if self.pdl:
             d["WG_PDL"] = self.pdl
+        if self.quad_windows:
+            d["WG_S2WIN"] = 2
         if self.pixel_major and self.consumers != 2:
             d["WG_CONSUMERS"] = self.consumers
         if self.pixel_major or self.bn != 128:
@@ -339,8 +346,8 @@ class WgmmaTactic(Tactic):
 
     @property
     def window_row_bytes(self) -> int:
-        """Bytes of one window row: a CHW32 vector (32), or with stride-2 windows a pair of them (64)."""
-        return 64 if self.stride2_windows else 32
+        """Bytes of one window row: a CHW32 vector (32), or with stride-2 windows a pair (64) or quad (128) of them."""
+        return 128 if self.quad_windows else 64 if self.stride2_windows else 32
 
     @property
     def halo_slot_bytes(self) -> int:
@@ -476,6 +483,8 @@ class WgmmaTactic(Tactic):
         if ((shape.r, shape.s, shape.stride, shape.pads) != (3, 3, (2, 2), (1, 1, 1, 1)) or shape.h % 2 or shape.w % 2
                 or ow > self.bm):
             return None
+        if self.quad_windows:
+            return self._quad_window_tiles(shape)
         pitch = ow + 1
         if pitch > 256:
             return None
@@ -496,6 +505,28 @@ class WgmmaTactic(Tactic):
         phase_rows = (th + 1) * pitch
         if phase_rows + pitch + 1 + self.bm > self.halo_rows:
             return None  # tap (2, 2)'s view, from row phase_rows + pitch + 1, must stay inside the slot
+        if th * ow * 2 < self.bm:
+            return None  # under half the tile's positions would be pixels
+        return th, 1, tpi, 2 * phase_rows * self.window_row_bytes, shape.n * tpi, pitch
+
+    def _quad_window_tiles(self, shape: ConvShape):
+        """quad_windows: the one-image form of _stride2_window_tiles with 128-byte window rows, quads of input columns
+        4j .. 4j + 3 counted from quad -1. Output column ow = 2t + e reads columns 4t + 2e - 1 + s, the 32 bytes at
+        t * 128 + (3 + s + 2e) * 32 of the tap row's window rows, so the tile's positions split by column parity e:
+        position e * bm / 2 + oh * pitch + t is pixel (oh0 + oh, 2t + e), pitch = OW / 2 + 1 quads, and each tap is two
+        wgmmas of N = bm / 2, the odd half's view 64 bytes after the even half's. The window is one box (128, pitch, TH +
+        1, 2, 1) of the view (128, W / 4, H / 2, 2, N * CB), landing [ph][h2][quad][128]: half the pairs' rows."""
+        oh, ow = shape.out_hw
+        if shape.w % 4:
+            return None
+        span, row_px = self.bm // 2, ow // 2  # one wgmma's positions, one parity's pixels of a row
+        pitch = row_px + 1
+        th_max = min((span - row_px) // pitch + 1, 255)  # TH + 1 rows per phase <= 256 (box limit)
+        tpi = math.ceil(oh / th_max)
+        th = math.ceil(oh / tpi)
+        phase_rows = (th + 1) * pitch
+        if phase_rows + pitch + 1 + span > self.halo_rows or pitch > 256:
+            return None  # the odd half's tap (2, 2) view, from row phase_rows + pitch + 1 (+ 96 bytes), stays inside the slot
         if th * ow * 2 < self.bm:
             return None  # under half the tile's positions would be pixels
         return th, 1, tpi, 2 * phase_rows * self.window_row_bytes, shape.n * tpi, pitch
@@ -601,6 +632,15 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # conv2 0.0491 -> 0.0494 and 0.0499 -> 0.0508, w71 on res4 conv2 0.0462 -> 0.0472: not taken; 77-*.json.)
     WgmmaTactic(74, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4,
                 staging=2, resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=1, window_batches=True, pdl=2),
+    # w89 (session 22): w74 with quad windows (quad_windows: 128-byte rows of 4 columns, positions split by column parity,
+    # two wgmmas of N 112 per tap; 224 positions for a tile's 196 pixels against w74's 208). In one call (H200, batch 256,
+    # bench/results/wgmma-diag-NVIDIA_H200-2026-11-26/100-quad-windows*.json): copies alone 0.0279 ms against w74's 0.0408,
+    # issue alone 0.0387 against 0.0359, main loop 0.0457 against 0.0438, the kernel 0.0520-0.0522 against 0.0529-0.0530;
+    # a window is still seen ~3,400 clocks after its issue, so 4 slots keep the windows ~1,370 clocks apart. It lets the
+    # next grid launch once its last window is issued (pdl=3: 0.0513 twice, against 0.0518-0.0526 at pdl=1).
+    WgmmaTactic(89, 224, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=248, halo_stages=4,
+                staging=2, resident_kt=36, pingpong=True, stride2_windows=True, quad_windows=True, pp_inflight=1,
+                window_batches=True, pdl=3),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
                 window_warp=True),
     # w66: w65's tile with stacked-image windows for 7 x 7 outputs (res5 first conv2: 4 images, 196 pixels in 224
@@ -663,7 +703,10 @@ WGMMA_PREFERRED = (31, 28)
 # 0.0507 against w65's 0.0537, res5 first conv2 w68 0.0475 against w66's 0.0493 (55-*.json, 57-*.json); on res4 / res3
 # conv2 the ping-pong w71 / w70 stay ahead of w69 (0.0456 / 0.0489 against 0.0465 / 0.0541), as w74 of w67 on res3
 # first conv2 (0.0541 against 0.0592).
-WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 69, 64, 74, 67, 65, 68, 66)
+WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 69, 64, 89, 74, 67, 65, 68, 66)
+# The quad windows (w89) copy half the window rows of the pairs (w74) for 8 % more positions; wgmma_cost counts only the
+# positions, so where a quad tile fits choose_wgmma takes it (res3 first conv2: 0.0513 ms against w74's 0.0527 in one call).
+WGMMA_QUADS_FIRST = (89,)
 # GEMM-K under 1024 (the 1x1 conv3 / downsample / conv1 layers): two staging tiles, the residual streaming
 # in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
 # conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).
@@ -705,7 +748,8 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     windows = [t for i in WGMMA_HALO_PREFERRED if (g := (t := TACTICS_BY_ID[i]).geometry(shape)) is not None
                and g.ctas >= (2 if t.pingpong else 1) * sms]
     if windows:
-        return min(windows, key=lambda t: wgmma_cost(shape, t, sms))
+        quads = [t for t in windows if t.id in WGMMA_QUADS_FIRST]
+        return quads[0] if quads else min(windows, key=lambda t: wgmma_cost(shape, t, sms))
     if kg < 1024:
         for i in WGMMA_FLAT_PREFERRED[n >= 256]:
             geo = TACTICS_BY_ID[i].geometry(shape)

@@ -122,9 +122,10 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         if geo.nb > 1:
             args["x"] = ((64, shape.w // 2, shape.h, shape.n, cb), (64, shape.w * 32, cb * hw32, hw32),
                          (64, geo.pitch, 2 * geo.th, geo.nb, 1), (1, 1, 2, 1, 1))
-        else:
-            args["x"] = ((64, shape.w // 2, shape.h // 2, 2, shape.n * cb), (64, 2 * shape.w * 32, shape.w * 32, hw32),
-                         (64, geo.pitch, geo.th + 1, 2, 1), (1,) * 5)
+        else:  # quads (quad_windows): the same with 128-byte rows, (128, W / 4, H / 2, 2, N * CB)
+            rb = tactic.window_row_bytes
+            args["x"] = ((rb, shape.w * 32 // rb, shape.h // 2, 2, shape.n * cb), (rb, 2 * shape.w * 32, shape.w * 32, hw32),
+                         (rb, geo.pitch, geo.th + 1, 2, 1), (1,) * 5)
     elif tactic.halo_rows:
         # One window per channel block (WG_HALO): TH + R - 1 input rows of NB images side by side, each `pitch`
         # columns from -pad_left, the padding zero-filled; each tap reads a shifted view of it. The view (32, W, N,
@@ -149,6 +150,9 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         if tactic.stride2_windows and geo.nb > 1:  # stacked images: positions (i * OH + oh) * pitch + ow, (32, OW, OH, N, KB)
             args["y"] = ((32, ow, oh, shape.n, kp // 32), (32, ow * 32, kp * oh * ow, oh * ow * 32),
                          (32, geo.pitch, geo.th, geo.nb, 1), (1,) * 5)
+        elif tactic.quad_windows:  # positions split by column parity e: a store per parity of the view (32, OW / 2, 2, OH, N * KB)
+            args["y"] = ((32, ow // 2, 2, oh, shape.n * kp // 32), (64, 32, ow * 32, oh * ow * 32),
+                         (32, geo.pitch, 1, geo.th, 1), (1,) * 5)
         else:
             args["y"] = ((32, ow, shape.n, oh, kp // 32), (32, kp * oh * ow, ow * 32, oh * ow * 32),
                          (32, geo.pitch, geo.nb, geo.th, 1), (1,) * 5)

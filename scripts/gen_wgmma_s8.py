@@ -31,14 +31,18 @@ def wrapper(n: int) -> str:
     regs = n // 2
     dlist = ", ".join(f"%{i}" for i in range(regs))
     outs = ", ".join(f'"+r"(d[{i}])' for i in range(regs))
+    outs_off = ", ".join(f'"+r"(d[OFF + {i}])' for i in range(regs))
     return f"""
 template <>
 struct WgmmaS8<{n}> {{
-  __device__ __forceinline__ static void mma(int (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, bool accumulate = true) {{
+  // D is d[OFF] .. d[OFF + {regs - 1}]: a wgmma of N {n} into part of a wider accumulator (OFF = 0: all of d[{regs}])
+  template <int OFF = 0, int M>
+  __device__ __forceinline__ static void mma(int (&d)[M], uint64_t desc_a, uint64_t desc_b, bool accumulate = true) {{
+    static_assert(OFF >= 0 && OFF + {regs} <= M, "the accumulator holds D");
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
         "wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8 {{{dlist}}}, %{regs}, %{regs + 1}, p;\\n}}\\n"
-        : {outs}
+        : {outs_off}
         : "l"(desc_a), "l"(desc_b), "r"((int)accumulate));
   }}
   // Operand A from registers: a[i] of thread t holds row 16*(t/32) + (t%32)/4 + 8*(i%2), bytes 4*(t%4) + 16*(i/2) ..

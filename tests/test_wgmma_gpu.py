@@ -117,7 +117,7 @@ def test_channel_pingpong_walks_several_tiles(monkeypatch, tactic_id, ctas, has_
 
 
 @pytest.mark.parametrize("has_res", [True, False], ids=["residual", "no-residual"])
-@pytest.mark.parametrize("tactic_id,c", [(74, 96), (65, 160), (67, 160)])
+@pytest.mark.parametrize("tactic_id,c", [(74, 96), (89, 96), (65, 160), (67, 160)])
 def test_stride2_windows_walk_several_tiles(monkeypatch, tactic_id, c, has_res):
     # 3x3 stride-2 windows of column pairs: 3 channel tiles of w74 (K = 160, the last one partial) or 2 of w65, 3 or 5
     # channel blocks, 3 CTAs (w74's resident weights: one channel tile each) walking every tile, window rings whose slot
@@ -228,8 +228,9 @@ def test_a_variant_over_the_shared_memory_limit_fails_by_name():
 
 @pytest.mark.parametrize("ctas", ["2", ""], ids=["two-ctas", "every-sm"])
 @pytest.mark.parametrize("pdl", [1, 2, 3], ids=["trigger-at-start", "no-trigger", "trigger-after-last-window"])
-@pytest.mark.parametrize("first_id,second_id,n,c,hw", [(74, 70, 2, 128, 56), (67, 69, 2, 256, 28), (68, 69, 9, 512, 14)],
-                         ids=["w74-then-w70", "w67-then-w69", "w68-then-w69"])
+@pytest.mark.parametrize("first_id,second_id,n,c,hw", [(74, 70, 2, 128, 56), (89, 70, 2, 128, 56), (67, 69, 2, 256, 28),
+                                                      (68, 69, 9, 512, 14)],
+                         ids=["w74-then-w70", "w89-then-w70", "w67-then-w69", "w68-then-w69"])
 def test_programmatic_launches_wait_for_the_previous_grid(monkeypatch, first_id, second_id, n, c, hw, pdl, ctas):
     # Two layers launched back to back with programmatic dependent launch (WG_PDL): the second may start while the first
     # runs, so it must wait (griddepcontrol.wait) before it reads the first one's output (poisoned before the first

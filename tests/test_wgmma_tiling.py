@@ -54,10 +54,16 @@ def pingpong_weight_view(wp: np.ndarray) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(wp, (1, rows // 16, 2, 8, kg), (rows * r, 16 * r, r, 2 * r, wp.strides[1]))
 
 
-def tile_pixel(pos: int, oh: int, ow: int, valid_px: int, wh: int = 0, pitch: int = 0, th: int = 0):
+def tile_pixel(pos: int, oh: int, ow: int, valid_px: int, wh: int = 0, pitch: int = 0, th: int = 0, quad_half: int = 0):
     """wgmma_conv.cu's tile_pixel: (pixel of tile position pos, a pixel of the tensor?); with a window of width wh
     and images `pitch` columns apart (halo tactics) position y * wh + i * pitch + x is pixel i * oh * ow + y * ow + x
-    where x < ow; with stride-2 windows (th given) position (i * th + y) * pitch + x."""
+    where x < ow; with stride-2 windows (th given) position (i * th + y) * pitch + x; with quad windows (quad_half = N / 2)
+    position e * N / 2 + y * pitch + t is pixel y * ow + 2t + e."""
+    if quad_half:
+        e, q = divmod(pos, quad_half)
+        y, t = divmod(q, pitch)
+        pix = y * ow + 2 * t + e
+        return pix, 2 * t + e < ow and pix < valid_px
     if not wh:
         return pos, pos < valid_px
     if th:
@@ -166,21 +172,28 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                         x_rows = x5.reshape(shape.n, x5.shape[1], shape.h, shape.w // 2, 64).transpose(1, 0, 2, 3, 4)
                         box = np.concatenate([tma_box(x_rows, (0, -1, rr - 1, n0, cb), (64, g.pitch, 2 * g.th, g.nb, 1),
                                                       (1, 1, 2, 1, 1)).reshape(-1) for rr in range(3)])
-                    elif tactic.stride2_windows:  # the pair view (64, W/2, H/2, 2, N * CB): [n * CB + cb][ph][h2][pair][64]
-                        x_pairs = x5.reshape(shape.n * x5.shape[1], shape.h // 2, 2, shape.w // 2, 64).transpose(0, 2, 1, 3, 4)
-                        box = tma_box(x_pairs, (0, -1, oh0 - 1, 0, n0 * x5.shape[1] + cb), (64, g.pitch, g.th + 1, 2, 1), (1,) * 5)
+                    elif tactic.stride2_windows:  # the pair (quad) view (64 (128), W/2 (4), H/2, 2, N * CB): [n * CB + cb][ph][h2][pair][64]
+                        x_pairs = x5.reshape(shape.n * x5.shape[1], shape.h // 2, 2, shape.w * 32 // row_bytes, row_bytes).transpose(0, 2, 1, 3, 4)
+                        box = tma_box(x_pairs, (0, -1, oh0 - 1, 0, n0 * x5.shape[1] + cb), (row_bytes, g.pitch, g.th + 1, 2, 1), (1,) * 5)
                     else:
                         box = tma_box(x_windows, (0, w0, n0, h0, cb), (32, g.pitch, g.nb, g.th + shape.r - 1, 1), (1,) * 5)
                     assert box.size == g.box_bytes
                     window[:box.size] = box.reshape(-1)
                 if tactic.stride2_windows and g.nb > 1:  # window r of three: WindowCursor::s2_offset
                     offset = r * (g.box_bytes // 3) + 32 + 32 * s
-                elif tactic.stride2_windows:  # phase(r) + row(r) + (1 + s) * 32
-                    offset = ((g.th + 1) * g.pitch * 64 if r != 1 else 0) + (g.pitch * 64 if r != 0 else 0) + 32 + 32 * s
+                elif tactic.stride2_windows:  # phase(r) + row(r) + (1 + s) * 32 (quads: (3 + s) * 32, the odd half 64 on)
+                    offset = (((g.th + 1) * g.pitch * row_bytes if r != 1 else 0) + (g.pitch * row_bytes if r != 0 else 0)
+                              + (96 if tactic.quad_windows else 32) + 32 * s)
                 else:
                     offset = (r * wh + s) * 32
-                assert offset + (bn - 1) * row_bytes + 32 <= window.size, "a view stays inside its window slot"
-                b = np.stack([window[offset + n * row_bytes:offset + n * row_bytes + 32] for n in range(bn)])
+                if tactic.quad_windows:  # two wgmmas of N / 2: the even columns' positions, then the odd ones'
+                    views = [(offset + 64 * e, bn // 2) for e in range(2)]
+                else:
+                    views = [(offset, bn)]
+                for start, rows in views:
+                    assert start + (rows - 1) * row_bytes + 32 <= window.size, "a view stays inside its window slot"
+                b = np.concatenate([np.stack([window[start + n * row_bytes:start + n * row_bytes + 32] for n in range(rows)])
+                                    for start, rows in views])
             elif tactic.flat:
                 # the slot's boxes of the (32, 8, CB, G, N) view, box_groups groups x 4 blocks each (boxes past the
                 # batch load its last), land [group][block][8][32]; step k % 4 is block k % 4 of every group
@@ -215,8 +228,8 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
         else:
             store = {c: c for c in range(ch)}
         # for_each_tile_vector: staging row px is pixel px, or (halo) window position px = oh * wh + ow
-        positions = [(px, *tile_pixel(px, oh, ow, valid_px, wh, g.pitch, g.th if tactic.stride2_windows else 0))
-                     for px in range(bn)]
+        positions = [(px, *tile_pixel(px, oh, ow, valid_px, wh, g.pitch, g.th if tactic.stride2_windows else 0,
+                                      bn // 2 if tactic.quad_windows else 0)) for px in range(bn)]
         stored = [(px, pix) for px, pix, ok in positions if ok]
         for px, tile_pix in stored:
             m = m0 + tile_pix
@@ -307,6 +320,9 @@ def test_geometry_respects_the_hardware_limits():
                 win = g.nb * g.th * g.pitch
                 assert g.th == oh and g.pitch == ow + 1 and win % 16 == 0 and g.box_bytes == 3 * win * 64, name
                 assert 2 * win + 1 + t.bm <= t.halo_rows and (g.nb * g.th - 1) * g.pitch + ow <= t.bm and 2 * g.th <= 256, name
+            elif t.quad_windows:  # the odd half's tap (2, 2) view, the furthest, stays inside the slot; TH rows of one image
+                assert (g.th + 2) * g.pitch + 1 + t.bm // 2 <= t.halo_rows and g.pitch == ow // 2 + 1 and shape.w % 4 == 0, name
+                assert (g.th - 1) * g.pitch + ow // 2 <= t.bm // 2 and g.th + 1 <= 256, name
             elif t.stride2_windows:  # tap (2, 2)'s view, the furthest, stays inside the slot; TH rows of one image
                 assert (g.th + 2) * g.pitch + 1 + t.bm <= t.halo_rows and g.pitch == ow + 1, name
                 assert (g.th - 1) * g.pitch + ow <= t.bm and g.th + 1 <= 256, name
@@ -341,7 +357,7 @@ def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more_or_flat_tile
     assert choose_wgmma(shapes["res3 conv2 3x3 128"]).pingpong and choose_wgmma(shapes["res4 conv2 3x3 256"]).pingpong
     res5 = choose_wgmma(shapes["res5 conv2 3x3 512"])
     assert res5.halo_rows and res5.geometry(shapes["res5 conv2 3x3 512"]).nb == 4 and res5.bm == 224 and res5.stores_by_tma
-    assert choose_wgmma(shapes["res3 first conv2 3x3/2 128"]).id == 74 and choose_wgmma(shapes["res4 first conv2 3x3/2 256"]).id == 67
+    assert choose_wgmma(shapes["res3 first conv2 3x3/2 128"]).id == 89 and choose_wgmma(shapes["res4 first conv2 3x3/2 256"]).id == 67
     res5_first = choose_wgmma(shapes["res5 first conv2 3x3/2 512"])
     assert res5_first.id == 68 and res5_first.geometry(shapes["res5 first conv2 3x3/2 512"]).nb == 4
     # GEMM-K under 512 with 256+ channels: the pixel-major tile; res5 conv3 (GEMM-K 512): the two-staging-tile

@@ -176,9 +176,15 @@
 // of positions). (Not kept: the two channel tiles' CTAs of a cluster sharing the
 // windows, each copy engine loading one phase and multicasting it: res3 first conv2 0.0587 ms against 0.0555,
 // bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/47-stride2-multicast-not-kept.json.)
+// WG_S2WIN 2 (one image per tile, window batches): 128-byte window rows of column quads (128-byte swizzle), half the
+// pairs' rows. A quad row holds two output columns' taps, so the tile's positions split by output column parity e into
+// two wgmmas of N / 2 per tap: position e * N / 2 + oh * pitch + t is pixel (oh0 + oh, 2t + e), and tap (r, s) of half e
+// reads 32 bytes at phase(r) + row(r) + (3 + s + 2e) * 32 (plugins/tactics.py: _quad_window_tiles). The output leaves by
+// one TMA store per channel block and parity, of the view (32, OW / 2, 2, OH, N * KB).
 #ifndef WG_S2WIN
 #define WG_S2WIN 0
 #endif
+constexpr bool kQuadWindows = WG_S2WIN == 2;
 // 1 (channel-major window tiles without ping-pong): the output leaves by TMA store, as the channel-major ping-pong
 // tile's does: the weight rows permuted (plugins/wgmma.py) so a thread's two accumulator rows are adjacent channels,
 // requantized in pairs into a [block][position][32] staging tile (32-byte swizzle), and one thread hands each channel
@@ -315,6 +321,12 @@ __device__ __forceinline__ int tile_pixel(int pos, const ConvParams& p, const Ti
   if (!WG_HALO) {
     ok = pos < tc.valid_px;
     return pos;
+  }
+  if (kQuadWindows) {  // position e * BN / 2 + oh * pitch + t is pixel (oh, 2t + e)
+    const int e = pos >= WG_BN / 2, q = pos - e * (WG_BN / 2), oh = q / t.pitch, tq = q - oh * t.pitch;
+    const int pix = oh * p.OW + 2 * tq + e;
+    ok = 2 * tq + e < p.OW && pix < tc.valid_px;
+    return pix;
   }
   if (WG_S2WIN) {  // positions (i * TH + oh) * pitch + ow: one image (i = 0), or NB stacked (TH = OH)
     const int row = pos / t.pitch, ow = pos - row * t.pitch, image = row / t.th, oh = row - image * t.th;
@@ -566,7 +578,10 @@ __device__ __forceinline__ void store_staging_by_tma(const sm90::TensorMap* tmap
                                                      const WgmmaTile& t, int kpad) {
   for (int b = 0; b < CH / 32 && tc.c0 + 32 * b < kpad; ++b) {
     const uint32_t src = smem_u32(staging + b * BN * 32);
-    if (WG_S2WIN && t.nb > 1)
+    if (kQuadWindows) {  // one store per column parity e (positions e * BN / 2 ..)
+      for (int e = 0; e < 2; ++e)
+        sm90::tma_store_5d(tmap_y, src + e * (BN / 2) * 32, 0, 0, e, tc.oh0, tc.n0 * (kpad / 32) + tc.c0 / 32 + b);
+    } else if (WG_S2WIN && t.nb > 1)
       sm90::tma_store_5d(tmap_y, src, 0, 0, tc.oh0, tc.n0, tc.c0 / 32 + b);
     else
       sm90::tma_store_5d(tmap_y, src, 0, 0, tc.n0, tc.oh0, tc.c0 / 32 + b);
@@ -591,7 +606,7 @@ struct WgmmaSmem {
   static constexpr int A_IN_SLOT = WRES ? 0 : KS * A_STEP;  // a slot's weight bytes, ahead of its activations
   static constexpr int STAGE = A_IN_SLOT + (HALO ? 0 : KS * B_STEP);
   static constexpr int HALO_OFFSET = RING_OFFSET + STAGES * STAGE;  // WG_HALO: the window ring
-  static constexpr int HALO_ROW_BYTES = WG_S2WIN ? 64 : 32;  // a window row: one CHW32 vector, or (WG_S2WIN) a pair
+  static constexpr int HALO_ROW_BYTES = kQuadWindows ? 128 : WG_S2WIN ? 64 : 32;  // a window row: one CHW32 vector, a pair or (WG_S2WIN 2) a quad
   static constexpr int HALO_SLOT = HALO ? (WG_HALO_ROWS * HALO_ROW_BYTES + 1023) / 1024 * 1024 : 0;
   static constexpr int HALO_STAGES = HALO ? WG_HALO_STAGES : 1;  // (1 keeps the ring arithmetic defined)
   // staging row: 16-byte pad keeps 16-byte alignment, spreads banks; the TMA-storing tiles' staging is [block][BN][32]
@@ -642,15 +657,17 @@ struct WindowCursor {
   int first, waited = 0, released = 0, slot, r = 0, s = 0, row_view0, row_view1, row_view2, offset;
   __device__ __forceinline__ WindowCursor(int first_use, const WgmmaTile& t)
       : first(first_use), slot(first_use % L::HALO_STAGES) {
-    const int phase_bytes = (t.th + 1) * t.pitch * 64, row_bytes = t.pitch * 64, stacked = t.box_bytes / 3;
+    constexpr int kRow = kQuadWindows ? 128 : 64;  // bytes of a window row: a pair or a quad of columns
+    const int phase_bytes = (t.th + 1) * t.pitch * kRow, row_bytes = t.pitch * kRow, stacked = t.box_bytes / 3;
     row_view0 = t.nb > 1 ? 0 : phase_bytes;
     row_view1 = t.nb > 1 ? stacked : row_bytes;
     row_view2 = t.nb > 1 ? 2 * stacked : phase_bytes + row_bytes;
     offset = WG_S2WIN ? s2_offset() : 0;
   }
-  // the current tap (r, s) of a stride-2 window
+  // the current tap (r, s) of a stride-2 window (quads: of its even half; the odd half's is 64 bytes on)
+  static constexpr int kFirstTap = kQuadWindows ? 96 : 32;  // column 2ow - 1's bytes in the first window row
   __device__ __forceinline__ int s2_offset() const {
-    return (r == 0 ? row_view0 : r == 1 ? row_view1 : row_view2) + 32 + 32 * s;
+    return (r == 0 ? row_view0 : r == 1 ? row_view1 : row_view2) + kFirstTap + 32 * s;
   }
   __device__ __forceinline__ void wait_for_steps_before(int k_end, const ConvParams& p, uint32_t hfull0) {
     for (; waited * p.R * p.S < k_end; ++waited) {
@@ -676,10 +693,11 @@ struct WindowCursor {
   // (r = j / 3, s = j % 3, compile-time constants once the batch is unrolled) is it plus s2_tap_quads(j), so no cursor
   // arithmetic runs between the wgmmas (the address field, bits 0-13, cannot carry: shared memory is under 256 KB).
   __device__ __forceinline__ uint64_t s2_window_desc(uint32_t base) const {
-    return sm90::desc_kmajor_sw64(base + L::HALO_OFFSET + slot * L::HALO_SLOT);
+    const uint32_t slot_addr = base + L::HALO_OFFSET + slot * L::HALO_SLOT;
+    return kQuadWindows ? sm90::desc_kmajor_sw128(slot_addr) : sm90::desc_kmajor_sw64(slot_addr);
   }
   __device__ __forceinline__ uint32_t s2_tap_quads(int j) const {
-    return (uint32_t)((j / 3 == 0 ? row_view0 : j / 3 == 1 ? row_view1 : row_view2) + 32 + 32 * (j % 3)) >> 4;
+    return (uint32_t)((j / 3 == 0 ? row_view0 : j / 3 == 1 ? row_view1 : row_view2) + kFirstTap + 32 * (j % 3)) >> 4;
   }
   // past the current window: the next slot's tap (0, 0)
   __device__ __forceinline__ void next_window() {
@@ -716,13 +734,20 @@ template <int N, bool ONE_CHUNK, int BN, class L>
 __device__ __forceinline__ void issue_resident_steps(int (&acc)[BN / 2], uint32_t base, WindowCursor<L>& win, int k0,
                                                      const ConvParams& p, int wh) {
   static_assert(!ONE_CHUNK || N <= 4, "one chunk holds 4 k32 steps");
+  static_assert(!kQuadWindows || WG_WIN_BATCH, "quad windows: a batch per window");
   if constexpr (WG_S2WIN && N == 9) {  // one stride-2 3x3 window (WG_WIN_BATCH): its taps' views from one descriptor
     const uint64_t window = win.s2_window_desc(base);
 #pragma unroll
     for (int j = 0; j < N; ++j) {
       const int k = k0 + j;
-      if (!kDiagNoWgmma)
-        sm90::WgmmaS8<BN>::mma(acc, sm90::desc_kmajor_sw128(base + (k >> 2) * L::WRES_CHUNK + 32 * (k & 3)), window + win.s2_tap_quads(j), k > 0);
+      const uint64_t weight = sm90::desc_kmajor_sw128(base + (k >> 2) * L::WRES_CHUNK + 32 * (k & 3));
+      if (kDiagNoWgmma) {
+      } else if constexpr (kQuadWindows) {  // the even columns' positions, then the odd ones' 64 bytes on (4 x 16)
+        sm90::WgmmaS8<BN / 2>::template mma<0>(acc, weight, window + win.s2_tap_quads(j), k > 0);
+        sm90::WgmmaS8<BN / 2>::template mma<BN / 4>(acc, weight, window + win.s2_tap_quads(j) + 4, k > 0);
+      } else {
+        sm90::WgmmaS8<BN>::mma(acc, weight, window + win.s2_tap_quads(j), k > 0);
+      }
     }
     win.next_window();
     return;
