@@ -215,6 +215,13 @@ def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
     return ctas, 1, 1
 
 
+def programmatic_launch(tactic: WgmmaTactic) -> bool:
+    """Whether the tactic's launch may start before the previous grid in its stream completes (its `pdl`; WG_PDL in
+    wgmma_conv.cu). TRTFUSE_PDL=0 launches every grid after the previous one (the kernel's griddepcontrol then waits
+    for nothing): a knob for streams that share the GPU, where an early grid's CTAs hold SMs while they wait."""
+    return tactic.pdl > 0 and os.environ.get("TRTFUSE_PDL", "1") != "0"
+
+
 def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream) -> None:
     """Launch with a filled ConvParamsStruct (plugins/conv.py); x, w are the device pointers in it."""
     geo = tactic.geometry(shape)
@@ -229,4 +236,4 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     fn = module_for(tactic).function(ENTRY, smem)
     cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,
               [ctypes.addressof(wmap), ctypes.addressof(xmap), ctypes.addressof(ymap), ctypes.addressof(params),
-               ctypes.addressof(tile)], programmatic=tactic.pdl > 0)
+               ctypes.addressof(tile)], programmatic=programmatic_launch(tactic))

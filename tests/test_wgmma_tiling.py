@@ -484,3 +484,15 @@ def test_window_thread_only_where_windows_share_the_producer_with_streamed_weigh
     with pytest.raises(AssertionError):  # the ping-pong tile's producer already issues windows only
         make(99, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4, staging=2,
              resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=2, window_warp=True)
+
+
+def test_programmatic_launch_follows_the_tactic_and_the_knob(monkeypatch):
+    # The persistent tiles that wait on griddepcontrol launch programmatically (their `pdl`); TRTFUSE_PDL=0 turns it off.
+    from trtfuse.plugins.wgmma import programmatic_launch
+
+    monkeypatch.delenv("TRTFUSE_PDL", raising=False)
+    assert programmatic_launch(TACTICS_BY_ID[70]) and programmatic_launch(TACTICS_BY_ID[89])
+    assert not programmatic_launch(TACTICS_BY_ID[73])  # no pdl in its table entry
+    monkeypatch.setenv("TRTFUSE_PDL", "0")
+    assert not programmatic_launch(TACTICS_BY_ID[70])
+    assert all(t.persistent for t in WGMMA_TACTICS if t.pdl), "an early grid's CTAs must all be resident"
