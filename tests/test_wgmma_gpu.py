@@ -250,8 +250,7 @@ def test_programmatic_launches_wait_for_the_previous_grid(monkeypatch, first_id,
     assert first.geometry(shape_a) is not None and second.geometry(shape_b) is not None
     a = DeviceConv(ConvProblem.random(shape_a, False), ConvLaunch(shape_a, first, 1))
     problem_b = ConvProblem.random(shape_b, False)
-    problem_b.x = a.p.golden()
-    b = DeviceConv(problem_b, ConvLaunch(shape_b, second, 1))
+    b = DeviceConv(problem_b, ConvLaunch(shape_b, second, 1))  # (its own input buffer is not used)
     assert b.y.nbytes <= a.x.nbytes  # the second layer's output goes into the first one's input
     a.y.fill(POISON)
     a.run()
@@ -259,5 +258,6 @@ def test_programmatic_launches_wait_for_the_previous_grid(monkeypatch, first_id,
     cd.check(cd._driver().cuCtxSynchronize())
     first_out = unpack_chw32(a.y.download(a.y_shape, np.int8), shape_a.k)
     second_out = unpack_chw32(a.x.download(b.y_shape, np.int8), shape_b.k)
-    assert passes_lsb_rule(compare(first_out, problem_b.x)), "the first layer's output"
+    assert passes_lsb_rule(compare(first_out, a.p.golden())), "the first layer's output"
+    problem_b.x = first_out  # what the second layer must have read: the first one's output as it was stored
     assert passes_lsb_rule(compare(second_out, problem_b.golden())), "the second layer read its input before it was written"
