@@ -478,18 +478,26 @@ class WgmmaTactic(Tactic):
           the three windows sit win = NB * OH * pitch rows apart (a multiple of 16 rows: 1024 bytes, so every box lands
           on the same swizzle phase), and tap row r's view starts r * win rows in. 3 OH pitch pair rows per image, where
           the first form's 2 (OH + 1) pitch would need 64 positions per 7 x 7 image instead of 56.
+        * quad_windows (one image per tile, W a multiple of 4): 128-byte window rows, quads of input columns 4j .. 4j + 3
+          counted from quad -1. Output column ow = 2t + e reads columns 4t + 2e - 1 + s, the 32 bytes at t * 128 + (3 + s
+          + 2e) * 32 of the tap row's window rows, so the tile's positions split by column parity e: position e * bm / 2
+          + oh * pitch + t is pixel (oh0 + oh, 2t + e), pitch = OW / 2 + 1 quads, each tap two wgmmas of N = bm / 2, the
+          odd half's view 64 bytes after the even half's. One box (128, pitch, TH + 1, 2, 1) of the view (128, W / 4, H /
+          2, 2, N * CB), landing [ph][h2][quad][128]: half the pairs' rows.
         """
         oh, ow = shape.out_hw
         if ((shape.r, shape.s, shape.stride, shape.pads) != (3, 3, (2, 2), (1, 1, 1, 1)) or shape.h % 2 or shape.w % 2
                 or ow > self.bm):
             return None
-        if self.quad_windows:
-            return self._quad_window_tiles(shape)
-        pitch = ow + 1
+        if self.quad_windows and shape.w % 4:
+            return None
+        # one wgmma's positions and a tile row's pixels among them: the whole row, or (quads) one column parity's half
+        span, row_px = (self.bm // 2, ow // 2) if self.quad_windows else (self.bm, ow)
+        pitch = row_px + 1
         if pitch > 256:
             return None
         image_rows = oh * pitch  # positions of one image
-        if 2 * image_rows <= self.bm:  # stacked images (the kernel tells the two forms apart by NB > 1)
+        if not self.quad_windows and 2 * image_rows <= self.bm:  # stacked images (the kernel tells the forms apart by NB > 1)
             nb = min(self.bm // image_rows, shape.n)
             while nb > 1 and nb * image_rows % 16:
                 nb -= 1  # whole 1024-byte windows
@@ -499,38 +507,15 @@ class WgmmaTactic(Tactic):
             if nb * oh * ow * 2 < self.bm:
                 return None  # under half the tile's positions would be pixels
             return oh, nb, 1, 3 * win * self.window_row_bytes, math.ceil(shape.n / nb), pitch
-        th_max = min((self.bm - ow) // pitch + 1, 255)  # TH + 1 pair rows <= 256 (box limit)
+        th_max = min((span - row_px) // pitch + 1, 255)  # TH + 1 window rows per phase <= 256 (box limit)
         tpi = math.ceil(oh / th_max)
         th = math.ceil(oh / tpi)
         phase_rows = (th + 1) * pitch
-        if phase_rows + pitch + 1 + self.bm > self.halo_rows:
-            return None  # tap (2, 2)'s view, from row phase_rows + pitch + 1, must stay inside the slot
+        if phase_rows + pitch + 1 + span > self.halo_rows:
+            return None  # tap (2, 2)'s view (quads: the odd half's), from row phase_rows + pitch + 1, must stay inside the slot
         if th * ow * 2 < self.bm:
             return None  # under half the tile's positions would be pixels
         return th, 1, tpi, 2 * phase_rows * self.window_row_bytes, shape.n * tpi, pitch
-
-    def _quad_window_tiles(self, shape: ConvShape):
-        """quad_windows: the one-image form of _stride2_window_tiles with 128-byte window rows, quads of input columns
-        4j .. 4j + 3 counted from quad -1. Output column ow = 2t + e reads columns 4t + 2e - 1 + s, the 32 bytes at
-        t * 128 + (3 + s + 2e) * 32 of the tap row's window rows, so the tile's positions split by column parity e:
-        position e * bm / 2 + oh * pitch + t is pixel (oh0 + oh, 2t + e), pitch = OW / 2 + 1 quads, and each tap is two
-        wgmmas of N = bm / 2, the odd half's view 64 bytes after the even half's. The window is one box (128, pitch, TH +
-        1, 2, 1) of the view (128, W / 4, H / 2, 2, N * CB), landing [ph][h2][quad][128]: half the pairs' rows."""
-        oh, ow = shape.out_hw
-        if shape.w % 4:
-            return None
-        span, row_px = self.bm // 2, ow // 2  # one wgmma's positions, one parity's pixels of a row
-        pitch = row_px + 1
-        th_max = min((span - row_px) // pitch + 1, 255)  # TH + 1 rows per phase <= 256 (box limit)
-        tpi = math.ceil(oh / th_max)
-        th = math.ceil(oh / tpi)
-        phase_rows = (th + 1) * pitch
-        if phase_rows + pitch + 1 + span > self.halo_rows or pitch > 256:
-            return None  # the odd half's tap (2, 2) view, from row phase_rows + pitch + 1 (+ 96 bytes), stays inside the slot
-        if th * ow * 2 < self.bm:
-            return None  # under half the tile's positions would be pixels
-        return th, 1, tpi, 2 * phase_rows * self.window_row_bytes, shape.n * tpi, pitch
-
 
 WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(20, 256, 128, 2, 1, 6, 32, 1, ks=2),
@@ -706,7 +691,6 @@ WGMMA_PREFERRED = (31, 28)
 WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 69, 64, 89, 74, 67, 65, 68, 66)
 # The quad windows (w89) copy half the window rows of the pairs (w74) for 8 % more positions; wgmma_cost counts only the
 # positions, so where a quad tile fits choose_wgmma takes it (res3 first conv2: 0.0513 ms against w74's 0.0527 in one call).
-WGMMA_QUADS_FIRST = (89,)
 # GEMM-K under 1024 (the 1x1 conv3 / downsample / conv1 layers): two staging tiles, the residual streaming
 # in while the previous output waits (bench/results/wgmma-diag-*/5-residual-epilogue.json: res3/res4
 # conv3 +res fastest with 33 or 35, 1.17-1.24x the mma.sync kernel).
@@ -748,7 +732,7 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     windows = [t for i in WGMMA_HALO_PREFERRED if (g := (t := TACTICS_BY_ID[i]).geometry(shape)) is not None
                and g.ctas >= (2 if t.pingpong else 1) * sms]
     if windows:
-        quads = [t for t in windows if t.id in WGMMA_QUADS_FIRST]
+        quads = [t for t in windows if t.quad_windows]
         return quads[0] if quads else min(windows, key=lambda t: wgmma_cost(shape, t, sms))
     if kg < 1024:
         for i in WGMMA_FLAT_PREFERRED[n >= 256]:

@@ -179,7 +179,7 @@
 // WG_S2WIN 2 (one image per tile, window batches): 128-byte window rows of column quads (128-byte swizzle), half the
 // pairs' rows. A quad row holds two output columns' taps, so the tile's positions split by output column parity e into
 // two wgmmas of N / 2 per tap: position e * N / 2 + oh * pitch + t is pixel (oh0 + oh, 2t + e), and tap (r, s) of half e
-// reads 32 bytes at phase(r) + row(r) + (3 + s + 2e) * 32 (plugins/tactics.py: _quad_window_tiles). The output leaves by
+// reads 32 bytes at phase(r) + row(r) + (3 + s + 2e) * 32 (plugins/tactics.py: _stride2_window_tiles). The output leaves by
 // one TMA store per channel block and parity, of the view (32, OW / 2, 2, OH, N * KB).
 #ifndef WG_S2WIN
 #define WG_S2WIN 0
@@ -657,8 +657,8 @@ struct WindowCursor {
   int first, waited = 0, released = 0, slot, r = 0, s = 0, row_view0, row_view1, row_view2, offset;
   __device__ __forceinline__ WindowCursor(int first_use, const WgmmaTile& t)
       : first(first_use), slot(first_use % L::HALO_STAGES) {
-    constexpr int kRow = kQuadWindows ? 128 : 64;  // bytes of a window row: a pair or a quad of columns
-    const int phase_bytes = (t.th + 1) * t.pitch * kRow, row_bytes = t.pitch * kRow, stacked = t.box_bytes / 3;
+    const int phase_bytes = (t.th + 1) * t.pitch * L::HALO_ROW_BYTES, row_bytes = t.pitch * L::HALO_ROW_BYTES;
+    const int stacked = t.box_bytes / 3;
     row_view0 = t.nb > 1 ? 0 : phase_bytes;
     row_view1 = t.nb > 1 ? stacked : row_bytes;
     row_view2 = t.nb > 1 ? 2 * stacked : phase_bytes + row_bytes;
@@ -842,7 +842,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
     // ---------------- producer warpgroup: one thread drives the copy engine (WG_WINDOW_WARP: a second, the windows) ----------------
     sm90::regs_dealloc<kProducerRegs>();
     const bool window_thread = kWindowWarp && tid == CONSUMERS + 32;  // (WG_WINDOW_WARP) issues the windows only
-    if ((tid == CONSUMERS || window_thread) && !kDiagNoRing) {
+    if ((weight_thread || window_thread) && !kDiagNoRing) {
       // What the copy engine moves: profiling builds 3, 8, 9 nothing, 4 only weights, 5 only activations;
       // resident weights once, below, instead of in every slot.
       constexpr bool kCopyWeights = !kDiagNoCopies && !kDiagNoWeightCopies && WG_DIAG != 5, kLoadActivations = !kDiagNoCopies && WG_DIAG != 4;
@@ -943,7 +943,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         }
       }
     }
-    if (WG_PDL == 3 && tid == CONSUMERS) sm90::launch_dependents();  // every copy of the CTA's is issued
+    if (WG_PDL == 3 && weight_thread) sm90::launch_dependents();  // every copy of the CTA's is issued
     __syncwarp();
     if (WG_MCAST) sm90::cluster_sync();  // matches the consumers' final one
     return;
