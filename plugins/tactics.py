@@ -249,10 +249,6 @@ class WgmmaTactic(Tactic):
     # the CTA's setup and resident weight overlap that grid's last tiles (persistent grids: every CTA is resident).
     # When the CTA lets the next grid launch: 1 at its start, 2 never (at its exit), 3 once its last window is issued
     pdl: int = 0
-    # window tiles: each window of the tile l2_prefetch tiles on is brought into the L2 (TMA prefetch) before the
-    # producer waits for this tile's ring slot (WG_L2_PREFETCH)
-    l2_prefetch: int = 0
-    l2_bulk: int = 0  # EXPERIMENT: the prefetch as one bulk range per window (stride-2 one-image windows)
     diag: int = 0  # profiling builds only (WG_DIAG in wgmma_conv.cu, bench/wgmma_diag.py); never in the table
     timeline: int = 0  # profiling only: the ping-pong consumers stamp the SM clock per tile (WG_TIMELINE, bench/wgmma_timeline.py)
     family: ClassVar[str] = "wgmma"
@@ -285,7 +281,6 @@ class WgmmaTactic(Tactic):
             assert not self.flat, "flat tiles are pixel-major"
         assert not self.timeline or (self.pingpong and not self.pixel_major), "the timeline build is the channel-major ping-pong's"
         assert not self.window_batches or (self.pingpong and not self.pixel_major), "window batches: the channel-major ping-pong's"
-        assert not self.l2_prefetch or self.halo_rows, "L2 prefetch: of the window tiles' windows"
         assert self.pdl in (0, 1, 2, 3) and (not self.pdl or self.persistent), "an early-launched grid's CTAs wait on SMs: only persistent grids, all resident"
 
     @property
@@ -307,7 +302,7 @@ class WgmmaTactic(Tactic):
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{('_s2q' if self.quad_windows else '_s2') if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
-                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}{f'_pdl{self.pdl}' if self.pdl else ''}{f'_l2p{self.l2_prefetch}' if self.l2_prefetch else ''}{'_bulk' if self.l2_bulk else ''}"
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}{f'_pdl{self.pdl}' if self.pdl else ''}"
                 + (f"_diag{self.diag}" if self.diag else "") + ("_timeline" if self.timeline else ""))
 
     # on/off fields and the wgmma_conv.cu macro each sets to 1
@@ -325,10 +320,6 @@ class WgmmaTactic(Tactic):
             d["WG_STAGING"] = self.staging
         if self.pdl:
             d["WG_PDL"] = self.pdl
-        if self.l2_prefetch:
-            d["WG_L2_PREFETCH"] = self.l2_prefetch
-        if self.l2_bulk:
-            d["WG_L2_BULK"] = self.l2_bulk
         if self.quad_windows:
             d["WG_S2WIN"] = 2
         if self.pixel_major and self.consumers != 2:

@@ -83,18 +83,6 @@ __device__ __forceinline__ void tma_load_5d(uint32_t dst, const TensorMap* map, 
       : "memory");
 }
 
-// The box into the L2 only: no shared memory, no barrier, nothing to wait for (a later load of it hits the L2).
-__device__ __forceinline__ void tma_prefetch_l2_5d(const TensorMap* map, int c0, int c1, int c2, int c3, int c4) {
-  asm volatile("cp.async.bulk.prefetch.tensor.5d.L2.global.tile [%0, {%1, %2, %3, %4, %5}];\n"
-               ::"l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
-               : "memory");
-}
-
-// Contiguous bytes into the L2 only (16-byte aligned, a multiple of 16 bytes).
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src)), "r"(bytes) : "memory");
-}
-
 // The same box written at the same offset into the shared memory of every CTA of the cluster in
 // `cta_mask`, completing bytes on the mbarrier at the same offset in each of them.
 __device__ __forceinline__ void tma_load_5d_multicast(uint32_t dst, const TensorMap* map, uint32_t bar, int c0, int c1,

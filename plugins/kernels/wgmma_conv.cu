@@ -242,15 +242,6 @@ constexpr bool kDiagNoRing = WG_DIAG == 13;
 #ifndef WG_PDL
 #define WG_PDL 0
 #endif
-// WG_L2_PREFETCH (window tiles): the producer asks the copy engine to bring each window of the tile that many tiles on
-// into the L2 before it waits for the ring slot of this one, so a window whose input has left the L2 (res3 first conv2's
-// 103 MB) is read from DRAM ahead of its load into shared memory, not while the slot waits for it.
-#ifndef WG_L2_PREFETCH
-#define WG_L2_PREFETCH 0
-#endif
-#ifndef WG_L2_BULK
-#define WG_L2_BULK 0
-#endif
 constexpr bool kTimeline = WG_TIMELINE != 0;
 constexpr int kTimelineCtas = 160, kTimelineTiles = 16, kTimelinePoints = 6, kTimelineUses = 64;
 #if WG_TIMELINE
@@ -805,15 +796,12 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
 
   if (tid == 0) {
 #pragma unroll
-    for (int s = (WG_L2_BULK == 2 && kChannelPingpong); s < STAGES; ++s) {
+    for (int s = 0; s < STAGES; ++s) {
       sm90::mbar_init(full0 + 8 * s, 1);       // the producer's arrive + the copy engine's bytes
       // one arrive per consumer warp that reads the slot: of both CTAs (multicast), of one tile group (pixel-major)
       sm90::mbar_init(empty0 + 8 * s, PIXM ? 4 * BN / 64 : (WG_MCAST ? 2 : 1) * CONSUMERS / 32);
     }
     sm90::mbar_init(wres_full, 1);
-    // EXPERIMENT (WG_L2_BULK 2): the ping-pong tile leaves the weight ring's barriers unused; full[0] is the
-    // producer's tile counter that paces the prefetch warp
-    if (WG_L2_BULK == 2 && kChannelPingpong) *reinterpret_cast<volatile int*>(smem + L::BAR_OFFSET) = -1;
 #pragma unroll
     for (int s = 0; s < (L::HALO ? L::HALO_STAGES : 0); ++s) {
       sm90::mbar_init(hfull0 + 8 * s, 1);
@@ -882,42 +870,27 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
       for (int tile = blockIdx.x, local = 0; tile < t.tiles; tile += tile_step, ++local) {
         const TileCoord tc(tile, p, t, ohw, CH);
         const int h0 = tc.oh0 * p.stride_h - p.pad_top, w0 = -p.pad_left;
-        // WG_HALO: channel block cb's window of tile `wt`, into ring slot `slot` on barrier `hfull`, or (l2) into the L2 only
-        auto window_boxes = [&](const TileCoord& wt, int cb, uint32_t slot, uint32_t hfull, bool l2) {
-          const int wh0 = wt.oh0 * p.stride_h - p.pad_top;
-          if (WG_S2WIN && t.nb > 1) {  // stacked images, the view (64, W / 2, H, N, CB): tap row r's rows 2oh + r - 1
-            for (int r = 0; r < 3; ++r) {
-              if (l2) sm90::tma_prefetch_l2_5d(tmap_x, 0, -1, r - 1, wt.n0, cb);
-              else sm90::tma_load_5d(slot + r * (t.box_bytes / 3), tmap_x, hfull, 0, -1, r - 1, wt.n0, cb);
-            }
-          } else if (WG_S2WIN) {  // the pair view (64, W / 2, H / 2, 2, N * CB): pairs from -1, rows of both phases from oh0 - 1
-            if (l2 && WG_L2_BULK) {  // rows 2 oh0 - 2 .. 2 (oh0 + TH) - 1 of the image's channel block: one contiguous range
-              const int lo = max(2 * wt.oh0 - 2, 0), hi = min(2 * (wt.oh0 + t.th), p.H);
-              sm90::bulk_prefetch_l2(p.x + ((size_t)(wt.n0 * windows + cb) * p.H + lo) * p.W * 32, (hi - lo) * p.W * 32);
-            } else if (l2) sm90::tma_prefetch_l2_5d(tmap_x, 0, -1, wt.oh0 - 1, 0, wt.n0 * windows + cb);
-            else sm90::tma_load_5d(slot, tmap_x, hfull, 0, -1, wt.oh0 - 1, 0, wt.n0 * windows + cb);
-          } else {  // the window view (32, W, N, H, CB) of the activation (plugins/wgmma.py): NB images side by side
-            if (l2) sm90::tma_prefetch_l2_5d(tmap_x, 0, w0, wt.n0, wh0, cb);
-            else sm90::tma_load_5d(slot, tmap_x, hfull, 0, w0, wt.n0, wh0, cb);
-          }
-        };
-        // ... the tile's (local * windows + cb)-th use of the window ring
+        // WG_HALO: channel block cb's window, the tile's (local * windows + cb)-th use of the window ring
         auto issue_window = [&](int cb) {
           const int use = local * windows + cb, hs = use % L::HALO_STAGES;
           const uint32_t hfull = hfull0 + 8 * hs;
-          if (WG_L2_PREFETCH && WG_L2_BULK != 2 && kLoadActivations && tile + WG_L2_PREFETCH * tile_step < t.tiles)
-            window_boxes(TileCoord(tile + WG_L2_PREFETCH * tile_step, p, t, ohw, CH), cb, 0, 0, true);
           sm90::mbar_wait(hempty0 + 8 * hs, ((use / L::HALO_STAGES) & 1) ^ 1);
           if (kTimeline) stamp_window(use, 0);
           if (!kLoadActivations) {
             sm90::mbar_arrive(hfull);
           } else {
             sm90::mbar_arrive_expect_tx(hfull, t.box_bytes);
-            window_boxes(tc, cb, base + L::HALO_OFFSET + hs * L::HALO_SLOT, hfull, false);
+            const uint32_t slot = base + L::HALO_OFFSET + hs * L::HALO_SLOT;
+            if (WG_S2WIN && t.nb > 1) {  // stacked images, the view (64, W / 2, H, N, CB): tap row r's rows 2oh + r - 1
+              for (int r = 0; r < 3; ++r)
+                sm90::tma_load_5d(slot + r * (t.box_bytes / 3), tmap_x, hfull, 0, -1, r - 1, tc.n0, cb);
+            } else if (WG_S2WIN) {  // the pair view (64, W / 2, H / 2, 2, N * CB): pairs from -1, rows of both phases from oh0 - 1
+              sm90::tma_load_5d(slot, tmap_x, hfull, 0, -1, tc.oh0 - 1, 0, tc.n0 * windows + cb);
+            } else  // the window view (32, W, N, H, CB) of the activation (plugins/wgmma.py): NB images side by side
+              sm90::tma_load_5d(slot, tmap_x, hfull, 0, w0, tc.n0, h0, cb);
           }
         };
         if (kChannelPingpong || window_thread) {  // resident weights (or WG_WINDOW_WARP's window thread): windows only
-          if (WG_L2_BULK == 2 && kChannelPingpong) *reinterpret_cast<volatile int*>(smem + L::BAR_OFFSET) = local;
           for (int cb = 0; cb < windows; ++cb) issue_window(cb);
           continue;
         }
@@ -967,22 +940,6 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
               if (++r == p.R) { r = 0; ++cb; }
             }
           }
-        }
-      }
-    }
-    if (WG_L2_BULK == 2 && kChannelPingpong && WG_DIAG != 3 && !kDiagNoRing && tid / 32 == CONSUMERS / 32 + 1) {
-      // EXPERIMENT: the next warp prefetches into the L2, by plain prefetch instructions (not the copy engine), the
-      // windows of the tile WG_L2_PREFETCH tiles on once the producer has started a tile
-      const int lane = tid % 32;
-      for (int tile = blockIdx.x + WG_L2_PREFETCH * tile_step, local = 0; tile < t.tiles; tile += tile_step, ++local) {
-        while (*reinterpret_cast<volatile int*>(smem + L::BAR_OFFSET) < local) __nanosleep(64);
-        const TileCoord wt(tile, p, t, ohw, CH);
-        const int lo = max(2 * wt.oh0 - 2, 0), hi = min(2 * (wt.oh0 + t.th), p.H);
-        const int bytes = (hi - lo) * p.W * 32;
-        for (int cb = 0; cb < windows; ++cb) {
-          const int8_t* src = p.x + ((size_t)(wt.n0 * windows + cb) * p.H + lo) * p.W * 32;
-          for (int off = lane * 128; off < bytes; off += 32 * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(src + off));
         }
       }
     }
