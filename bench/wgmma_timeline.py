@@ -28,7 +28,8 @@ from ..io import atomic_write_json
 from ..plugins.conv import ConvLaunch
 from .wgmma_diag import LAYERS, replaced_variant
 
-CTAS, TILES, POINTS, USES = 160, 16, 6, 64  # kTimelineCtas, kTimelineTiles, kTimelinePoints, window uses in wgmma_conv.cu
+# kTimelineCtas, kTimelineTiles, kTimelinePoints, window uses and the points of each (kWindowPoints) in wgmma_conv.cu
+CTAS, TILES, POINTS, USES, WINDOW_POINTS = 160, 16, 6, 64, 4
 PHASES = ("wait turn", "wait window", "issue", "drain", "epilogue")
 
 
@@ -44,12 +45,18 @@ def phases(stamps: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def window_phases(w: np.ndarray) -> dict[str, np.ndarray]:
-    """w [cta, use, (issued, seen landed)] -> a window's issue-to-seen time and the intervals between consecutive
-    windows' issues and sightings (the copy engine's pace per window where it is the bound)."""
+def window_phases(w: np.ndarray, slots: int) -> dict[str, np.ndarray]:
+    """w [cta, use, (issued, seen landed, given back, slot wanted)] -> a window's time in the copy path (issue to seen)
+    and in its slot (seen to given back), how long a given-back slot takes to carry the window `slots` uses on (given
+    back to that one's issue) and the producer's wait for it, and the intervals between consecutive windows' issues
+    and sightings. A ring of `slots` turns once per slot-time: copy path + held + back to issue."""
     ran = (w != 0).all(axis=-1)
     both = ran[:, 1:] & ran[:, :-1]
+    lap = ran[:, slots:] & ran[:, :-slots]
     return {"window seen after issue": (w[..., 1] - w[..., 0])[ran],
+            "window held (seen to given back)": (w[..., 2] - w[..., 1])[ran],
+            "slot given back to reissued": (w[:, slots:, 0] - w[:, :-slots, 2])[lap],
+            "producer waits for the slot": (w[..., 0] - w[..., 3])[ran],
             "window issue interval": (w[:, 1:, 0] - w[:, :-1, 0])[both],
             "window seen interval": (w[:, 1:, 1] - w[:, :-1, 1])[both]}
 
@@ -68,7 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layer", default="res3 first")
     ap.add_argument("--tactic", type=int, default=74)
     ap.add_argument("--replace", default="", help="colon-separated integer fields of the tactic to replace: 'pp_inflight=2'")
-    ap.add_argument("--dump", type=int, help="print one CTA's raw stamps (points 0-5 per tile, windows issued / seen)")
+    ap.add_argument("--dump", type=int, help="print one CTA's raw stamps (points 0-5 per tile; per window: wanted, issued, seen, given back)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     _, variant = replaced_variant(":".join([str(args.tactic)] + ([args.replace] if args.replace else [])))
@@ -86,12 +93,12 @@ def main(argv=None) -> int:
     ptr, size = cd.check(drv.cuModuleGetGlobal(module, b"trtfuse_timeline"))
     assert size == CTAS * 2 * TILES * POINTS * 8
     wptr, wsize = cd.check(drv.cuModuleGetGlobal(module, b"trtfuse_windows"))
-    assert wsize == CTAS * USES * 2 * 8
+    assert wsize == CTAS * USES * WINDOW_POINTS * 8
     eptr, esize = cd.check(drv.cuModuleGetGlobal(module, b"trtfuse_entry"))
     assert esize == CTAS * 8
     entry = np.zeros(CTAS, dtype=np.uint64)
     host = np.zeros(CTAS * 2 * TILES * POINTS, dtype=np.uint64)
-    windows = np.zeros(CTAS * USES * 2, dtype=np.uint64)
+    windows = np.zeros(CTAS * USES * WINDOW_POINTS, dtype=np.uint64)
     ms = graph_time_ms(torch, run, 10)
     records, spans, starts = [], [], []
     for _ in range(5):
@@ -106,7 +113,7 @@ def main(argv=None) -> int:
         # a CTA's start to its first tile's ready point (barrier init, the weight's load, the first windows' wait)
         starts += [int(c[c != 0].min() - e) for c, e in zip(stamps, entry.astype(np.int64)) if (c != 0).any() and e != 0]
         cd.check(drv.cuMemcpyDtoH(windows.ctypes.data, wptr, wsize))
-        records.append(phases(stamps) | window_phases(windows.reshape(CTAS, USES, 2).astype(np.int64)))
+        records.append(phases(stamps) | window_phases(windows.reshape(CTAS, USES, WINDOW_POINTS).astype(np.int64), tactic.halo_stages))
         spans += [int(c[c != 0].max() - c[c != 0].min()) for c in stamps if (c != 0).any()]
     pooled = {k: np.concatenate([r[k] for r in records]) for k in records[0]}
     summary = {k: {"median": float(np.median(v)), "p10": float(np.percentile(v, 10)), "p90": float(np.percentile(v, 90))}
@@ -118,10 +125,11 @@ def main(argv=None) -> int:
             for i in range(TILES):
                 if (c[wg, i] != 0).all():
                     print(f"  cta {args.dump} wg {wg} tile {2 * i + wg:2d}: " + " ".join(f"{v - t0:7d}" for v in c[wg, i]))
-        w = windows.reshape(CTAS, USES, 2).astype(np.int64)[args.dump]
+        w = windows.reshape(CTAS, USES, WINDOW_POINTS).astype(np.int64)[args.dump]
         for u in range(USES):
             if (w[u] != 0).all():
-                print(f"  cta {args.dump} window {u:2d}: issued {w[u, 0] - t0:7d} seen {w[u, 1] - t0:7d}")
+                print(f"  cta {args.dump} window {u:2d}: wanted {w[u, 3] - t0:7d} issued {w[u, 0] - t0:7d} "
+                      f"seen {w[u, 1] - t0:7d} given back {w[u, 2] - t0:7d}")
     span = float(np.median(spans))
     start = float(np.median(starts)) if starts else float("nan")
     print(f"== {name}  {tactic.name}  {ms:.4f} ms; a CTA's first to last stamp {span:.0f} clocks "

@@ -245,6 +245,9 @@ class WgmmaTactic(Tactic):
     # channel-major ping-pong on 3x3 windows: one wgmma batch per window (9 taps), each window released as soon as its
     # batch is done, early when the next has not landed (WG_WIN_BATCH)
     window_batches: bool = False
+    # stride-2 window batches: the batch issues this many taps, then waits for the previous batch and gives its window
+    # back, then issues the rest (WG_EARLY_RELEASE; 0: the whole batch first)
+    early_release: int = 0
     # programmatic dependent launch (WG_PDL): launched so that it may start while the previous grid in the stream runs;
     # the CTA's setup and resident weight overlap that grid's last tiles (persistent grids: every CTA is resident).
     # When the CTA lets the next grid launch: 1 at its start, 2 never (at its exit), 3 once its last window is issued
@@ -281,6 +284,8 @@ class WgmmaTactic(Tactic):
             assert not self.flat, "flat tiles are pixel-major"
         assert not self.timeline or (self.pingpong and not self.pixel_major), "the timeline build is the channel-major ping-pong's"
         assert not self.window_batches or (self.pingpong and not self.pixel_major), "window batches: the channel-major ping-pong's"
+        assert 0 <= self.early_release < 9 and (not self.early_release or (self.window_batches and self.stride2_windows)), \
+            "early release: taps of a stride-2 window batch"
         assert self.pdl in (0, 1, 2, 3) and (not self.pdl or self.persistent), "an early-launched grid's CTAs wait on SMs: only persistent grids, all resident"
 
     @property
@@ -302,7 +307,7 @@ class WgmmaTactic(Tactic):
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
                 f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{('_s2q' if self.quad_windows else '_s2') if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
-                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}{f'_pdl{self.pdl}' if self.pdl else ''}"
+                f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}{f'_er{self.early_release}' if self.early_release else ''}{f'_pdl{self.pdl}' if self.pdl else ''}"
                 + (f"_diag{self.diag}" if self.diag else "") + ("_timeline" if self.timeline else ""))
 
     # on/off fields and the wgmma_conv.cu macro each sets to 1
@@ -320,6 +325,8 @@ class WgmmaTactic(Tactic):
             d["WG_STAGING"] = self.staging
         if self.pdl:
             d["WG_PDL"] = self.pdl
+        if self.early_release:
+            d["WG_EARLY_RELEASE"] = self.early_release
         if self.quad_windows:
             d["WG_S2WIN"] = 2
         if self.pixel_major and self.consumers != 2:
@@ -623,9 +630,15 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     # issue alone 0.0387 against 0.0359, main loop 0.0457 against 0.0438, the kernel 0.0520-0.0522 against 0.0529-0.0530;
     # a window is still seen ~3,400 clocks after its issue, so 4 slots keep the windows ~1,370 clocks apart. It lets the
     # next grid launch once its last window is issued (pdl=3: 0.0513 twice, against 0.0518-0.0526 at pdl=1).
+    # Session 23: a window held ~2,700 clocks for a ~1,230-clock batch (timeline), because the batch after it was issued
+    # whole before the wait that gives it back, and a wgmma's issue waits for room in the tensor cores' queue. With
+    # early_release=5 a batch issues 5 of its taps, waits for the previous batch and gives its window back, then issues
+    # the other 4: 0.0477-0.0485 ms in four timings against 0.0513-0.0516 (early_release 3: 0.0485, 0.0486; 4: 0.0476,
+    # 0.0501; 6: 0.0478, 0.0481; 8: 0.0510, 0.0516; bench/results/wgmma-diag-NVIDIA_H200-2026-11-26/103-*.json).
+    # w74 gained nothing measurable from it (0.0523 against 0.0523 at 5) and keeps whole batches.
     WgmmaTactic(89, 224, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=248, halo_stages=4,
                 staging=2, resident_kt=36, pingpong=True, stride2_windows=True, quad_windows=True, pp_inflight=1,
-                window_batches=True, pdl=3),
+                window_batches=True, pdl=3, early_release=5),
     WgmmaTactic(65, 224, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=496, halo_stages=4, stride2_windows=True,
                 window_warp=True),
     # w66: w65's tile with stacked-image windows for 7 x 7 outputs (res5 first conv2: 4 images, 196 pixels in 224

@@ -1,6 +1,8 @@
 """Every kernel variant compiles with NVRTC for every supported architecture, on the CPU, with no
 local-memory spills; and the plain-Python parts of the kernel API (tactics, heuristic, launch plans)."""
 
+import dataclasses
+
 import pytest
 
 from trtfuse.bench.layers import resnet50_layers, seed000_layers
@@ -153,6 +155,28 @@ def test_wgmma_pingpong_tile_stores_by_tma():
         assert needle in ptx, needle
     row_box = compile_kernel("wgmma_conv.cu", TACTICS_BY_ID[31].defines(), "sm_90a", "ptx").image.decode(errors="replace")
     assert "cp.async.bulk.tensor.5d.global" not in row_box  # the other channel-major tiles store through the threads
+
+
+@pytest.mark.parametrize("tactic", [t for t in WGMMA_TACTICS if t.early_release], ids=lambda t: t.name)
+def test_early_release_gives_the_window_back_between_the_batch_halves(tactic):
+    # A stride-2 window batch with early_release issues its first taps, commits them, waits for the previous batch
+    # (wait_group 1) and gives that window back (an mbarrier arrive), then issues the rest: the window goes back
+    # without waiting for the whole next batch to be issued.
+    import re
+
+    ptx = compile_kernel("wgmma_conv.cu", tactic.defines(), "sm_90a", "ptx").image.decode(errors="replace")
+    ops = []
+    for line in ptx.splitlines():
+        m = re.match(r"\s*(wgmma\.mma_async|wgmma\.commit_group|wgmma\.wait_group\.sync\.aligned \d|mbarrier\.arrive\.shared)", line)
+        if m:
+            ops.append({"wgmma.mma_async": "M", "wgmma.commit_group": "C", "mbarrier.arrive.shared": "A"}.get(m.group(1), "W" + m.group(1)[-1]))
+    per_tap = 2 if tactic.quad_windows else 1
+    first, rest = tactic.early_release * per_tap, (9 - tactic.early_release) * per_tap
+    assert "M" * first + "CW1A" + "M" * rest + "C" in "".join(ops), "".join(ops)
+    whole = compile_kernel("wgmma_conv.cu", dataclasses.replace(tactic, early_release=0).defines(), "sm_90a", "ptx")
+    assert "M" * 9 * per_tap + "C" in "".join(
+        {"wgmma.mma_async": "M", "wgmma.commit_group": "C"}.get(m.group(1), "x")
+        for m in (re.match(r"\s*(wgmma\.mma_async|wgmma\.commit_group)", l) for l in whole.image.decode(errors="replace").splitlines()) if m)
 
 
 def test_wgmma_kernel_refuses_plain_sm90():

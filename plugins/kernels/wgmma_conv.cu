@@ -230,6 +230,11 @@ constexpr bool kDiagNoRing = WG_DIAG == 13;
 #ifndef WG_WIN_BATCH
 #define WG_WIN_BATCH 0
 #endif
+// WG_EARLY_RELEASE (stride-2 window batches): a batch issues that many of its 9 taps, waits for the previous batch
+// and gives its window back, then issues the rest (0: the whole batch, then the wait)
+#ifndef WG_EARLY_RELEASE
+#define WG_EARLY_RELEASE 0
+#endif
 // WG_TIMELINE (channel-major ping-pong, profiling only; with any WG_DIAG): each warpgroup's thread 0 writes the SM
 // clock at six points of each of its tiles into trtfuse_timeline, and the window ring's issue / sighting clocks go into
 // trtfuse_windows, and each CTA's first clock into trtfuse_entry (bench/wgmma_timeline.py reads them back).
@@ -243,18 +248,20 @@ constexpr bool kDiagNoRing = WG_DIAG == 13;
 #define WG_PDL 0
 #endif
 constexpr bool kTimeline = WG_TIMELINE != 0;
-constexpr int kTimelineCtas = 160, kTimelineTiles = 16, kTimelinePoints = 6, kTimelineUses = 64;
+constexpr int kTimelineCtas = 160, kTimelineTiles = 16, kTimelinePoints = 6, kTimelineUses = 64, kWindowPoints = 4;
 #if WG_TIMELINE
 extern "C" {
 __device__ unsigned long long trtfuse_timeline[kTimelineCtas * 2 * kTimelineTiles * kTimelinePoints];
-__device__ unsigned long long trtfuse_windows[kTimelineCtas * kTimelineUses * 2];  // per window use: issued (producer), seen landed (consumer)
+__device__ unsigned long long trtfuse_windows[kTimelineCtas * kTimelineUses * kWindowPoints];  // per window use: see stamp_window
 __device__ unsigned long long trtfuse_entry[kTimelineCtas];  // the CTA's first clock (its start, before the barriers' init)
 }
 #endif
-// (WG_TIMELINE) window ring use `use` of this CTA: point 0 issued by the producer, 1 seen landed by a consumer
+// (WG_TIMELINE) window ring use `use` of this CTA: point 0 issued by the producer, 1 seen landed by a consumer, 2 given
+// back by the consumer (its warp 0), 3 the producer starts waiting for its slot
 __device__ __forceinline__ void stamp_window(int use, int point) {
 #if WG_TIMELINE
-  if (blockIdx.x < kTimelineCtas && use < kTimelineUses) trtfuse_windows[(blockIdx.x * kTimelineUses + use) * 2 + point] = clock64();
+  if (blockIdx.x < kTimelineCtas && use < kTimelineUses)
+    trtfuse_windows[(blockIdx.x * kTimelineUses + use) * kWindowPoints + point] = clock64();
 #endif
 }
 constexpr bool kDiagNoCopies = WG_DIAG == 3 || WG_DIAG == 8 || WG_DIAG == 9 || WG_DIAG == 12 || kDiagNoRing;
@@ -683,8 +690,10 @@ struct WindowCursor {
   }
   // Every window whose k32 steps all lie before step k: one arrive per consumer warp.
   __device__ __forceinline__ void release_before(int k, int windows, const ConvParams& p, uint32_t hempty0, int lane) {
-    for (; released < windows && (released + 1) * p.R * p.S <= k; ++released)
+    for (; released < windows && (released + 1) * p.R * p.S <= k; ++released) {
       if (lane == 0) sm90::mbar_arrive(hempty0 + 8 * ((first + released) % L::HALO_STAGES));
+      if (kTimeline && threadIdx.x % 128 == 0) stamp_window(first + released, 2);
+    }
   }
   __device__ __forceinline__ uint32_t view(uint32_t base) const {
     return base + L::HALO_OFFSET + slot * L::HALO_SLOT + offset;
@@ -730,25 +739,31 @@ struct WindowCursor {
 // branch makes ptxas fence each wgmma). A tile's first step overwrites the accumulators. ONE_CHUNK: k0 is a multiple of 4
 // and N <= 4, so the batch reads one chunk, its address computed once (the per-step k / 4, k % 4 cost w70 and w71 2 %:
 // res3 conv2 0.0486 -> 0.0496 ms, res4 conv2 0.0458 -> 0.0466 in one A/B call).
+// Taps J0 .. J1 - 1 of the cursor's stride-2 3x3 window (its first k32 step k0), the views from one descriptor.
+template <int J0, int J1, int BN, class L>
+__device__ __forceinline__ void issue_window_taps(int (&acc)[BN / 2], uint32_t base, const WindowCursor<L>& win, int k0) {
+  const uint64_t window = win.s2_window_desc(base);
+#pragma unroll
+  for (int j = J0; j < J1; ++j) {
+    const int k = k0 + j;
+    const uint64_t weight = sm90::desc_kmajor_sw128(base + (k >> 2) * L::WRES_CHUNK + 32 * (k & 3));
+    if (kDiagNoWgmma) {
+    } else if constexpr (kQuadWindows) {  // the even columns' positions, then the odd ones' 64 bytes on (4 x 16)
+      sm90::WgmmaS8<BN / 2>::template mma<0>(acc, weight, window + win.s2_tap_quads(j), k > 0);
+      sm90::WgmmaS8<BN / 2>::template mma<BN / 4>(acc, weight, window + win.s2_tap_quads(j) + 4, k > 0);
+    } else {
+      sm90::WgmmaS8<BN>::mma(acc, weight, window + win.s2_tap_quads(j), k > 0);
+    }
+  }
+}
+
 template <int N, bool ONE_CHUNK, int BN, class L>
 __device__ __forceinline__ void issue_resident_steps(int (&acc)[BN / 2], uint32_t base, WindowCursor<L>& win, int k0,
                                                      const ConvParams& p, int wh) {
   static_assert(!ONE_CHUNK || N <= 4, "one chunk holds 4 k32 steps");
   static_assert(!kQuadWindows || WG_WIN_BATCH, "quad windows: a batch per window");
-  if constexpr (WG_S2WIN && N == 9) {  // one stride-2 3x3 window (WG_WIN_BATCH): its taps' views from one descriptor
-    const uint64_t window = win.s2_window_desc(base);
-#pragma unroll
-    for (int j = 0; j < N; ++j) {
-      const int k = k0 + j;
-      const uint64_t weight = sm90::desc_kmajor_sw128(base + (k >> 2) * L::WRES_CHUNK + 32 * (k & 3));
-      if (kDiagNoWgmma) {
-      } else if constexpr (kQuadWindows) {  // the even columns' positions, then the odd ones' 64 bytes on (4 x 16)
-        sm90::WgmmaS8<BN / 2>::template mma<0>(acc, weight, window + win.s2_tap_quads(j), k > 0);
-        sm90::WgmmaS8<BN / 2>::template mma<BN / 4>(acc, weight, window + win.s2_tap_quads(j) + 4, k > 0);
-      } else {
-        sm90::WgmmaS8<BN>::mma(acc, weight, window + win.s2_tap_quads(j), k > 0);
-      }
-    }
+  if constexpr (WG_S2WIN && N == 9) {  // one stride-2 3x3 window (WG_WIN_BATCH)
+    issue_window_taps<0, 9, BN>(acc, base, win, k0);
     win.next_window();
     return;
   }
@@ -874,6 +889,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
         auto issue_window = [&](int cb) {
           const int use = local * windows + cb, hs = use % L::HALO_STAGES;
           const uint32_t hfull = hfull0 + 8 * hs;
+          if (kTimeline) stamp_window(use, 3);
           sm90::mbar_wait(hempty0 + 8 * hs, ((use / L::HALO_STAGES) & 1) ^ 1);
           if (kTimeline) stamp_window(use, 0);
           if (!kLoadActivations) {
@@ -1332,6 +1348,7 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
   constexpr int kStagingBar = 1, kTurn = 3;  // named barriers: 1 + g (the warpgroup), 3 + g (its turn)
   constexpr int kInFlight = WG_PP_INFLIGHT;  // batches left in flight while the next is prepared
   constexpr bool kWindowBatches = WG_WIN_BATCH != 0;
+  constexpr int kEarlyRelease = WG_EARLY_RELEASE;  // (stride-2 window batches) taps issued before the last window goes back
   constexpr int kTaps = 9;  // (WG_WIN_BATCH) 3x3 windows: the host takes no other filter for it
   if (kWindowBatches && p.R * p.S != kTaps) __trap();
   // The CTA stays on one channel tile (its resident weights): the host's grid is a multiple of the channel tiles.
@@ -1378,6 +1395,22 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
         if (w == 0) stamp(2);
         __syncwarp();  // the .aligned wgmma instructions below need the warp converged after the spin
         sm90::wgmma_fence();
+        if constexpr (kEarlyRelease > 0) {
+          // The batch's first taps, then window w - 1 goes back as soon as its batch is done, then the rest: a wgmma's
+          // issue waits for room in the tensor cores' queue, so issuing the whole batch first held the last window
+          // about a batch's time longer (the timeline's window held ~2,700 clocks, its batch ~1,230).
+          issue_window_taps<0, kEarlyRelease, BN>(acc, base, win, w * kTaps);
+          sm90::wgmma_commit();
+          sm90::wgmma_wait<1>();  // window w - 1's batch is done
+          if (!kDiagNoRing) win.release_before(w * kTaps, windows, p, hempty0, lane);
+          issue_window_taps<kEarlyRelease, kTaps, BN>(acc, base, win, w * kTaps);
+          win.next_window();
+          sm90::wgmma_commit();
+          if (w == windows - 1 && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - wg, 256);
+          if (w == windows - 1) stamp(3);
+          __syncwarp();
+          continue;
+        }
         issue_resident_steps<kTaps, false, BN>(acc, base, win, w * kTaps, p, wh);
         sm90::wgmma_commit();
         if (w == windows - 1 && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - wg, 256);
