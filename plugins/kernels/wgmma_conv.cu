@@ -235,6 +235,7 @@ constexpr bool kDiagNoRing = WG_DIAG == 13;
 #ifndef WG_EARLY_RELEASE
 #define WG_EARLY_RELEASE 0
 #endif
+static_assert(!WG_EARLY_RELEASE || (WG_S2WIN && WG_WIN_BATCH && WG_EARLY_RELEASE < 9), "early release: taps of a stride-2 window batch");
 // WG_TIMELINE (channel-major ping-pong, profiling only; with any WG_DIAG): each warpgroup's thread 0 writes the SM
 // clock at six points of each of its tiles into trtfuse_timeline, and the window ring's issue / sighting clocks go into
 // trtfuse_windows, and each CTA's first clock into trtfuse_entry (bench/wgmma_timeline.py reads them back).
@@ -734,11 +735,6 @@ struct WindowCursor {
   }
 };
 
-// The channel-major ping-pong's batch body: N wgmmas of k32 steps k0 .. k0 + N - 1, operand A the resident weight (chunk
-// k / 4 of 4 steps in 128-byte rows, step k % 4 in it), operand B the window cursor's taps, with no branch between them (a
-// branch makes ptxas fence each wgmma). A tile's first step overwrites the accumulators. ONE_CHUNK: k0 is a multiple of 4
-// and N <= 4, so the batch reads one chunk, its address computed once (the per-step k / 4, k % 4 cost w70 and w71 2 %:
-// res3 conv2 0.0486 -> 0.0496 ms, res4 conv2 0.0458 -> 0.0466 in one A/B call).
 // Taps J0 .. J1 - 1 of the cursor's stride-2 3x3 window (its first k32 step k0), the views from one descriptor.
 template <int J0, int J1, int BN, class L>
 __device__ __forceinline__ void issue_window_taps(int (&acc)[BN / 2], uint32_t base, const WindowCursor<L>& win, int k0) {
@@ -757,6 +753,11 @@ __device__ __forceinline__ void issue_window_taps(int (&acc)[BN / 2], uint32_t b
   }
 }
 
+// The channel-major ping-pong's batch body: N wgmmas of k32 steps k0 .. k0 + N - 1, operand A the resident weight (chunk
+// k / 4 of 4 steps in 128-byte rows, step k % 4 in it), operand B the window cursor's taps, with no branch between them (a
+// branch makes ptxas fence each wgmma). A tile's first step overwrites the accumulators. ONE_CHUNK: k0 is a multiple of 4
+// and N <= 4, so the batch reads one chunk, its address computed once (the per-step k / 4, k % 4 cost w70 and w71 2 %:
+// res3 conv2 0.0486 -> 0.0496 ms, res4 conv2 0.0458 -> 0.0466 in one A/B call).
 template <int N, bool ONE_CHUNK, int BN, class L>
 __device__ __forceinline__ void issue_resident_steps(int (&acc)[BN / 2], uint32_t base, WindowCursor<L>& win, int k0,
                                                      const ConvParams& p, int wh) {
