@@ -1406,18 +1406,16 @@ __device__ __forceinline__ void consume_channel_pingpong(const ConvParams& p, co
           if (!kDiagNoRing) win.release_before(w * kTaps, windows, p, hempty0, lane);
           issue_window_taps<kEarlyRelease, kTaps, BN>(acc, base, win, w * kTaps);
           win.next_window();
-          sm90::wgmma_commit();
-          if (w == windows - 1 && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - wg, 256);
-          if (w == windows - 1) stamp(3);
-          __syncwarp();
-          continue;
+        } else {
+          issue_resident_steps<kTaps, false, BN>(acc, base, win, w * kTaps, p, wh);
         }
-        issue_resident_steps<kTaps, false, BN>(acc, base, win, w * kTaps, p, wh);
         sm90::wgmma_commit();
         if (w == windows - 1 && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - wg, 256);
         if (w == windows - 1) stamp(3);
-        sm90::wgmma_wait<1>();  // window w - 1's batch is done
-        if (!kDiagNoRing) win.release_before(w * kTaps, windows, p, hempty0, lane);
+        if constexpr (kEarlyRelease == 0) {
+          sm90::wgmma_wait<1>();  // window w - 1's batch is done
+          if (!kDiagNoRing) win.release_before(w * kTaps, windows, p, hempty0, lane);
+        }
         __syncwarp();
       }
     } else
