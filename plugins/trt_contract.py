@@ -15,7 +15,10 @@ aot_impl / impl). Everything TensorRT would ask of a plugin is computed here, fr
 
 Shape arithmetic is written once over a `cdiv` and integer-like values, so the same expressions
 evaluate to Python ints in tests and to TensorRT shape expressions (`trtp.cdiv`, `ShapeExpr`) in the
-plugin, where the batch may be dynamic. Spatial dims and channels are static (the rewrite guarantees it).
+plugin: there nothing may be turned into an int, because in `get_output_data_types` every dim is a
+placeholder (`is_fake`) and in `get_output_shapes` / `aot_impl` the batch may be dynamic. Only `+`, `-` with
+non-negative constants, `*`, `//` and `cdiv` are used, the operations `ShapeExpr` has. Channels and the
+kernel geometry come from the node's attributes (the rewrite guarantees static spatial dims).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Sequence
+
+import numpy as np
 
 from .layout import channel_vector, round_up
 from .op_schema import FUSED_CONV, FUSED_CONV_ADD, NAMESPACE, OpSpec
@@ -53,20 +58,43 @@ class ConvAttrs:
 
     @classmethod
     def from_dict(cls, attrs: dict) -> "ConvAttrs":
-        return cls(int(attrs["in_channels"]), int(attrs["out_channels"]), tuple(int(v) for v in attrs["kernel_shape"]),
-                   tuple(int(v) for v in attrs["strides"]), tuple(int(v) for v in attrs["pads"]), int(attrs["relu"]))
+        """From attribute values as ints / int sequences, or as the int32 arrays TensorRT's plugin layer hands over
+        (an INT attribute arrives as a one-element array)."""
+        def ints(name, count=None):
+            values = tuple(int(v) for v in np.asarray(attrs[name]).reshape(-1))
+            if count is not None and len(values) != count:
+                raise ValueError(f"attribute {name} has {len(values)} values, expected {count}")
+            return values
 
-    def out_hw(self, h: int, w: int) -> tuple[int, int]:
+        return cls(ints("in_channels", 1)[0], ints("out_channels", 1)[0], ints("kernel_shape", 2), ints("strides", 2),
+                   ints("pads", 4), ints("relu", 1)[0])
+
+    def out_hw(self, h, w) -> tuple:
+        """Output height and width: ints for ints, shape expressions for shape expressions."""
         (r, s), (sh, sw), p = self.kernel_shape, self.strides, self.pads
         return (h + p[0] + p[2] - r) // sh + 1, (w + p[1] + p[3] - s) // sw + 1
 
 
+def static_value(dim) -> int | None:
+    """A dim's value where it is known at this point: an int, or a TensorRT shape expression that is real
+    (not a placeholder) and constant; None otherwise."""
+    if isinstance(dim, (int, np.integer)):
+        return int(dim)
+    if getattr(dim, "is_fake", False) or dim is None:
+        return None
+    is_constant = getattr(dim, "is_constant", None)
+    if is_constant is None:
+        return None
+    return int(dim.constant_value()) if is_constant else None
+
+
 def output_shape(x_shape: Sequence, attrs: ConvAttrs) -> tuple:
-    """register: y = [N, K, OH, OW] int8 (N may be symbolic)."""
+    """register: y = [N, K, OH, OW] int8; N, H, W may be shape expressions (placeholders included)."""
     n, c, h, w = x_shape
-    if int(c) != attrs.in_channels:
-        raise ValueError(f"input has {c} channels, the node says in_channels={attrs.in_channels}")
-    return (n, attrs.out_channels, *attrs.out_hw(int(h), int(w)))
+    channels = static_value(c)
+    if channels is not None and channels != attrs.in_channels:
+        raise ValueError(f"input has {channels} channels, the node says in_channels={attrs.in_channels}")
+    return (n, attrs.out_channels, *attrs.out_hw(h, w))
 
 
 def input_formats(spec: OpSpec, attrs: ConvAttrs) -> list[str]:
@@ -168,12 +196,12 @@ class AotLaunch:
 
 def aot_launch(spec: OpSpec, attrs: ConvAttrs, x_shape: Sequence, tactic_id: int,
                cdiv: Callable = lambda a, b: (a + b - 1) // b) -> AotLaunch:
-    """aot_impl's launch description; x_shape[0] (N) may be a TensorRT shape expression."""
+    """aot_impl's launch description; N, H and W may be TensorRT shape expressions (then so are the grid and the
+    extra arguments that depend on them)."""
     tactic = TACTICS_BY_ID[tactic_id]
     if tactic not in aot_tactics(attrs):
         raise ValueError(f"tactic {tactic_id} is not offered for this node")
     n, c, h, w = x_shape
-    h, w = int(h), int(w)
     oh, ow = attrs.out_hw(h, w)
     k_pad = round_up(attrs.out_channels, 32)
     grid_x = cdiv(n * (oh * ow), tactic.bm) * ((k_pad + tactic.bn - 1) // tactic.bn)
@@ -183,8 +211,58 @@ def aot_launch(spec: OpSpec, attrs: ConvAttrs, x_shape: Sequence, tactic_id: int
                      tactic.shared_bytes(attrs.in_channels, attrs.kernel_shape), extra)
 
 
+# The PTX ISA each AOT target is emitted at: the first ISA that knows the architecture, so the embedded PTX
+# asks the driver for nothing newer than the GPU itself needs (docs/tensorrt.md, "PTX and the driver").
+# NVRTC writes its own newest ISA (13.x: 9.x), which a driver older than that CUDA release refuses with
+# CUDA_ERROR_UNSUPPORTED_PTX_VERSION although the kernels use nothing past ISA 7.0.
+AOT_PTX_ISA = {"sm_80": "7.0", "sm_86": "7.1", "sm_87": "7.4", "sm_89": "7.8", "sm_90": "7.8", "sm_100": "8.6",
+               "sm_120": "8.7"}
+# NVRTC >= 12.4 annotates loads with `.pragma "used_bytes_mask N"`, an optimization hint of ISA 8.3: it is
+# dropped where the target ISA is older (the instructions it annotates are unchanged).
+_PRAGMAS_SINCE = {"used_bytes_mask": (8, 3)}
+
+
+def _isa(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")
+    return int(major), int(minor)
+
+
+def ptx_isa(ptx: bytes) -> str:
+    """The `.version` directive of a PTX image."""
+    for line in ptx.decode(errors="replace").splitlines():
+        if line.startswith(".version "):
+            return line.split()[1]
+    raise ValueError("PTX without a .version directive")
+
+
+def aot_ptx_isa(arch: str) -> str | None:
+    """The ISA aot_ptx emits for `arch` ("sm_90"), None for an architecture not in AOT_PTX_ISA (NVRTC's own)."""
+    return AOT_PTX_ISA.get(arch)
+
+
+def retarget_ptx(ptx: bytes, isa: str) -> bytes:
+    """`ptx` declared at ISA `isa` where that is older than NVRTC's, hint pragmas newer than `isa` dropped."""
+    current = ptx_isa(ptx)
+    if _isa(isa) >= _isa(current):
+        return ptx
+    lines = []
+    for line in ptx.decode().split("\n"):
+        if line.startswith(".version "):
+            line = f".version {isa}"
+        stripped = line.strip()
+        if stripped.startswith(".pragma "):
+            name = stripped.split('"')[1].split()[0] if '"' in stripped else ""
+            if name in _PRAGMAS_SINCE and _isa(isa) < _PRAGMAS_SINCE[name]:
+                continue
+        lines.append(line)
+    return "\n".join(lines).encode()
+
+
 def aot_ptx(tactic_id: int, arch: str = "sm_90") -> bytes:
-    """The PTX TensorRT embeds in the engine for this tactic (one image holds both AOT entries)."""
+    """The PTX TensorRT embeds in the engine for this tactic (one image holds both AOT entries), at the ISA of
+    AOT_PTX_ISA for `arch`."""
     from .nvrtc import compile_kernel
 
-    return compile_kernel(AOT_SOURCE, TACTICS_BY_ID[tactic_id].defines(), arch, "ptx").image
+    ptx = compile_kernel(AOT_SOURCE, TACTICS_BY_ID[tactic_id].defines(), arch, "ptx").image
+    isa = aot_ptx_isa(arch)
+    return retarget_ptx(ptx, isa) if isa else ptx

@@ -13,16 +13,23 @@ reference; it runs only where `import tensorrt` works (docs/tensorrt.md says wha
 from __future__ import annotations
 
 import inspect
-from typing import Tuple
+from typing import List, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import TrtfuseError
 from . import trt_contract as tc
 from .op_schema import FUSED_CONV, FUSED_CONV_ADD, OpSpec
 
 MIN_TENSORRT = (10, 9)
-_registered = False
+_registered: set[str] = set()  # plugin ids registered in this process
+_failed: dict[str, str] = {}  # plugin id -> why its registration stopped half done
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
 def import_tensorrt():
@@ -32,103 +39,144 @@ def import_tensorrt():
     except Exception as exc:
         raise TrtfuseError(f"TensorRT is not installed or cannot load ({type(exc).__name__}): "
                            "install TensorRT >= 10.9 (pip install 'trtfuse[trt]') on a machine with its libraries") from None
-    version = tuple(int(p) for p in trt.__version__.split(".")[:2])
+    try:
+        version = tuple(int(p) for p in trt.__version__.split(".")[:2])
+    except (AttributeError, ValueError):
+        raise TrtfuseError(f"cannot read TensorRT's version from {getattr(trt, '__file__', 'tensorrt')}") from None
     if version < MIN_TENSORRT:
         raise TrtfuseError(f"TensorRT {trt.__version__} is too old: trtfuse's plugins need >= 10.9 (aot_impl)")
-    import tensorrt.plugin as trtp
-
+    try:
+        import tensorrt.plugin as trtp
+    except Exception as exc:
+        raise TrtfuseError(f"TensorRT {trt.__version__} has no usable tensorrt.plugin ({_first_line(exc)}): "
+                           "build with --plugins v3, or install the full TensorRT >= 10.9") from None
     return trt, trtp
 
 
-def _with_signature(fn, params: list[inspect.Parameter], return_annotation=inspect.Signature.empty):
-    fn.__signature__ = inspect.Signature(params, return_annotation=return_annotation)
+def _plugin_function(name: str, params: list[inspect.Parameter], body, return_annotation=inspect.Signature.empty):
+    """A function whose signature is `params` (TensorRT reads it to learn the plugin's inputs and attributes),
+    callable positionally or by keyword as TensorRT does (`register_function(*input_descs, **attrs)`), that
+    hands `body` the arguments by name."""
+    signature = inspect.Signature(params, return_annotation=return_annotation)
+
+    def fn(*args, **kwargs):
+        return body(signature.bind(*args, **kwargs).arguments)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__signature__ = signature
     fn.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not inspect.Parameter.empty}
+    if return_annotation is not inspect.Signature.empty:
+        fn.__annotations__["return"] = return_annotation
     return fn
 
 
+# Every attribute, INT and INTS alike, is declared an int32 array. TensorRT's ONNX parser passes an INT attribute
+# as a one-element int32 field; `create_plugin` of TensorRT 10.9-11.1 turns an `int`-annotated field into
+# `int(f.data)`, which NumPy >= 2.4 refuses for a one-element array (11.4 reads `f.data[0]`), while an array
+# annotation is read as `f.data.astype(int32)` by every version. ConvAttrs.from_dict takes the arrays.
+ATTRIBUTE_ANNOTATION = npt.NDArray[np.int32]
+
+
 def _attr_params(spec: OpSpec) -> list[inspect.Parameter]:
-    import numpy.typing as npt
-
-    ann = {"INT": int, "INTS": npt.NDArray[np.int32]}
-    return [inspect.Parameter(a.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ann[a.kind]) for a in spec.attributes]
+    return [inspect.Parameter(a.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ATTRIBUTE_ANNOTATION)
+            for a in spec.attributes]
 
 
-def _attrs(spec: OpSpec, values) -> tc.ConvAttrs:
-    return tc.ConvAttrs.from_dict(dict(zip(spec.attribute_names, values)))
+def _attrs(spec: OpSpec, args: dict) -> tc.ConvAttrs:
+    return tc.ConvAttrs.from_dict({name: args[name] for name in spec.attribute_names})
+
+
+def _x_shape(spec: OpSpec, args: dict) -> tuple:
+    """[N, C, H, W] of the activation input as shape expressions: never int(), which placeholders refuse."""
+    x = args[spec.inputs[0].name]
+    return tuple(x.shape_expr[i] for i in range(4))
 
 
 def _register_conv(spec: OpSpec, trt, trtp) -> None:
     name = tc.qualified_name(spec)
     P = inspect.Parameter
     tensor_params = [P(t.name, P.POSITIONAL_OR_KEYWORD, annotation=trtp.TensorDesc) for t in spec.inputs]
-    n_in, n_attr = len(spec.inputs), len(spec.attributes)
+    attr_params = _attr_params(spec)
+    outputs_param = P("outputs", P.POSITIONAL_OR_KEYWORD, annotation=Tuple[trtp.TensorDesc])
+    tactic_param = P("tactic", P.POSITIONAL_OR_KEYWORD, annotation=int)
 
-    def register_fn(*args):
-        x = args[0]
-        attrs = _attrs(spec, args[n_in:n_in + n_attr])
-        n, k, oh, ow = tc.output_shape((x.shape_expr[0], attrs.in_channels, x.shape_expr[2], x.shape_expr[3]), attrs)
-        return trtp.from_shape_expr((n, k, oh, ow), dtype=trt.int8)
+    def register(args):
+        shape = tc.output_shape(_x_shape(spec, args), _attrs(spec, args))
+        return trtp.from_shape_expr(shape, dtype=trt.int8)
 
-    def autotune_fn(*args):
-        attrs = _attrs(spec, args[n_in:n_in + n_attr])
-        return [trtp.AutoTuneCombination(c.types, c.formats, list(c.tactics)) for c in tc.autotune(spec, attrs)]
+    def autotune(args):
+        return [trtp.AutoTuneCombination(c.types, c.formats, list(c.tactics)) for c in tc.autotune(spec, _attrs(spec, args))]
 
-    def aot_impl_fn(*args):
-        x = args[0]
-        attrs = _attrs(spec, args[n_in:n_in + n_attr])
-        tactic = args[-1]
-        launch = tc.aot_launch(spec, attrs, (x.shape_expr[0], attrs.in_channels, x.shape_expr[2], x.shape_expr[3]),
-                               tactic, cdiv=trtp.cdiv)
+    def aot_impl(args):
+        tactic = int(args["tactic"])
+        launch = tc.aot_launch(spec, _attrs(spec, args), _x_shape(spec, args), tactic, cdiv=trtp.cdiv)
         params = trtp.KernelLaunchParams()
         params.grid_x = launch.grid_x
         params.block_x = launch.block_x
         params.shared_mem = launch.shared_mem
         extra = trtp.SymIntExprs.from_tuple([trtp.SymInt32(v) for v in launch.extra_args])
-        return launch.entry.encode(), tc.aot_ptx(tactic, _device_arch()), params, extra
+        return launch.entry, tc.aot_ptx(tactic, aot_arch()), params, extra
 
-    def impl_fn(*args):
-        # JIT path (debugging): the same kernel through plugins/conv.py on TensorRT's stream.
+    def impl(args):
+        # JIT path (a node with aot=0, for debugging): the same kernel through plugins/conv.py on TensorRT's stream.
         from .conv import ConvLaunch
         from .tactics import ConvShape
 
-        inputs = args[:n_in]
-        attrs = _attrs(spec, args[n_in:n_in + n_attr])
-        outputs, stream, tactic = args[n_in + n_attr], args[n_in + n_attr + 1], args[n_in + n_attr + 2]
+        attrs = _attrs(spec, args)
+        inputs = {t.name: args[t.name] for t in spec.inputs}
         ptr = lambda t: t.__cuda_array_interface__["data"][0]
-        n, c, h, w = inputs[0].shape
-        shape = ConvShape(int(n), attrs.in_channels, int(h), int(w), attrs.out_channels, *attrs.kernel_shape,
-                          attrs.strides, attrs.pads)
-        plan = ConvLaunch.plan(shape, tactic)
-        plan.launch(*(ptr(t) for t in inputs[:5]), ptr(outputs[0]),
-                    residual=ptr(inputs[5]) if n_in > 5 else 0, residual_scale=ptr(inputs[6]) if n_in > 5 else 0,
-                    relu=bool(attrs.relu), stream=stream)
+        n, c, h, w = (int(d) for d in inputs["x"].shape)
+        shape = ConvShape(n, attrs.in_channels, h, w, attrs.out_channels, *attrs.kernel_shape, attrs.strides, attrs.pads)
+        plan = ConvLaunch.plan(shape, int(args["tactic"]))
+        has_res = "residual" in inputs
+        plan.launch(ptr(inputs["x"]), ptr(inputs["weight"]), ptr(inputs["scale"]), ptr(inputs["bias"]),
+                    ptr(inputs["out_scale"]), ptr(args["outputs"][0]),
+                    residual=ptr(inputs["residual"]) if has_res else 0,
+                    residual_scale=ptr(inputs["residual_scale"]) if has_res else 0,
+                    relu=bool(attrs.relu), stream=args["stream"])
 
-    attr_params = _attr_params(spec)
-    outputs_param = P("outputs", P.POSITIONAL_OR_KEYWORD, annotation=Tuple[trtp.TensorDesc])
-    trtp.register(name)(_with_signature(register_fn, tensor_params + attr_params, trtp.TensorDesc))
-    trtp.autotune(name)(_with_signature(autotune_fn, tensor_params + attr_params + [outputs_param]))
-    trtp.aot_impl(name)(_with_signature(aot_impl_fn, tensor_params + attr_params + [outputs_param, P("tactic", P.POSITIONAL_OR_KEYWORD, annotation=int)]))
+    aot_return = Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymIntExprs]
+    trtp.register(name)(_plugin_function(f"{spec.name}_register", tensor_params + attr_params, register, trtp.TensorDesc))
+    trtp.autotune(name)(_plugin_function(f"{spec.name}_autotune", tensor_params + attr_params + [outputs_param], autotune,
+                                         List[trtp.AutoTuneCombination]))
+    trtp.aot_impl(name)(_plugin_function(f"{spec.name}_aot_impl", tensor_params + attr_params + [outputs_param, tactic_param],
+                                         aot_impl, aot_return))
     jit_tensors = [P(t.name, P.POSITIONAL_OR_KEYWORD, annotation=trtp.Tensor) for t in spec.inputs]
-    trtp.impl(name)(_with_signature(impl_fn, jit_tensors + attr_params + [
+    trtp.impl(name)(_plugin_function(f"{spec.name}_impl", jit_tensors + attr_params + [
         P("outputs", P.POSITIONAL_OR_KEYWORD, annotation=Tuple[trtp.Tensor]),
-        P("stream", P.POSITIONAL_OR_KEYWORD, annotation=int), P("tactic", P.POSITIONAL_OR_KEYWORD, annotation=int)]))
+        P("stream", P.POSITIONAL_OR_KEYWORD, annotation=int), tactic_param], impl))
 
 
-def _device_arch() -> str:
+def aot_arch() -> str:
+    """The architecture the AOT PTX targets: the build machine's GPU (TensorRT builds an engine for the GPU it
+    runs on), or sm_80 without one (PTX for sm_80 JIT-compiles on every later GPU)."""
     try:
-        from .cuda_driver import compute_capability
+        from .cuda_driver import compute_capability, gpu_available
 
-        return compute_capability()
+        if gpu_available()[0]:
+            return compute_capability()
     except Exception:
-        return "sm_80"  # PTX for sm_80 JIT-compiles on every later GPU
+        pass
+    return "sm_80"
 
 
 def register_all() -> None:
-    """Register every trtfuse plugin with TensorRT (idempotent). Call before parsing a rewritten ONNX."""
-    global _registered
-    if _registered:
-        return
+    """Register every trtfuse plugin with TensorRT (idempotent). Call before parsing a rewritten ONNX.
+
+    NVIDIA's decorators validate each function as it is registered; should one refuse, the error is one line
+    naming the plugin, and a later call says that this process cannot register it again (TensorRT keeps the
+    half-made definition)."""
     trt, trtp = import_tensorrt()
     for spec in (FUSED_CONV, FUSED_CONV_ADD):
-        _register_conv(spec, trt, trtp)
-    _registered = True
+        name = tc.qualified_name(spec)
+        if name in _registered:
+            continue
+        if name in _failed:
+            raise TrtfuseError(f"{name} cannot be registered again in this process (the first attempt failed: "
+                               f"{_failed[name]})")
+        try:
+            _register_conv(spec, trt, trtp)
+        except Exception as exc:
+            _failed[name] = _first_line(exc)
+            raise TrtfuseError(f"TensorRT {trt.__version__}'s tensorrt.plugin refused {name}: {_failed[name]}") from None
+        _registered.add(name)

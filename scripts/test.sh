@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for the test suite on a fresh machine: makes .venv, installs trtfuse[test], runs pytest.
-# GPU and TensorRT tests skip themselves, saying why, where there is no GPU or no TensorRT.
+# GPU and TensorRT tests skip themselves, saying why, where there is no GPU or no TensorRT; the tests that run
+# trtfuse's plugin registration under NVIDIA's own tensorrt.plugin use the wheels installed into .trt-envs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -9,4 +10,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test]'
+bash scripts/install_trt_envs.sh .venv/bin/python  # NVIDIA's tensorrt.plugin of TensorRT 10.9, 10.15, 11.4
 exec .venv/bin/python -m pytest -ra "$@"
