@@ -1,5 +1,17 @@
 """trtfuse's ops as Python IPluginV3 plugins with IPluginCreatorV3One creators.
 
+How TensorRT calls them (TensorRT's IPluginV3One* API reference and developer guide, "Plugin lifecycle"):
+  build: creator.create_plugin(name, fields, BUILD) -> get_capability_interface -> get_output_data_types ->
+         get_output_shapes -> supports_format_combination (per position, many times) -> configure_plugin ->
+         get_workspace_size -> get_valid_tactics; then, to time each tactic, on the plugin or on a clone():
+         [configure_plugin] -> set_tactic(t) -> on_shape_change -> enqueue (repeated) -> ... the next tactic,
+         possibly with no on_shape_change in between; finally get_fields_to_serialize for the engine.
+  run:   creator.create_plugin(name, serialized fields, RUNTIME) -> set_tactic(chosen) -> attach_to_context
+         (a clone per execution context) -> on_shape_change (when input shapes are set) -> enqueue (many times);
+         a context may get set_tactic again without a shape change.
+`set_tactic` chooses the kernel of the *subsequent* enqueue; `on_shape_change` only says the dims changed.
+tests/test_trt_v3.py replays these sequences against the lean runtime's real base classes.
+
 The fallback to plugins/trt_plugins.py (Quickly Deployable Plugins): `tensorrt.plugin` imports the full
 `tensorrt` module, so it cannot run on the lean runtime (`tensorrt-lean-cu13`, module `tensorrt_lean`,
 or its bindings wheel's `tensorrt_lean_bindings`) nor where the full module lacks it. These classes
@@ -194,11 +206,15 @@ class ConvPluginLogic:
         return ConvLaunch.plan(shape, tactic, splits=1)  # splits=1: no workspace (get_workspace_size is 0)
 
     def enqueue(self, x_dims, inputs, outputs, tactic: int, stream: int, plans: dict) -> None:
-        """Launch on `stream` from device pointers (ints, as TensorRT passes them); no host synchronization."""
-        key = tuple(int(d) for d in x_dims)
+        """Launch on `stream` from device pointers (ints, as TensorRT passes them); no host synchronization.
+
+        A plan is kept per (dims, tactic): TensorRT may change the tactic with no shape change in between (the
+        builder times every tactic on one object; `set_tactic` names the tactic "of the subsequent enqueue")."""
+        dims = tuple(int(d) for d in x_dims)
+        key = (dims, int(tactic))
         plan = plans.get(key)
         if plan is None:
-            plan = plans[key] = self.plan(key, tactic)
+            plan = plans[key] = self.plan(dims, tactic)
         has_res = len(self.spec.inputs) > 5
         plan.launch(*(int(p) for p in inputs[:5]), int(outputs[0]),
                     residual=int(inputs[5]) if has_res else 0, residual_scale=int(inputs[6]) if has_res else 0,
@@ -233,7 +249,7 @@ def plugin_classes(trt):
             self.timing_cache_id = self.logic.timing_cache_id
             self.layer_name, self.phase = layer_name, phase
             self.tactic = self.logic.tactics[0]
-            self.plans = {}  # runtime x dims -> ConvLaunch
+            self.plans = {}  # (runtime x dims, tactic) -> ConvLaunch
 
         # core
         def get_capability_interface(self, capability):

@@ -33,12 +33,16 @@ def register(sub) -> None:
                        "registered first, into a strongly typed network and write a serialized engine.")
     b.add_argument("model", help="rewritten ONNX model")
     b.add_argument("-o", "--output", required=True, help="engine file to write (atomically)")
-    b.add_argument("--batch", default="1,8,256", metavar="N|MIN,OPT,MAX", help="optimization profile batch range (default 1,8,256)")
+    b.add_argument("--batch", metavar="N|MIN,OPT,MAX", help="optimization profile batch range of a dynamic-batch model "
+                   "(default 1,8,256); a static-batch model keeps its own batch")
     b.add_argument("--timing-cache", metavar="F", help="read and update this timing cache")
     b.add_argument("--plugins", choices=("qdp", "v3"), default="qdp",
                    help="qdp: Quickly Deployable Plugins, AOT kernels embedded in the engine (mma.sync tactics); "
                    "v3: Python IPluginV3 plugins launching trtfuse's kernels, every tactic the GPU runs offered "
                    "(the wgmma ones on Hopper), trtfuse needed where the engine runs (default qdp)")
+    b.add_argument("--version-compatible", action="store_true",
+                   help="set BuilderFlag.VERSION_COMPATIBLE: the engine then also runs on the lean runtime "
+                   "(tensorrt_lean) and on later TensorRT versions")
     b.add_argument("--json", action="store_true", help="print the build summary as JSON")
     b.set_defaults(func=build)
 
@@ -123,7 +127,8 @@ def build(args) -> int:
     from trtfuse.runtime.trt_build import build_engine, parse_batch
     from trtfuse.ui import print_json, print_table
 
-    summary = build_engine(args.model, args.output, parse_batch(args.batch), args.timing_cache, plugins=args.plugins)
+    summary = build_engine(args.model, args.output, parse_batch(args.batch), args.timing_cache, plugins=args.plugins,
+                           version_compatible=args.version_compatible)
     if args.json:
         print_json(summary)
     else:

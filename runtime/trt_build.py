@@ -11,6 +11,11 @@ Python IPluginV3 plugins (plugins/trt_v3.py), which launch through trtfuse's own
 TensorRT every tactic the GPU runs, the Hopper wgmma ones included (trt_contract.launcher_tactics), at the
 price of needing trtfuse wherever the engine runs. The flavour is written next to the engine
 (`<engine>.trtfuse.json`) so `trtfuse run/offline --backend trt` registers the same one.
+
+`--version-compatible` sets BuilderFlag.VERSION_COMPATIBLE: only such an engine can be run by the lean
+runtime (`tensorrt_lean`), and the runner then allows the engine's embedded host code. For the AOT kernels the
+record also names the PTX ISA and target they were emitted at (trt_contract.AOT_PTX_ISA), which decide the
+oldest driver that can load the engine.
 """
 
 from __future__ import annotations
@@ -24,8 +29,13 @@ from ..io import atomic_write_bytes, atomic_write_text, check_not_same_file, loa
 PLUGIN_FLAVOURS = ("qdp", "v3")
 
 
-def parse_batch(spec: str) -> tuple[int, int, int]:
-    """"8" -> (8, 8, 8); "1,8,32" -> (min, opt, max)."""
+DEFAULT_BATCH = (1, 8, 256)
+
+
+def parse_batch(spec: str | None) -> tuple[int, int, int] | None:
+    """"8" -> (8, 8, 8); "1,8,32" -> (min, opt, max); None (not given) stays None."""
+    if spec is None:
+        return None
     try:
         values = [int(v) for v in spec.split(",")]
     except ValueError:
@@ -42,22 +52,60 @@ def sidecar_path(engine: str) -> Path:
     return Path(f"{engine}.trtfuse.json")
 
 
-def engine_plugin_flavour(engine: str) -> str | None:
-    """The plugin flavour recorded next to `engine`, or None where nothing is recorded (an engine built elsewhere)."""
+def build_record(engine: str) -> dict:
+    """What `build_engine` recorded next to `engine` ({} where nothing is: an engine built elsewhere)."""
     path = sidecar_path(engine)
     if not path.exists():
-        return None
+        return {}
     try:
-        flavour = json.loads(path.read_text()).get("plugins")
+        record = json.loads(path.read_text())
+        flavour = record.get("plugins")
     except (OSError, ValueError, AttributeError):
         raise TrtfuseError(f"{path} is not a trtfuse build record (JSON with a \"plugins\" field)") from None
     if flavour not in PLUGIN_FLAVOURS:
         raise TrtfuseError(f"{path} names plugin flavour {flavour!r}; expected one of {', '.join(PLUGIN_FLAVOURS)}")
-    return flavour
+    return record
 
 
-def build_engine(model_path: str, output: str, batch: tuple[int, int, int], timing_cache: str | None = None,
-                 workspace_mib: int = 4096, plugins: str = "qdp") -> dict:
+def engine_plugin_flavour(engine: str) -> str | None:
+    """The plugin flavour recorded next to `engine`, or None where nothing is recorded (an engine built elsewhere)."""
+    return build_record(engine).get("plugins")
+
+
+def profile_shapes(name: str, dims: list, batch: tuple[int, int, int] | None) -> tuple | None:
+    """(min, opt, max) shapes of one network input in the optimization profile, or None where the input is static
+    and needs none. Only dim 0 may be dynamic; a static batch is kept as the model has it (TensorRT rejects a
+    profile that contradicts it), and an explicit --batch that differs from it is refused."""
+    dims = [int(d) for d in dims]
+    if any(d < 0 for d in dims[1:]):
+        raise TrtfuseError(f"input {name} has dynamic non-batch dims {dims}: give the model static spatial dims")
+    if dims and dims[0] < 0:
+        lo, opt, hi = batch or DEFAULT_BATCH
+        return tuple([b, *dims[1:]] for b in (lo, opt, hi))
+    if batch is not None and batch != (dims[0],) * 3:
+        raise TrtfuseError(f"input {name} has a static batch of {dims[0]}, so --batch {','.join(map(str, batch))} cannot "
+                           f"apply: build with --batch {dims[0]} (or leave it out), or export the model with a dynamic batch")
+    return None
+
+
+def builder_flags(trt, version_compatible: bool) -> list:
+    """The BuilderFlags the build sets: VERSION_COMPATIBLE on request (the lean runtime runs nothing else)."""
+    return [trt.BuilderFlag.VERSION_COMPATIBLE] if version_compatible else []
+
+
+def build_engine(model_path: str, output: str, batch: tuple[int, int, int] | None = None, timing_cache: str | None = None,
+                 workspace_mib: int = 4096, plugins: str = "qdp", version_compatible: bool = False) -> dict:
+    try:
+        return _build_engine(model_path, output, batch, timing_cache, workspace_mib, plugins, version_compatible)
+    except TrtfuseError:
+        raise
+    except Exception as exc:  # TensorRT's own exceptions (RuntimeError, TypeError...) are one line too
+        text = str(exc).strip()
+        raise TrtfuseError(f"TensorRT failed while building {model_path}: {type(exc).__name__}: "
+                           f"{text.splitlines()[0] if text else 'no message'}") from None
+
+
+def _build_engine(model_path, output, batch, timing_cache, workspace_mib, plugins, version_compatible) -> dict:
     from ..plugins.op_schema import DOMAIN
     from ..plugins.trt_plugins import import_tensorrt, register_all
 
@@ -66,6 +114,9 @@ def build_engine(model_path: str, output: str, batch: tuple[int, int, int], timi
     check_not_same_file(model_path, output)
     model = load_model(model_path)  # one-line errors for broken files, before TensorRT is involved
     trt, _ = import_tensorrt()
+    if not hasattr(trt, "Builder") or not hasattr(trt, "OnnxParser"):
+        raise TrtfuseError(f"{trt.__name__} {trt.__version__} has no builder or ONNX parser (a runtime-only install): "
+                           "building an engine needs the full TensorRT >= 10.9")
     if plugins == "qdp":
         register_all()
     else:
@@ -81,15 +132,18 @@ def build_engine(model_path: str, output: str, batch: tuple[int, int, int], timi
         raise TrtfuseError(f"TensorRT's ONNX parser rejected {model_path}: {first}")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_mib << 20)
+    for flag in builder_flags(trt, version_compatible):
+        config.set_flag(flag)
     profile = builder.create_optimization_profile()
+    dynamic = False
     for i in range(network.num_inputs):
         inp = network.get_input(i)
-        dims = list(inp.shape)
-        shapes = [[b if d == -1 or j == 0 else d for j, d in enumerate(dims)] for b in batch]
-        if any(d == -1 for d in dims[1:]):
-            raise TrtfuseError(f"input {inp.name} has dynamic non-batch dims {dims}: give the model static spatial dims")
-        profile.set_shape(inp.name, *shapes)
-    config.add_optimization_profile(profile)
+        shapes = profile_shapes(inp.name, list(inp.shape), batch)
+        if shapes is not None:
+            profile.set_shape(inp.name, *shapes)
+            dynamic = True
+    if dynamic:
+        config.add_optimization_profile(profile)
     cache = None
     if timing_cache:
         data = Path(timing_cache).read_bytes() if Path(timing_cache).exists() else b""
@@ -98,13 +152,22 @@ def build_engine(model_path: str, output: str, batch: tuple[int, int, int], timi
     engine = builder.build_serialized_network(network, config)
     if engine is None:
         raise TrtfuseError("TensorRT failed to build the engine (see the messages above)")
+    record = {"plugins": plugins, "tensorrt": trt.__version__, "version_compatible": bool(version_compatible)}
+    if plugins == "qdp":
+        from ..plugins import trt_contract as tc
+        from ..plugins.trt_plugins import aot_arch
+
+        arch = aot_arch()
+        record["aot_ptx"] = {"target": arch, "isa": tc.aot_ptx_isa(arch) or "NVRTC's own"}
     atomic_write_bytes(output, bytes(engine))
-    atomic_write_text(sidecar_path(output), json.dumps({"plugins": plugins, "tensorrt": trt.__version__}) + "\n")
+    atomic_write_text(sidecar_path(output), json.dumps(record) + "\n")
     if cache is not None:
         atomic_write_bytes(timing_cache, bytes(cache.serialize()))
     layers = [network.get_layer(i) for i in range(network.num_layers)]
     plugin_nodes = sum(1 for n in model.graph.node if n.domain == DOMAIN)
     plugin_layers = sum(1 for l in layers if l.type in (trt.LayerType.PLUGIN_V3, trt.LayerType.PLUGIN_V2, trt.LayerType.PLUGIN))
     return {"model": str(model_path), "engine": output, "tensorrt": trt.__version__, "layers": len(layers),
-            "plugin_layers": plugin_layers, "plugin_nodes_in_onnx": plugin_nodes, "plugins": plugins, "batch": list(batch),
+            "plugin_layers": plugin_layers, "plugin_nodes_in_onnx": plugin_nodes, "plugins": plugins,
+            "batch": list(batch) if batch else "from the model", "version_compatible": bool(version_compatible),
+            **({"aot_ptx": f"{record['aot_ptx']['target']}, PTX ISA {record['aot_ptx']['isa']}"} if "aot_ptx" in record else {}),
             "engine_bytes": Path(output).stat().st_size}

@@ -1,8 +1,10 @@
 """`--backend trt`: run a serialized TensorRT engine (from `trtfuse build`) on the GPU.
 
 Deserializes with the full runtime (`tensorrt`), or the lean runtime when only it is installed (it runs
-version-compatible engines only); trtfuse's plugins are registered first: the Quickly Deployable Plugins
-(plugins/trt_plugins.py) where `tensorrt.plugin` imports, else the IPluginV3 creators (plugins/trt_v3.py).
+version-compatible engines only: `trtfuse build --version-compatible`). What must be registered first follows
+the build record next to the engine (runtime/trt_build.py): nothing for the Quickly Deployable Plugins, whose
+AOT kernels are embedded in the engine (no Python runs for them); the IPluginV3 creators (plugins/trt_v3.py)
+for `--plugins v3` and for an engine without a record.
 One execution context per runner, device buffers from plugins/cuda_driver.py, `execute_async_v3` on the
 runner's stream, optionally captured once into a CUDA graph and replayed. The runner has the same
 surface as runtime/gpu_runner.CudaRunner (input_ptr, launch, fetch, run, top1_ptr, copy_top1), so
@@ -24,7 +26,7 @@ import numpy as np
 
 from ..errors import TrtfuseError
 from .top1 import Top1Readout
-from .trt_build import engine_plugin_flavour
+from .trt_build import build_record
 
 # TensorRT DataType name -> numpy dtype (bf16/fp8/fp4/int4 have no numpy dtype: refused).
 NUMPY_DTYPES = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
@@ -100,26 +102,26 @@ def logits_classes(shape: tuple, dtype: str, batch: int) -> int | None:
     return classes if classes >= 1 and classes == max(shape[1:]) else None
 
 
-def register_plugins(trt, module_name: str, flavour: str | None = None) -> str:
-    """trtfuse's plugins in `trt`'s registry before deserializing; returns which flavour ("qdp" or "v3").
-    `flavour` is what the engine was built with (trt_build.engine_plugin_flavour), None where unknown: then the
-    Quickly Deployable Plugins where they import, else the IPluginV3 creators."""
+def register_plugins(trt, module_name: str, record: dict) -> str:
+    """trtfuse's plugins in `trt`'s registry before deserializing, as the engine's build `record` needs them;
+    returns what was registered: "none" (AOT kernels embedded) or "v3"."""
     from ..plugins import trt_v3
 
-    if flavour == "qdp" and module_name != "tensorrt":
-        raise TrtfuseError(f"the engine was built with Quickly Deployable Plugins, which {module_name} cannot load: "
-                           "run it with the full TensorRT runtime (pip install 'trtfuse[trt]')")
-    if module_name == "tensorrt" and flavour != "v3":
-        try:
-            from ..plugins.trt_plugins import register_all
-
-            register_all()
-            return "qdp"
-        except (TrtfuseError, ImportError):
-            if flavour == "qdp":
-                raise
-            # tensorrt.plugin missing (TensorRT < 10.6) or too old for aot_impl: the V3 creators run anywhere
-    trt_v3.register_creators(trt)
+    flavour = record.get("plugins")
+    if module_name != "tensorrt" and record and not record.get("version_compatible"):
+        raise TrtfuseError(f"the engine was built without --version-compatible, and {module_name} (the lean runtime) runs "
+                           "only version-compatible engines: rebuild with `trtfuse build --version-compatible`, or install "
+                           "the full TensorRT runtime (pip install 'trtfuse[trt]')")
+    if flavour == "qdp":
+        return "none"  # AOT plugins: TensorRT runs the PTX embedded in the engine, nothing to register
+    try:
+        trt_v3.register_creators(trt)
+    except TrtfuseError:
+        raise
+    except Exception as exc:
+        text = str(exc).strip()
+        raise TrtfuseError(f"registering trtfuse's IPluginV3 creators in {module_name} failed: {type(exc).__name__}: "
+                           f"{text.splitlines()[0] if text else 'no message'}") from None
     return "v3"
 
 
@@ -136,19 +138,22 @@ class TrtEngine:
             raise TrtfuseError(f"cannot read engine {path}: {exc.strerror or exc}") from None
         if Path(path).suffix == ".onnx":
             raise TrtfuseError(f"{path} is an ONNX model: --backend trt runs an engine, build one with `trtfuse build`")
-        flavour = engine_plugin_flavour(path)
+        record = build_record(path)
         trt, self.module_name = import_trt()
         ok, why = cd.gpu_available()  # before trt.Runtime: without a GPU the lean runtime's object is unusable
         if not ok:
             raise TrtfuseError(f"--backend trt needs an NVIDIA GPU: {why}")
         cd.context(device)  # several GPUs: each engine is made on its own device's context
         self.trt, self.device, self.path = trt, device, path
-        self.plugins = register_plugins(trt, self.module_name, flavour)
+        self.plugins = register_plugins(trt, self.module_name, record)
         self.logger = trt.Logger(trt.Logger.WARNING)
         self.runtime = trt.Runtime(self.logger)
+        if record.get("version_compatible") and hasattr(self.runtime, "engine_host_code_allowed"):
+            self.runtime.engine_host_code_allowed = True  # a version-compatible engine carries the lean runtime's code
         self.engine = self.runtime.deserialize_cuda_engine(data)
         if self.engine is None:
-            lean = " (the lean runtime runs version-compatible engines only)" if self.module_name != "tensorrt" else ""
+            lean = (" (the lean runtime runs only engines built with `trtfuse build --version-compatible`)"
+                    if self.module_name != "tensorrt" else "")
             raise TrtfuseError(f"{self.module_name} {trt.__version__} could not deserialize {path}{lean}: see TensorRT's messages above")
         self.tensors = engine_io(trt, self.engine)
 

@@ -167,7 +167,19 @@ def test_a_broken_build_record_is_one_line_exit_2(engine_file):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "names plugin flavour 'v9'" in r.stderr, r.stderr
 
 
-def test_an_engine_built_with_qdps_is_refused_by_the_lean_runtime():
+def test_an_aot_engine_registers_nothing_and_v3_failures_are_one_line():
+    import types
+
+    from trtfuse.runtime.trt_runner import register_plugins
+
+    # QDP engines run their embedded AOT kernels: no tensorrt.plugin, no Python registration at all
+    assert register_plugins(object(), "tensorrt", {"plugins": "qdp", "version_compatible": False}) == "none"
+    # a registry that fails is one TrtfuseError line, not a traceback
+    with pytest.raises(TrtfuseError, match="registering trtfuse's IPluginV3 creators in tensorrt failed: AttributeError"):
+        register_plugins(types.SimpleNamespace(__name__="tensorrt"), "tensorrt", {"plugins": "v3"})
+
+
+def test_the_lean_runtime_takes_only_version_compatible_engines():
     from trtfuse.plugins.trt_v3 import import_trt
     from trtfuse.runtime.trt_runner import register_plugins
 
@@ -175,9 +187,11 @@ def test_an_engine_built_with_qdps_is_refused_by_the_lean_runtime():
         trt, name = import_trt(("tensorrt_lean", "tensorrt_lean_bindings"))
     except TrtfuseError as exc:
         pytest.skip(f"needs the lean TensorRT module: {exc}")
-    with pytest.raises(TrtfuseError, match="Quickly Deployable Plugins, which tensorrt_lean.* cannot load"):
-        register_plugins(trt, name, "qdp")
-    assert register_plugins(trt, name, "v3") == "v3" == register_plugins(trt, name, None)
+    for flavour in ("qdp", "v3"):
+        with pytest.raises(TrtfuseError, match="rebuild with `trtfuse build --version-compatible`"):
+            register_plugins(trt, name, {"plugins": flavour, "version_compatible": False})
+    assert register_plugins(trt, name, {"plugins": "qdp", "version_compatible": True}) == "none"
+    assert register_plugins(trt, name, {"plugins": "v3", "version_compatible": True}) == "v3" == register_plugins(trt, name, {})
 
 
 def test_build_refuses_an_unknown_plugin_flavour(tmp_path):

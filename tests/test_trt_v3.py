@@ -363,3 +363,64 @@ def test_every_tactic_a_configured_plugin_offers_equals_golden(trt):
                 wgmma_run.add(tactic)
     if cd.compute_capability().startswith("sm_90"):
         assert len(wgmma_run) >= 30, sorted(wgmma_run)  # the tiles ResNet-50's layers take, windows and stride-2 ones included
+
+
+# ---- the call order TensorRT documents for an IPluginV3 (plugins/trt_v3.py's docstring), tactic changes included ----
+
+class _RecordingPlan:
+    def __init__(self, log, dims, tactic):
+        self.log, self.dims, self.tactic = log, dims, tactic
+        log.append(("plan", dims, tactic))
+
+    def launch(self, *pointers, residual, residual_scale, relu, stream):
+        self.log.append(("launch", self.dims, self.tactic, stream))
+
+
+def _x_desc(trt, dims):
+    d = trt.PluginTensorDesc()
+    d.dims = trt.Dims(dims)
+    d.type = trt.DataType.INT8
+    return d
+
+
+def test_the_documented_lifecycle_launches_the_tactic_last_set(trt, monkeypatch):
+    log = []
+    monkeypatch.setattr(trt_v3.ConvPluginLogic, "plan", lambda self, dims, tactic: _RecordingPlan(log, dims, tactic))
+    registry = trt.get_plugin_registry()
+    creator = registry.get_creator("FusedConv", PLUGIN_VERSION, NAMESPACE)
+    attrs = dict(in_channels=64, out_channels=64, kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), relu=1)
+    fields = trt_v3._collection(trt, trt_v3.attribute_fields(FUSED_CONV, attrs))
+    x4, x8 = [4, 64, 14, 14], [8, 64, 14, 14]
+    out = [_x_desc(trt, x4)]
+    ptrs, outs = [1, 2, 3, 4, 5], [6]
+
+    # build: one plugin object times every tactic, with no shape change between tactics
+    plugin = creator.create_plugin("conv", fields, trt.TensorRTPhase.BUILD)
+    tactics = plugin.get_valid_tactics()
+    assert len(tactics) >= 2
+    plugin.on_shape_change([_x_desc(trt, x4)], out)
+    for t in tactics:
+        plugin.set_tactic(t)
+        plugin.enqueue([_x_desc(trt, x4)], out, ptrs, outs, 0, 11)
+        plugin.enqueue([_x_desc(trt, x4)], out, ptrs, outs, 0, 11)
+    assert [e[2] for e in log if e[0] == "launch"] == [t for t in tactics for _ in range(2)]
+    assert [e[2] for e in log if e[0] == "plan"] == tactics  # one plan per tactic, reused for its second launch
+
+    # serialization: the runtime gets its fields back and is told the chosen tactic before any shape
+    chosen = tactics[-1]
+    fields_back = plugin.get_fields_to_serialize()
+    runtime = creator.create_plugin("conv", fields_back, trt.TensorRTPhase.RUNTIME)
+    runtime.set_tactic(chosen)
+    context = runtime.attach_to_context(None)
+    assert context.tactic == chosen
+    log.clear()
+    context.on_shape_change([_x_desc(trt, x8)], out)
+    context.enqueue([_x_desc(trt, x8)], out, ptrs, outs, 0, 12)
+    context.set_tactic(tactics[0])  # a tactic change without a shape change
+    context.enqueue([_x_desc(trt, x8)], out, ptrs, outs, 0, 12)
+    context.on_shape_change([_x_desc(trt, x4)], out)  # and a shape change keeps the tactic
+    context.enqueue([_x_desc(trt, x4)], out, ptrs, outs, 0, 12)
+    assert [e[1:3] for e in log if e[0] == "launch"] == [(tuple(x8), chosen), (tuple(x8), tactics[0]), (tuple(x4), tactics[0])]
+    # clones (the builder's and each context's) carry the tactic and share no plans with their source
+    clone = context.clone()
+    assert clone.tactic == tactics[0] and clone.plans == {} and clone.plans is not context.plans
