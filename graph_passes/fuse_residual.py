@@ -241,7 +241,7 @@ def find_fusion_groups(graph, mode: str, report: list | None = None, qdq=None) -
     return groups
 
 
-def required_activation_tensors(model, fuse_mode: str, prepared: bool = False) -> list[str]:
+def required_activation_tensors(model, fuse_mode: str, prepared: bool = False, qdq=None) -> list[str]:
     """Names (in `model`, the original fp32 model) of every activation the rewrite needs a scale for.
 
     The model is first brought to the form the fusion pass sees (constants folded, a quantized model's
@@ -250,7 +250,7 @@ def required_activation_tensors(model, fuse_mode: str, prepared: bool = False) -
         model = prepare_for_fusion(model)
     graph = import_graph(model)
     names: list[str] = []
-    for group in find_fusion_groups(graph, fuse_mode):
+    for group in find_fusion_groups(graph, fuse_mode, qdq=qdq):
         names.extend(group.scale_tensors)
     return list(dict.fromkeys(names))
 

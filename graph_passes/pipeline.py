@@ -68,7 +68,7 @@ def fold_bn_pass(model, ctx: RewriteContext):
 
 
 def fuse_pass(model, ctx: RewriteContext):
-    names = required_activation_tensors(model, ctx.fuse_mode, prepared=True)
+    names = required_activation_tensors(model, ctx.fuse_mode, prepared=True, qdq=ctx.qdq)
     if ctx.scales is not None:
         scales = ctx.scales
         ctx.scales_source = ctx.scales_source or "scales file"
