@@ -208,6 +208,13 @@ def find_fusion_groups(graph, mode: str, report: list | None = None, qdq=None) -
         if group is not None:
             reason = _qdq_reason(group, qdq)
             group = None if reason else group
+        elif qdq is not None:  # a quantization the op cannot take is the first thing to say
+            conv = producer(add.inputs[orders[0]])
+            relu = _relu_after(graph, add.outputs[0])
+            tensors = [conv.inputs[0], *add.inputs, add.outputs[0]] + ([relu.outputs[0]] if relu is not None else [])
+            bad = next((t for t in tensors if t.name in qdq.problems), None)
+            if bad is not None:
+                reason = f"quantized model: {bad.name!r}: {qdq.problems[bad.name]}"
         if group is None:
             report.append(Candidate("fuse", "conv-add", nodes, REJECTED, reason))
             continue

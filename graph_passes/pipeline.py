@@ -137,7 +137,10 @@ def summary_reason(report: list[Candidate], model, fuse_mode: str) -> str:
     convs = sum(n.op_type == "Conv" for n in model.graph.node)
     rejected = [c for c in report if c.status == REJECTED]
     if rejected:
-        reason, n = Counter(c.reason for c in rejected).most_common(1)[0]
+        import re
+
+        # group by the reason with the tensor names taken out ("input 'x': non-zero zero point" for every x)
+        reason, n = Counter(re.sub(r"'[^']*'", "'...'", c.reason) for c in rejected).most_common(1)[0]
         return f"every candidate was rejected ({len(rejected)}); most often ({n}x): {reason}"
     if not convs:
         return "the model has no Conv node left to fuse"

@@ -32,6 +32,11 @@ candidate that touches it, with this reason in the report:
     -128 (the op's weights are symmetric in [-127, 127]).
 A QuantizeLinear whose output is read by anything but a DequantizeLinear is left in place (it is not a
 fake-quantization pair); nothing is fused across it.
+
+A Q whose zero point is the lowest integer of its type (ORT's asymmetric activations after a ReLU: int8 zero
+point -128, uint8 zero point 0) clips every negative value to 0: ONNX Runtime's quantizer then drops the
+ReLU node and leaves that clip to the Q. Stripping such a pair puts a `Relu` in its place, so the float
+model computes what the quantized one did (the fusion pass then sees the ReLU again).
 """
 
 from __future__ import annotations
@@ -90,6 +95,13 @@ def _activation_problem(scale, zp, dtype) -> str | None:
     if not np.isfinite(scale).all() or float(scale.reshape(-1)[0]) <= 0:
         return f"scale {float(scale.reshape(-1)[0])} is not a positive number"
     return None
+
+
+def _clips_negatives(zp, dtype) -> bool:
+    """Whether Q's zero point is its type's lowest integer, so every negative input saturates to 0."""
+    if zp is None or not np.issubdtype(dtype, np.integer):
+        return dtype == np.uint8 and zp is None  # no zero point: uint8, zero 0
+    return bool(np.all(np.asarray(zp).astype(np.int64) == np.iinfo(dtype).min))
 
 
 def _broadcast(values: np.ndarray, axis: int, ndim: int) -> np.ndarray:
@@ -202,6 +214,13 @@ def strip_qdq(model) -> tuple[object, QdqInfo]:
                 info.scales[t.name] = s
         if problem is not None:
             info.problems[t.name] = problem
+        if _clips_negatives(zp, dtype):
+            relu_out = gs.Variable(f"{t.name}__relu", dtype=np.float32)
+            graph.nodes.append(gs.Node("Relu", name=f"{qnode.name}__relu", inputs=[t], outputs=[relu_out]))
+            for table in (info.scales, info.problems):  # the Q's values are the clipped ones
+                if t.name in table:
+                    table[relu_out.name] = table[t.name]
+            t = relu_out
         for dq in readers:
             out = dq.outputs[0]
             if any(o is out for o in graph.outputs) and not any(i is t for i in graph.inputs):
