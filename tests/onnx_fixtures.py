@@ -1,7 +1,8 @@
-"""Real exporters' graphs without their weights: tests/data/*.stripped.onnx.
+"""Real exporters' and quantizers' graphs without their weights: tests/data/*.stripped.onnx.
 
-Each file is an ONNX model exported by torch.onnx.export from torchvision (scripts/export_torchvision.py;
-torch 2.14.1, torchvision 0.29.1, weights=None) with its float initializers' data dropped by
+torchvision_*: ONNX models exported by torch.onnx.export from torchvision (scripts/export_torchvision.py;
+torch 2.14.1, torchvision 0.29.1, weights=None). modelopt_*: trtfuse's ResNet-18 quantized by NVIDIA ModelOpt's
+ONNX PTQ (scripts/quantize_modelopt.py; nvidia-modelopt 0.47.0). Each with its float initializers' data dropped by
 scripts/strip_onnx_weights.py (names, shapes and dtypes kept; small integer tensors and Q/DQ scales and
 zero points kept). `load_fixture` refills the dropped data with seeded random values of He-like scale,
 so the tests run the exporters' real graph structure (Identity-shared constants, Cast chains, Q/DQ
@@ -21,6 +22,8 @@ TORCHSCRIPT_R50 = "torchvision_resnet50_torchscript_opset17"
 DYNAMO_R50 = "torchvision_resnet50_dynamo_opset18"
 QAT_R18 = "torchvision_resnet18_qat_opset17"
 QAT_RESQ_R18 = "torchvision_resnet18_qat_resq_opset17"
+MODELOPT_R18 = "modelopt_int8_resnet18_fp32"
+MODELOPT_FP16_R18 = "modelopt_int8_resnet18_fp16"
 
 
 def _refill(name, dims, dtype, rng) -> np.ndarray:

@@ -7,7 +7,7 @@ constants, Cast chains on the scales). Weight-stripped graphs refilled with seed
 import numpy as np
 import pytest
 
-from onnx_fixtures import DYNAMO_R50, QAT_R18, QAT_RESQ_R18, TORCHSCRIPT_R50, load_fixture
+from onnx_fixtures import DYNAMO_R50, MODELOPT_FP16_R18, MODELOPT_R18, QAT_R18, QAT_RESQ_R18, TORCHSCRIPT_R50, load_fixture
 from trtfuse.graph_passes.pipeline import PASSES, fold_constants_pass, rewrite, run_pipeline, summary_reason
 from trtfuse.graph_passes.report import FUSED, REJECTED
 from trtfuse.plugins.op_schema import DOMAIN
@@ -77,3 +77,21 @@ def test_qat_residual_quantizer_with_its_own_scale_is_rejected_with_the_reason()
     # --requantize discards the model's Q/DQ: every block fuses with calibrated scales
     _, ctx = run_pipeline(model, "residual", options={"requantize": True}, calib_images=_images(model))
     assert _counts(ctx.report)[:2] == (8, 8) and ctx.qdq is None
+
+
+def test_modelopt_int8_ptq_fuses_with_its_own_scales():
+    model = load_fixture(MODELOPT_R18)
+    for mode, plugins in (("residual", 8), ("all", 20)):
+        out, ctx = run_pipeline(model, mode, calib_images=_images(model))
+        blocks, fused, rejected = _counts(ctx.report)
+        assert (blocks, fused, rejected) == (8, plugins, [])
+        assert ctx.max_pass_tensors == 0 and ctx.scales_source.startswith("the model's Q/DQ")
+
+
+def test_modelopt_float16_model_is_rejected_saying_so():
+    # ModelOpt's default high_precision_dtype converts the float parts to float16: every conv input is float16
+    model = load_fixture(MODELOPT_FP16_R18)
+    _, ctx = run_pipeline(model, "all", calib_images=_images(model).astype(np.float16))
+    blocks, fused, rejected = _counts(ctx.report)
+    assert fused == 0 and len(rejected) == 28 and all("float16" in c.reason for c in rejected)
+    assert "float16" in summary_reason(ctx.report, model, "all")
