@@ -60,8 +60,8 @@ def _typed_outputs_copy(model, names: list[str]):
 class OnnxRuntimeExecutor:
     """Runs plain ONNX models; caches one session per requested output set."""
 
-    def __init__(self, threads: int = 2):
-        self.threads = threads
+    def __init__(self, threads: int = 2, optimization: str = "all"):
+        self.threads, self.optimization = threads, optimization
         self._sessions: dict = {}
 
     def __call__(self, model, feeds: dict, output_names: list[str]) -> list:
@@ -71,7 +71,7 @@ class OnnxRuntimeExecutor:
         from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
         if key not in self._sessions:
-            self._sessions[key] = make_session(_typed_outputs_copy(model, output_names), self.threads)
+            self._sessions[key] = make_session(_typed_outputs_copy(model, output_names), self.threads, self.optimization)
         try:
             return self._sessions[key].run(output_names, feeds)
         except InvalidArgument as exc:  # wrong input shape/type: the user's data, not a crash
@@ -244,6 +244,8 @@ def print_report(report: dict) -> None:
     from trtfuse.ui import print_table
 
     print(f"data: {report['data']}")
+    if report.get("reference"):
+        print(f"reference: {report['reference']}")
     if report["layers"]:
         print_table(["fused output", "fp32 tensor", "SQNR dB"],
                     [[r["fused_output"], r["fp32_tensor"], f"{r['sqnr_db']:.2f}"] for r in report["layers"]])

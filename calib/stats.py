@@ -113,10 +113,19 @@ def model_with_outputs(model, names: list[str]):
     return copy
 
 
-def make_session(model, threads: int = 2):
+ORT_OPTIMIZATIONS = ("all", "basic", "none")
+
+
+def make_session(model, threads: int = 2, optimization: str = "all"):
+    """An onnxruntime CPU session. optimization: ONNX Runtime's graph optimization level. For a Q/DQ model,
+    "all" (ORT's default) fuses the Q/DQ chains into its integer kernels (QLinearConv, ...) with their own
+    requantization; "none" runs the Q/DQ chain as written (float ops between explicit roundings)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
+    opts.graph_optimization_level = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+                                     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                     "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}[optimization]
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3

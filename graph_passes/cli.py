@@ -1,4 +1,4 @@
-"""`trtfuse rewrite IN.onnx -o OUT.onnx [--fuse residual|all] [--scales F] [--report F] [--json]`."""
+"""`trtfuse rewrite IN.onnx -o OUT.onnx [--fuse residual|all] [--scales F] [--requantize] [--report F] [--json]`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ def register(sub) -> None:
         help="fold BN and fuse residual blocks into int8 plugin nodes",
         description="Fold BatchNormalization into Conv, then replace each Conv->Add->ReLU residual block (or, with "
         "--fuse all, every Conv(+Add)(+ReLU)) by one int8 FusedConv/FusedConvAdd node, with Quantize/Dequantize "
-        "at the boundary to the rest of the graph. Prints every candidate, fused or rejected, and why.",
+        "at the boundary to the rest of the graph. Constant subgraphs (Identity, Cast, Constant, ...) are folded "
+        "first. A quantized (Q/DQ) model is fused with its own scales. Prints every candidate, fused or rejected, "
+        "and why.",
     )
     p.add_argument("model", help="input ONNX model (never modified)")
     p.add_argument("-o", "--output", required=True, help="rewritten ONNX model to write (atomically)")
@@ -19,6 +21,9 @@ def register(sub) -> None:
                    help="residual: residual blocks only (default); all: every conv of the trunk")
     p.add_argument("--scales", metavar="F", help="activation scales JSON (trtfuse-scales-v1); default: a max pass "
                    "over default calibration images")
+    p.add_argument("--requantize", action="store_true",
+                   help="quantized (Q/DQ) model: discard its Q/DQ and calibrate anew (--scales or the max pass) "
+                   "instead of fusing with the model's own scales")
     p.add_argument("--calib-images", type=int, default=8, metavar="N",
                    help="images for the max pass when --scales is not given (default 8)")
     p.add_argument("--report", metavar="F", help="write the candidate table as JSON")
@@ -37,7 +42,7 @@ def run(args) -> int:
     from trtfuse.io import atomic_write_json, check_not_same_file, load_model, save_model
     from trtfuse.ui import print_json, print_table, progress
 
-    from .pipeline import PASSES, max_pass_scales, rewrite
+    from .pipeline import PASSES, run_pipeline, summary_reason
     from .report import FUSED, REJECTED
     from .scales import load_scales
     from .split_k import split_k_from_args
@@ -51,14 +56,13 @@ def run(args) -> int:
         raise TrtfuseError("--calib-images must be at least 1")
     start = time.perf_counter()
     model = load_model(args.model)
-    if args.scales:
-        scales, scales_source = load_scales(args.scales), args.scales
-    else:
-        with progress(total=1, desc="max-pass scales", unit="pass") as bar:
-            scales = max_pass_scales(model, args.fuse, count=args.calib_images)
-            bar.update(1)
-        scales_source = f"max pass over {args.calib_images} default calibration images"
-    rewritten, report = rewrite(model, args.fuse, scales, passes=PASSES)
+    scales = load_scales(args.scales) if args.scales else None
+    with progress(total=1, desc="rewrite", unit="pass") as bar:
+        rewritten, ctx = run_pipeline(model, args.fuse, scales, passes=PASSES, options={"requantize": args.requantize},
+                                      calib_count=args.calib_images)
+        bar.update(1)
+    report = ctx.report
+    scales_source = args.scales if args.scales else ctx.scales_source
     split_k_nodes = split_k_from_args(rewritten, args)  # last: it only touches MatMul/Gemm
     rewritten = split_k_nodes.model
     try:
@@ -81,10 +85,13 @@ def run(args) -> int:
         "plugin_nodes": len(plugin_ops),
         "rejected": sum(c.status == REJECTED for c in report),
         "split_k_nodes": split_k_nodes.changed,
+        "why_none_fused": summary_reason(report, model, args.fuse) if not plugin_ops else "",
         "nodes_before": len(model.graph.node),
         "nodes_after": len(rewritten.graph.node),
         "seconds": round(seconds, 2),
     }
+    if not summary["why_none_fused"]:
+        del summary["why_none_fused"]
     split_rows = [vars(r) for r in split_k_nodes.nodes]
     if args.report:
         atomic_write_json(args.report, {"summary": summary, "candidates": rows, "split_k": split_rows})

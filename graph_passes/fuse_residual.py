@@ -16,7 +16,10 @@ Rejected, with the reason in the report (the op cannot compute these):
   * the conv output read by anything but the Add (the op never writes the pre-add value), or the
     Add output read by anything but the ReLU (the op never writes the pre-ReLU value);
   * a broadcasting Add (input shapes differ), a non-float32 conv input;
-  * mode "residual" only: no ReLU after the Add, or the other Add input is not the block's shortcut.
+  * mode "residual" only: no ReLU after the Add, or the other Add input is not the block's shortcut;
+  * a quantized (Q/DQ) model only: a tensor of the group or the conv's weight whose quantization the op
+    cannot take (graph_passes/qdq.py says which: non-zero zero point, uint8, per-channel activations, two
+    scales on one tensor, ...).
 
 Boundaries: consecutive plugin nodes hand int8 tensors to each other directly. A plugin input that
 comes from any other node (or the graph input) goes through QuantizeLinear (zero point 0, int8) and a
@@ -164,8 +167,23 @@ def _try_add(graph, add, main_index: int, mode: str):
     return group, None, kind, nodes
 
 
-def find_fusion_groups(graph, mode: str, report: list | None = None) -> list[FusionGroup]:
-    """Every fusable pattern of a BN-folded, shape-inferred graph (read only)."""
+def _qdq_reason(group: FusionGroup, qdq) -> str | None:
+    """Why the model's quantization of this group is what the op cannot take (None: fine, or not a Q/DQ model)."""
+    if qdq is None:
+        return None
+    if group.conv.name in qdq.weight_problems:
+        return f"quantized model: {qdq.weight_problems[group.conv.name]}"
+    roles = [(group.x, "input"), (group.residual, "residual"), (group.output, "output")]
+    for tensor, role in roles:
+        if tensor is not None and tensor.name in qdq.problems:
+            return f"quantized model: {role} {tensor.name!r}: {qdq.problems[tensor.name]}"
+    return None
+
+
+def find_fusion_groups(graph, mode: str, report: list | None = None, qdq=None) -> list[FusionGroup]:
+    """Every fusable pattern of a BN-folded, shape-inferred graph (read only).
+
+    qdq: the QdqInfo of a quantized model (graph_passes/qdq.py); groups it says the op cannot take are rejected."""
     if mode not in FUSE_MODES:
         raise TrtfuseError(f"unknown fuse mode {mode!r}: choose one of {', '.join(FUSE_MODES)}")
     report = report if report is not None else []
@@ -187,6 +205,16 @@ def find_fusion_groups(graph, mode: str, report: list | None = None) -> list[Fus
         # Prefer reading the Add as branch + shortcut; among equals, input 0 as the branch.
         attempts.sort(key=lambda a: (a[0] is None, a[2] is None))
         group, reason, _, nodes = attempts[0]
+        if group is not None:
+            reason = _qdq_reason(group, qdq)
+            group = None if reason else group
+        elif qdq is not None:  # a quantization the op cannot take is the first thing to say
+            conv = producer(add.inputs[orders[0]])
+            relu = _relu_after(graph, add.outputs[0])
+            tensors = [conv.inputs[0], *add.inputs, add.outputs[0]] + ([relu.outputs[0]] if relu is not None else [])
+            bad = next((t for t in tensors if t.name in qdq.problems), None)
+            if bad is not None:
+                reason = f"quantized model: {bad.name!r}: {qdq.problems[bad.name]}"
         if group is None:
             report.append(Candidate("fuse", "conv-add", nodes, REJECTED, reason))
             continue
@@ -210,20 +238,40 @@ def find_fusion_groups(graph, mode: str, report: list | None = None) -> list[Fus
             report.append(Candidate("fuse", kind, nodes, REJECTED, reason))
             continue
         output = relu.outputs[0] if relu is not None else conv.outputs[0]
-        groups.append(FusionGroup(kind, conv, None, relu, conv.inputs[0], None, output, None, nodes))
+        group = FusionGroup(kind, conv, None, relu, conv.inputs[0], None, output, None, nodes)
+        reason = _qdq_reason(group, qdq)
+        if reason:
+            report.append(Candidate("fuse", kind, nodes, REJECTED, reason))
+            continue
+        groups.append(group)
         report.append(Candidate("fuse", kind, nodes, FUSED, op="FusedConv"))
     return groups
 
 
-def required_activation_tensors(model, fuse_mode: str) -> list[str]:
-    """Names (in `model`, the original fp32 model) of every activation the rewrite needs a scale for."""
-    from .fold_bn import fold_batchnorm
+def required_activation_tensors(model, fuse_mode: str, prepared: bool = False, qdq=None) -> list[str]:
+    """Names (in `model`, the original fp32 model) of every activation the rewrite needs a scale for.
 
-    graph = import_graph(fold_batchnorm(model))
+    The model is first brought to the form the fusion pass sees (constants folded, a quantized model's
+    Q/DQ stripped, BN folded); `prepared=True` says that was done already. Tensor names survive all three."""
+    if not prepared:
+        model = prepare_for_fusion(model)
+    graph = import_graph(model)
     names: list[str] = []
-    for group in find_fusion_groups(graph, fuse_mode):
+    for group in find_fusion_groups(graph, fuse_mode, qdq=qdq):
         names.extend(group.scale_tensors)
     return list(dict.fromkeys(names))
+
+
+def prepare_for_fusion(model):
+    """Constants folded, Q/DQ stripped (their scales dropped), BN folded: the float model the fusion pass matches."""
+    from .fold_bn import fold_batchnorm
+    from .fold_constants import fold_constants
+    from .qdq import has_qdq, strip_qdq
+
+    model = fold_constants(model)
+    if has_qdq(model):
+        model, _ = strip_qdq(model)
+    return fold_batchnorm(model)
 
 
 def _scalar(name: str, value, dtype) -> object:
@@ -232,8 +280,11 @@ def _scalar(name: str, value, dtype) -> object:
     return gs.Constant(name, np.array(value, dtype=dtype))
 
 
-def fuse_conv_blocks(model, scales: dict[str, float], fuse_mode: str = "residual", report: list | None = None):
-    """Return a copy of the (BN-folded) `model` with every fusable pattern replaced by a plugin node."""
+def fuse_conv_blocks(model, scales: dict[str, float], fuse_mode: str = "residual", report: list | None = None,
+                     qdq=None):
+    """Return a copy of the (BN-folded) `model` with every fusable pattern replaced by a plugin node.
+
+    qdq: a quantized model's QdqInfo: its weights keep their own integers and per-channel scales."""
     import onnx
     import onnx_graphsurgeon as gs
 
@@ -243,7 +294,7 @@ def fuse_conv_blocks(model, scales: dict[str, float], fuse_mode: str = "residual
     if opset < 13:
         raise TrtfuseError(f"model opset {opset} is too old: the rewrite emits QuantizeLinear/DequantizeLinear at opset >= 13")
     graph = import_graph(model)
-    groups = find_fusion_groups(graph, fuse_mode, report)
+    groups = find_fusion_groups(graph, fuse_mode, report, qdq)
     missing = [n for g in groups for n in g.scale_tensors if n not in scales]
     if missing:
         raise TrtfuseError(f"no activation scale for {len(set(missing))} tensors the rewrite needs (first: {missing[0]!r})")
@@ -281,6 +332,7 @@ def fuse_conv_blocks(model, scales: dict[str, float], fuse_mode: str = "residual
             out_scale=scales[group.output.name],
             relu=group.relu is not None,
             residual_scale=scales[group.residual.name] if group.residual is not None else None,
+            weight_qmax=qdq.weight_qmax.get(conv.name) if qdq is not None else None,
         )
         plugin_specs.append((group, spec))
     for group, _ in plugin_specs:

@@ -13,11 +13,16 @@ from trtfuse.plugins import layout
 from trtfuse.plugins.op_schema import DOMAIN, FUSED_CONV, FUSED_CONV_ADD, NAMESPACE, OpSpec
 
 
-def quantize_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """float [K, C, R, S] -> (int8 [K, C, R, S], float32 w_scale [K]); an all-zero filter gets scale 1."""
+def quantize_weight(weight: np.ndarray, qmax: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """float [K, C, R, S] -> (int8 [K, C, R, S], float32 w_scale [K]); an all-zero filter gets scale 1.
+
+    qmax: per output channel, the largest |integer| the channel's peak maps to (default 127). A quantized
+    model's weight W_int8 * s_w (times a folded BN factor) with qmax = max|W_int8| gives back its own
+    integers and s_w (times |a|) instead of a fresh max-calibrated quantization."""
     w = np.asarray(weight, dtype=np.float32)
     peak = np.max(np.abs(w.reshape(w.shape[0], -1)), axis=1)
-    w_scale = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
+    top = np.float32(127) if qmax is None else np.broadcast_to(np.asarray(qmax, np.float32).reshape(-1), peak.shape)
+    w_scale = np.where((peak > 0) & (top > 0), peak / np.maximum(top, np.float32(1)), np.float32(1)).astype(np.float32)
     q = np.clip(np.rint(w / w_scale.reshape(-1, 1, 1, 1)), -127, 127).astype(np.int8)
     return q, w_scale
 
@@ -40,6 +45,7 @@ def conv_plugin_node(
     relu: bool,
     residual=None,
     residual_scale: float | None = None,
+    weight_qmax: np.ndarray | None = None,
 ):
     """A graphsurgeon node of FusedConv (residual None) or FusedConvAdd, with its constants.
 
@@ -50,7 +56,7 @@ def conv_plugin_node(
     spec: OpSpec = FUSED_CONV if residual is None else FUSED_CONV_ADD
     k, c, r, s = weight.shape
     k_pad = layout.round_up(k, 32)
-    w_int8, w_scale = quantize_weight(weight)
+    w_int8, w_scale = quantize_weight(weight, weight_qmax)
     bias = np.zeros(k, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(-1)
     tensors = {
         "x": x,

@@ -25,8 +25,9 @@ needs that kernel (not part of this pass).
 
 Rejected (left untouched; the report says why): a node outside the default domain, a 1-D operand, a K
 that is not a static number, a non-float dtype, a model below opset 11 (Pad's pads input), forced splits
-with K < 2 * S, and for `auto` anything the cost model (cost_model.py) declines or cannot judge because
-M, N or the batch dims are not static.
+with K < 2 * S, for `auto` anything the cost model (cost_model.py) declines or cannot judge because
+M, N or the batch dims are not static, and for `measure` what the timings (or, without a GPU, the cost
+model) decline (split_k_measure.py).
 """
 
 from __future__ import annotations
@@ -42,23 +43,23 @@ from trtfuse.plugins.op_schema import DOMAIN, NAMESPACE, OPSET_VERSION, SPLIT_K_
 
 from .cost_model import DeviceParams, GemmProblem, decide, device_params, padded_k
 
-SplitMode = Union[str, int]  # "auto", "off" or a forced split count >= 2
+SplitMode = Union[str, int]  # "auto", "measure", "off" or a forced split count >= 2
 FLOAT_DTYPES = {"float32", "float16", "bfloat16", "float64"}
 MIN_OPSET = 11
 
 
 def parse_split_mode(value: str | int) -> SplitMode:
-    """`--split-k` value: 'auto', 'off', or an integer split count >= 2."""
+    """`--split-k` value: 'auto', 'measure', 'off', or an integer split count >= 2."""
     if isinstance(value, int) and not isinstance(value, bool):
         count = value
     else:
         text = str(value).strip().lower()
-        if text in ("auto", "off"):
+        if text in ("auto", "measure", "off"):
             return text
         try:
             count = int(text)
         except ValueError:
-            raise TrtfuseError(f"--split-k takes auto, off or a split count >= 2, not '{value}'") from None
+            raise TrtfuseError(f"--split-k takes auto, measure, off or a split count >= 2, not '{value}'") from None
     if count < 2:
         raise TrtfuseError(f"--split-k needs a split count >= 2 (got {count}); use 'off' to disable")
     return count
@@ -370,11 +371,14 @@ def _emit_plugin(graph, g: _Gemm, splits: int, opset: int) -> None:
     e.op(SPLIT_K_GEMM.name, [g.a, e.const("weight", w), e.const("bias", bias)], attrs, outputs=[y], domain=DOMAIN)
 
 
-def split_k(model, splits: SplitMode = "auto", device: str | DeviceParams | None = None, emit: str = "rewrite") -> SplitKResult:
+def split_k(model, splits: SplitMode = "auto", device: str | DeviceParams | None = None, emit: str = "rewrite",
+            gpu="detect", measure_cache=None) -> SplitKResult:
     """Return a new model with eligible MatMul/Gemm nodes split along K, and a report per node.
 
     splits: "off" (nothing changes), "auto" (the cost model picks per node), or a count forced on every
-    node with a static K >= 2 * count. device: cost-model parameters ('h200', 'h100', a JSON file).
+    node with a static K >= 2 * count, or "measure" (time the candidates on the GPU and cache the answer:
+    split_k_measure.py; the cost model where there is no GPU). device: cost-model parameters ('h200', 'h100',
+    a JSON file). gpu: "detect" (PyTorch's CUDA device, if any), None, or a (device name, timer) pair.
     emit: "rewrite" (standard ONNX ops) or "plugin" (one trtfuse::SplitKGemm node per GEMM).
     The input model is not modified.
     """
@@ -391,6 +395,10 @@ def split_k(model, splits: SplitMode = "auto", device: str | DeviceParams | None
         return SplitKResult(out_model, [])
     opset = _default_opset(model)
     types = _tensor_types(out_model)
+    if mode == "measure":
+        from .split_k_measure import measure_decision, torch_gpu_timer
+
+        gpu = torch_gpu_timer() if gpu == "detect" else gpu
     graph = gs.import_onnx(out_model)
     reports: list[NodeReport] = []
     b_cache: dict = {}
@@ -407,6 +415,10 @@ def split_k(model, splits: SplitMode = "auto", device: str | DeviceParams | None
                 if not decision.accepted:
                     raise _Skip(decision.reason)
                 count, reason = decision.splits, decision.reason
+            elif mode == "measure":
+                count, reason = measure_decision(g.problem(), dev, gpu, measure_cache)
+                if not count:
+                    raise _Skip(reason)
             else:
                 if g.k < 2 * mode:
                     raise _Skip(f"K={g.k} < 2 x {mode} splits")
@@ -435,8 +447,9 @@ def add_split_k_arguments(parser) -> None:
     parser.add_argument(
         "--split-k",
         default="off",
-        metavar="auto|off|N",
-        help="split MatMul/Gemm along K: auto (cost model), off (default), or N splits on every eligible node",
+        metavar="auto|measure|off|N",
+        help="split MatMul/Gemm along K: auto (cost model), measure (time the candidates on this machine's GPU, "
+        "cached; the cost model without a GPU), off (default), or N splits on every eligible node",
     )
     parser.add_argument(
         "--split-k-emit",

@@ -94,6 +94,16 @@ def argmax_rows(x: int, m: int, n: int, y: int, dtype: str = "float32", stream=N
     cd.launch(_fn(ARGMAX_DTYPES[dtype]), (blocks, 1, 1), (_THREADS, 1, 1), 0, stream, [ctypes.addressof(a) for a in args])
 
 
+def softmax_rows(x: int, m: int, n: int, y: int, stream=None) -> None:
+    """fp32 y[M, N] = softmax(x[M, N], axis=1) (a classifier's trailing Softmax); y may be x."""
+    if m < 1 or n < 1:
+        raise ValueError(f"softmax_rows needs M, N >= 1, got {m}, {n}")
+    warps_per_cta = _THREADS // 32  # one warp per row
+    blocks = min((m + warps_per_cta - 1) // warps_per_cta, 132 * 32)
+    args = [_p(x), _i(m), _i(n), _p(y)]
+    cd.launch(_fn("trtfuse_softmax_rows_f32"), (blocks, 1, 1), (_THREADS, 1, 1), 0, stream, [ctypes.addressof(a) for a in args])
+
+
 def gather_rows(src: int, index: int, row_bytes: int, rows: int, dst: int, stream=None) -> None:
     """dst[i] = src[index[i]] (int64 indices on the device), rows of row_bytes bytes (a multiple of 16)."""
     if row_bytes % 16:

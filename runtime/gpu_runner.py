@@ -2,8 +2,10 @@
 
 The model must be made only of what trtfuse's kernels compute (the graph `trtfuse rewrite --fuse all`
 writes for ResNets): QuantizeLinear of the input, FusedConv / FusedConvAdd, the stem's
-DequantizeLinear -> MaxPool -> QuantizeLinear, and the tail DequantizeLinear -> GlobalAveragePool
-(or ReduceMean over H, W) -> [Flatten] -> Gemm. Anything else is refused, naming the node.
+DequantizeLinear -> MaxPool -> QuantizeLinear, and the tail DequantizeLinear -> the classifier as any
+exporter writes it: GlobalAveragePool or ReduceMean over H, W (keepdims 1 or 0) -> Flatten / Reshape /
+Squeeze -> Gemm or MatMul (+ Add) [-> Softmax] (runtime/classifier_plan.py plans it without a GPU).
+Static or dynamic batch (the runner's batch is its own). Anything else is refused, naming the node and op.
 
 Static shapes; every buffer is allocated once; the whole forward is one CUDA graph (captured through
 the driver API), replayed per batch. Several runners (one per stream) give several graphs in flight.
@@ -28,6 +30,7 @@ from ..plugins import stem
 from ..plugins.layout import channel_vector, pack_weight, round_up, unpack_nchwv, unpack_weight
 from ..plugins.op_schema import DOMAIN
 from ..plugins.tactics import ConvShape, candidate_tactics
+from .classifier_plan import plan_classifier
 from .top1 import Top1Readout
 
 
@@ -275,34 +278,19 @@ class CudaRunner(Top1Readout):
                     pooled.buf.ptr, dq_scale, pooled.buf.ptr, zero, q_scale, False, nbytes, out.buf.ptr, stream=s)))
             return {id(op), id(q)}
         if op.op_type in ("GlobalAveragePool", "ReduceMean"):
-            if op.op_type == "ReduceMean":
-                ra = _attrs(op)
-                axes = list(ra.get("axes", [])) or (list(self.inits[op.input[1]]) if len(op.input) > 1 else [])
-                if sorted(int(v) % 4 for v in axes) != [2, 3]:
-                    raise TrtfuseError(f"--backend cuda: ReduceMean {op.name} must reduce H and W")
+            plan = plan_classifier(self.model, node.output[0], c)  # graph walking only: runtime/classifier_plan.py
             pooled = _Tensor((n, c), 0, np.float32)
             self.steps.append((op.name or "avgpool", lambda s: network_ops.global_avgpool_f32(x.buf.ptr, dq_scale, n, c, h, w, pooled.buf.ptr, stream=s)))
-            consumed = {id(op)}
-            cur = op
-            nxt = self.consumers.get(cur.output[0], [])
-            if len(nxt) == 1 and nxt[0].op_type == "Flatten":
-                cur = nxt[0]
-                consumed.add(id(cur))
-            gemm = self._only_consumer(cur.output[0], "Gemm", cur)
-            ga = _attrs(gemm)
-            if ga.get("transA", 0) or ga.get("alpha", 1.0) != 1.0 or ga.get("beta", 1.0) != 1.0:
-                raise TrtfuseError(f"--backend cuda: Gemm {gemm.name} must have transA=0, alpha=beta=1")
-            wmat = self.inits[gemm.input[1]].astype(np.float32)
-            if not ga.get("transB", 0):
-                wmat = np.ascontiguousarray(wmat.T)
-            classes = wmat.shape[0]
-            self.consts[gemm.name + "__w"] = cd.DeviceBuffer.from_array(wmat)
-            bias = self.inits[gemm.input[2]].astype(np.float32).reshape(-1) if len(gemm.input) > 2 else np.zeros(classes, np.float32)
-            self.consts[gemm.name + "__b"] = cd.DeviceBuffer.from_array(np.broadcast_to(bias, (classes,)).copy())
-            logits = self.tensors[gemm.output[0]] = _Tensor((n, classes), 0, np.float32)
-            wp, bp = self.consts[gemm.name + "__w"].ptr, self.consts[gemm.name + "__b"].ptr
-            self.steps.append((gemm.name or "classifier", lambda s: network_ops.linear_f32(pooled.buf.ptr, wp, bp, n, classes, c, logits.buf.ptr, stream=s)))
-            return consumed | {id(gemm)}
+            classes, key = plan.classes, plan.nodes[-1].name or plan.logits
+            self.consts[key + "__w"] = cd.DeviceBuffer.from_array(plan.weight)
+            self.consts[key + "__b"] = cd.DeviceBuffer.from_array(plan.bias)
+            logits = self.tensors[plan.logits] = _Tensor((n, classes), 0, np.float32)
+            wp, bp = self.consts[key + "__w"].ptr, self.consts[key + "__b"].ptr
+            self.steps.append(("classifier", lambda s: network_ops.linear_f32(pooled.buf.ptr, wp, bp, n, classes, c, logits.buf.ptr, stream=s)))
+            if plan.softmax is not None:
+                probs = self.tensors[plan.softmax] = _Tensor((n, classes), 0, np.float32)
+                self.steps.append(("softmax", lambda s: network_ops.softmax_rows(logits.buf.ptr, n, classes, probs.buf.ptr, stream=s)))
+            return {id(nd) for nd in plan.nodes}
         raise TrtfuseError(f"--backend cuda cannot run node {op.name or '?'} ({op.op_type}) after a DequantizeLinear")
 
     def _add_top1(self) -> None:

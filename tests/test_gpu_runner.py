@@ -95,3 +95,53 @@ def test_quantized_input_runner_gives_the_same_logits(fold_stem):
     quantized.stream.synchronize()
     got = quantized.fetch(quantized.output_name)
     assert np.array_equal(got, want)
+
+
+def _with_softmax(model):
+    import onnx
+    from onnx import helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    logits = out.graph.output[0]
+    out.graph.node.append(helper.make_node("Softmax", [logits.name], ["probabilities"], name="softmax", axis=-1))
+    out.graph.output[0].name = "probabilities"
+    return out
+
+
+@pytest.mark.parametrize("options,softmax", [({"classifier": "matmul", "pool": "reducemean"}, False),
+                                             ({"classifier": "matmul", "pool": "reducemean", "batch": None}, True),
+                                             ({}, True)],
+                         ids=["reducemean-matmul-add", "dynamic-batch-softmax", "gap-gemm-softmax"])
+def test_every_classifier_form_runs_and_matches_the_cpu_golden(options, softmax):
+    from trtfuse.runtime.cpu_executor import run_model
+    from trtfuse.runtime.gpu_runner import CudaRunner
+
+    options = dict(options)
+    batch = options.pop("batch", 2)
+    model = load_cached_model("resnet18", image_size=64, batch=batch, opset=17, **options)
+    images = np.random.default_rng().normal(size=(2, 3, 64, 64)).astype(np.float32)
+    fused, _ = rewrite(model, "all", calib_images=images)
+    if softmax:
+        fused = _with_softmax(fused)
+    runner = CudaRunner(fused, 2)
+    got = runner.run(images)
+    want = run_model(fused, {fused.graph.input[0].name: images}, [fused.graph.output[0].name])[0]
+    assert np.array_equal(np.argmax(got, 1), np.argmax(want, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 if softmax else 1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["torchvision_resnet50_torchscript_opset17", "torchvision_resnet50_dynamo_opset18"])
+def test_torchvision_export_runs_on_our_kernels_equal_to_the_cpu_golden(name):
+    from onnx_fixtures import load_fixture
+    from trtfuse.runtime.cpu_executor import run_model
+    from trtfuse.runtime.gpu_runner import CudaRunner
+
+    model = load_fixture(name)
+    images = np.random.default_rng(1).normal(size=(1, 3, 224, 224)).astype(np.float32)
+    fused, _ = rewrite(model, "all", calib_images=images)
+    logits = CudaRunner(fused, 1).run(images)
+    want = run_model(fused, {fused.graph.input[0].name: images}, [fused.graph.output[0].name])[0]
+    assert np.array_equal(np.argmax(logits, 1), np.argmax(want, 1))
+    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

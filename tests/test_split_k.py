@@ -500,3 +500,58 @@ def test_cli_options_reach_the_pass():
     assert split_k_from_args(model, parser.parse_args(["--split-k", "4", "--split-k-emit", "plugin"])).nodes[0].action == "plugin"
     with pytest.raises(TrtfuseError, match="split count"):
         split_k_from_args(model, parser.parse_args(["--split-k", "1"]))
+
+
+def test_measure_times_on_the_gpu_once_then_uses_the_cache(tmp_path):
+    """`--split-k measure` with a GPU timer: the fastest split wins when it is min_gain faster; a second rewrite of
+    the same shape on the same device reads the cache instead of timing; another device times again."""
+    calls = []
+
+    def timer(problem, candidates):
+        calls.append((problem.m, problem.n, problem.k, tuple(candidates)))
+        return 20.0, {s: 40.0 / s for s in candidates}  # the most splits are fastest: 40 / 8 = 5 us < 20 / 1.1
+
+    model, feeds = matmul_model((1, 49, 2016), (2016, 448), True, 17)
+    cache = tmp_path / "measure.json"
+    first = split_k(model, "measure", gpu=("GPU A", timer), measure_cache=cache)
+    assert first.nodes[0].splits == 8 and "timed on GPU A" in first.nodes[0].reason  # 2016 / 8 >= 128; 16 leaves 126
+    assert calls == [(49, 448, 2016, (2, 4, 8))]
+    again = split_k(model, "measure", gpu=("GPU A", timer), measure_cache=cache)
+    assert len(calls) == 1 and "cached timing on GPU A" in again.nodes[0].reason and again.nodes[0].splits == 8
+    np.testing.assert_allclose(run(again.model, feeds), run(model, feeds), rtol=1e-4, atol=1e-4)
+    split_k(model, "measure", gpu=("GPU B", timer), measure_cache=cache)
+    assert len(calls) == 2 and len(json.loads(cache.read_text())) == 2
+
+
+def test_measure_declines_what_is_not_min_gain_faster_and_uses_the_model_without_a_gpu(tmp_path):
+    model, _ = matmul_model((1, 49, 2016), (2016, 448), True, 17)
+    slow = lambda p, cands: (20.0, {s: 19.0 for s in cands})  # 5 % faster: under min_gain
+    result = split_k(model, "measure", gpu=("GPU A", slow), measure_cache=tmp_path / "m.json")
+    assert result.nodes[0].action == "skip" and "no split" in result.nodes[0].reason
+    result = split_k(model, "measure", gpu=None, measure_cache=tmp_path / "m.json")
+    auto = split_k(model, "auto")
+    assert "no GPU to time on" in result.nodes[0].reason and result.nodes[0].splits == auto.nodes[0].splits
+
+
+def test_bench_heldout_rate_is_judged_on_shapes_the_fit_never_saw():
+    from trtfuse.bench.splitk import heldout_evaluation, heldout_split
+
+    truth = H200.replace(tile_m=64, tile_n=64, kernel_overhead_us=1.5, sm_dram_bytes_per_s=8 * H200.dram_bytes_per_s / H200.sms)
+    records = _synthetic_records(truth)
+    fit_half, judged_half = heldout_split(records)
+    assert not set(fit_half) & set(judged_half) and len(fit_half) + len(judged_half) == len({r["name"] for r in records})
+    result = heldout_evaluation(records, H200, "float32", "us")
+    assert [r["judged_shapes"] for r in result["rounds"]] == [judged_half, fit_half]
+    assert result["judged"] == len(fit_half) + len(judged_half) and result["rate"] == 1.0  # a model that made the timings
+
+
+def test_bench_measured_rate_needs_repeat_timings():
+    from trtfuse.bench.splitk import measured_evaluation
+
+    records = [{"name": "a", "splits": 2, "plain_graph_us": 10.0, "rewritten_graph_us": 5.0,
+                "plain_graph_us_repeat": 10.0, "rewritten_graph_us_repeat": 12.0},
+               {"name": "b", "splits": 2, "plain_graph_us": 10.0, "rewritten_graph_us": 9.5,
+                "plain_graph_us_repeat": 10.0, "rewritten_graph_us_repeat": 9.6}]
+    m = measured_evaluation(records, H200)
+    assert (m["right"], m["judged"], m["wrong"]) == (1, 2, ["a"])  # a: split on the first timing, slower on the second
+    assert measured_evaluation([{**r, "plain_graph_us_repeat": None} for r in records], H200) is None

@@ -318,3 +318,25 @@ extern "C" __global__ void trtfuse_gather_rows(const int8_t* src, const long lon
     for (long long i = threadIdx.x; i < row_bytes / 16; i += blockDim.x) d[i] = s[i];
   }
 }
+
+// Row-wise softmax of fp32 logits (a classifier's trailing ONNX Softmax, axis -1): one warp per row, three
+// passes: the row maximum, sum of expf(x - max) in lane order then a shuffle tree, y = expf(x - max) / sum.
+// (Exact bits need not match onnxruntime's; the GPU test bounds the difference.)
+extern "C" __global__ void trtfuse_softmax_rows_f32(const float* x, int M, int N, float* y) {
+  const int lane = threadIdx.x % 32;
+  const int warps = gridDim.x * (blockDim.x / 32);
+  for (int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < M; row += warps) {
+    const float* r = x + (long long)row * N;
+    float* out = y + (long long)row * N;
+    float m = __int_as_float(0xff800000);
+    for (int k = lane; k < N; k += 32) m = fmaxf(m, r[k]);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    float s = 0.f;
+    for (int k = lane; k < N; k += 32) s += expf(r[k] - m);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+    const float inv = 1.f / s;
+    for (int k = lane; k < N; k += 32) out[k] = expf(r[k] - m) * inv;
+  }
+}
