@@ -27,12 +27,28 @@ def scales_from_histograms(hists: dict[str, AbsHistogram], method: str, percenti
     return {name: amax_to_scale(a) for name, a in amax.items()}, amax
 
 
+def warn_zero_tensors(hists: dict[str, AbsHistogram], amax: dict[str, float]) -> list[str]:
+    """Tensors that were 0 on every calibration image get a placeholder threshold: say so in one line."""
+    from trtfuse.ui import warn
+
+    zero = [name for name, h in hists.items() if h.absmax == 0.0]
+    if zero:
+        warn(f"{len(zero)} of {len(hists)} tensors were 0 on every calibration image (first: {zero[0]!r}); "
+             f"they got amax {amax[zero[0]]:g} (scale {amax_to_scale(amax[zero[0]]):.4g}): check --data")
+    return zero
+
+
 def gather_statistics(model, images, fuse_mode: str = "residual", selection: str = "auto",
                       batch_size: int = 8, threads: int = 2, show_progress: bool = True):
     """(histograms, selection used, seconds) for every activation the rewrite needs."""
     check_images_fit(model, images)
     tensors, used = activation_tensors(model, fuse_mode, selection)
     if not tensors:
+        convs = sum(n.op_type == "Conv" for n in model.graph.node)
+        if convs and selection != "broad":
+            raise TrtfuseError(f"the rewrite ({fuse_mode}) can fuse none of the model's {convs} Conv nodes, so there is "
+                               f"nothing to calibrate for it (`trtfuse rewrite --report` says why each is rejected, e.g. "
+                               f"dynamic spatial dims); --tensors broad calibrates every Conv/Add/Relu activation anyway")
         raise TrtfuseError("the model has no activation tensors to calibrate (no Conv/Add/Relu/... nodes)")
     start = time.perf_counter()
     hists = collect_statistics(model, images, tensors, batch_size=batch_size, threads=threads,
@@ -53,6 +69,7 @@ def calibrate(model_path: str | Path, images, method: str = "entropy", percentil
     hists, used, stat_seconds = gather_statistics(model, images, fuse_mode, selection, batch_size, threads,
                                                   show_progress)
     scales, amax = scales_from_histograms(hists, method, percentile)
+    warn_zero_tensors(hists, amax)
     metadata = {
         "method": method,
         "percentile": percentile if method == "percentile" else None,

@@ -108,3 +108,16 @@ def save_model(model, path: str | os.PathLike, check: bool = True) -> Path:
         onnx.checker.check_model(model)
     data = model.SerializeToString()
     return atomic_write_bytes(path, data)
+
+
+def plugin_ops(model) -> list[str]:
+    """The trtfuse plugin node types in `model` (empty for a plain ONNX model)."""
+    return sorted({n.op_type for n in model.graph.node if n.domain == "trtfuse"})
+
+
+def check_plain_model(model, path, role: str) -> None:
+    """Refuse a rewritten (int8, trtfuse plugin nodes) model where an ordinary fp32 model is needed."""
+    ops = plugin_ops(model)
+    if ops:
+        raise TrtfuseError(f"{path} is a rewritten int8 model (trtfuse {', '.join(ops)} nodes); the {role} must be "
+                           f"the original fp32 model")

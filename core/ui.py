@@ -37,3 +37,8 @@ def progress(iterable=None, total=None, desc: str = "", enabled: bool = True, un
     forced = os.environ.get("TRTFUSE_PROGRESS")
     disable = (not enabled) or (forced == "0") or (forced is None and not sys.stderr.isatty())
     return tqdm(iterable, total=total, desc=desc, disable=disable, unit=unit, file=sys.stderr, leave=False)
+
+
+def warn(message: str) -> None:
+    """One line on stderr for something the user should know that does not stop the command."""
+    print(f"trtfuse: warning: {message}", file=sys.stderr)

@@ -30,7 +30,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import os
     import time
 
     from trtfuse.errors import TrtfuseError
@@ -42,15 +41,16 @@ def run(args) -> int:
     from .scales import load_scales
     from .split_k import split_k_from_args
 
-    if os.path.isdir(args.output):
-        raise TrtfuseError(f"output {args.output} is a directory: give a file name")
-    check_not_same_file(args.model, args.output)
+    from trtfuse.io import check_plain_model
+    from trtfuse.validate import check_output_file, check_outputs_distinct
+
+    check_output_file(args.output)
     if args.report:
-        check_not_same_file(args.model, args.report)
-    if args.calib_images < 1:
-        raise TrtfuseError("--calib-images must be at least 1")
+        check_output_file(args.report, "--report")
+    check_outputs_distinct([args.model, args.scales], [args.output, args.report])
     start = time.perf_counter()
     model = load_model(args.model)
+    check_plain_model(model, args.model, "rewrite's input")
     if args.scales:
         scales, scales_source = load_scales(args.scales), args.scales
     else:
@@ -61,6 +61,13 @@ def run(args) -> int:
     rewritten, report = rewrite(model, args.fuse, scales, passes=PASSES)
     split_k_nodes = split_k_from_args(rewritten, args)  # last: it only touches MatMul/Gemm
     rewritten = split_k_nodes.model
+    fused = [c for c in report if c.status == FUSED]
+    rejected = [c for c in report if c.status == REJECTED]
+    if not fused and rejected:
+        from trtfuse.ui import warn
+
+        warn(f"no block was fused: all {len(rejected)} candidates were rejected (first: {' -> '.join(rejected[0].nodes)}: "
+             f"{rejected[0].reason}); {args.output} has BatchNormalization folded and nothing else")
     try:
         save_model(rewritten, args.output)
     except TrtfuseError:
