@@ -20,10 +20,14 @@ def check_method(method: str, percentile: float) -> None:
         raise TrtfuseError(f"--percentile must be in (0, 100], got {percentile}")
 
 
-def scales_from_histograms(hists: dict[str, AbsHistogram], method: str, percentile: float = 99.99):
+def scales_from_histograms(hists: dict[str, AbsHistogram], method: str, percentile: float = 99.99,
+                           show_progress: bool = False):
     """({tensor: scale}, {tensor: amax}) for one method; the histograms are reused, not consumed."""
+    from trtfuse.ui import progress
+
     check_method(method, percentile)
-    amax = {name: compute_amax(h, method, percentile) for name, h in hists.items()}
+    amax = {name: compute_amax(h, method, percentile)
+            for name, h in progress(list(hists.items()), desc=f"{method} thresholds", enabled=show_progress, unit="tensor")}
     return {name: amax_to_scale(a) for name, a in amax.items()}, amax
 
 
@@ -68,7 +72,7 @@ def calibrate(model_path: str | Path, images, method: str = "entropy", percentil
     model = model if model is not None else load_model(model_path)
     hists, used, stat_seconds = gather_statistics(model, images, fuse_mode, selection, batch_size, threads,
                                                   show_progress)
-    scales, amax = scales_from_histograms(hists, method, percentile)
+    scales, amax = scales_from_histograms(hists, method, percentile, show_progress)
     warn_zero_tensors(hists, amax)
     metadata = {
         "method": method,

@@ -21,8 +21,9 @@ def register(sub) -> None:
                    "for --fuse all models); trt (a TensorRT engine, trtfuse's plugins registered)")
     p.add_argument("--engine", choices=("ort", "reference"), default="ort",
                    help="cpu backend: run standard ops with onnxruntime (default) or onnx's ReferenceEvaluator")
-    p.add_argument("--data", default="default", metavar="default|FILE.npy",
-                   help="default: embedded held-out natural images; or a float32 [N, 3, H, W] .npy file")
+    p.add_argument("--data", default="default", metavar="default|DIR|FILE.npy",
+                   help="default: embedded held-out natural images; a folder of JPEG/PNG images; or a float32 "
+                        "[N, 3, H, W] .npy file")
     p.add_argument("--count", type=int, default=8, metavar="N", help="number of images (default 8)")
     p.add_argument("--reference", metavar="FP32.onnx", help="also run this model and compare logits")
     p.add_argument("--json", action="store_true", help="print results as JSON")
@@ -133,6 +134,8 @@ def build(args) -> int:
 
 def _load_data(args, dims):
     """Images for an input of `dims` ([N, C, H, W], None where dynamic)."""
+    import os
+
     import numpy as np
 
     from trtfuse.errors import TrtfuseError
@@ -142,12 +145,23 @@ def _load_data(args, dims):
         raise TrtfuseError("--count must be at least 1")
     if args.data == "default":
         return input_images(dims, args.count, split="heldout")
+    if os.path.isdir(args.data):  # a folder of images, as calibrate and evaluate take it
+        from trtfuse.calib.data import load_data
+
+        size = dims[2] if len(dims) == 4 and dims[2] else 224
+        return np.ascontiguousarray(load_data(args.data, args.count, size=size, split="heldout").all(), dtype=np.float32)
     try:
         data = np.load(args.data, allow_pickle=False)
+    except FileNotFoundError:
+        raise TrtfuseError(f"--data {args.data}: no such file or folder (give default, a folder of images or a .npy file)") from None
     except (OSError, ValueError) as exc:
         raise TrtfuseError(f"cannot read {args.data} as a .npy array ({exc})") from None
-    if data.ndim != 4 or data.dtype != np.float32:
+    if not isinstance(data, np.ndarray):
+        raise TrtfuseError(f"--data {args.data}: a .npz archive; give a .npy array or a folder of images")
+    if data.ndim != 4 or data.dtype != np.float32 or len(data) == 0:
         raise TrtfuseError(f"{args.data}: need a float32 [N, C, H, W] array, got {data.dtype} {list(data.shape)}")
+    if not np.isfinite(data[: args.count]).all():
+        raise TrtfuseError(f"{args.data}: the images hold NaN or infinite values")
     return data[: args.count]
 
 
