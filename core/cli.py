@@ -80,6 +80,12 @@ def _interrupted() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        # Ctrl-C stops every command, even one started where SIGINT was ignored (a background job of a script)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return _main(argv)
     except KeyboardInterrupt:  # Ctrl-C while parsing or importing
@@ -88,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, a usage error (already printed in one line)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -35,7 +35,7 @@ def _number(text: str, kind: type, positive: bool, flag: str):
     if kind is float and not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     if positive and value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}" if kind is int else f"must be greater than 0, got {text}")
     return value
 
 
