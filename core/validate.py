@@ -163,5 +163,5 @@ def check_outputs_distinct(inputs, outputs) -> None:
             continue
         real = os.path.realpath(name)
         if real in seen:
-            raise TrtfuseError(f"output {name} would overwrite {seen[real]}: choose another path")
+            raise TrtfuseError(f"refusing to overwrite {seen[real]} with output {name}: choose another path")
         seen[real] = f"the output {name}"

@@ -177,7 +177,7 @@ def _load_data(args, dims):
     try:
         data = np.load(args.data, allow_pickle=False)
     except FileNotFoundError:
-        raise TrtfuseError(f"--data {args.data}: no such file or folder (give default, a folder of images or a .npy file)") from None
+        raise TrtfuseError(f"cannot read --data {args.data}: no such file or folder (give default, a folder of images or a .npy file)") from None
     except (OSError, ValueError) as exc:
         raise TrtfuseError(f"cannot read {args.data} as a .npy array ({exc})") from None
     if not isinstance(data, np.ndarray):
