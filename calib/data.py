@@ -282,7 +282,22 @@ def labels_apply_to(images: ImageSet, model) -> bool:
         return False
 
 
+def check_fits_in_memory(count: int, size: int, what: str = "--count") -> None:
+    """Refuse, before allocating, a float32 [count, 3, size, size] array larger than the machine's memory."""
+    import os
+
+    need = count * 3 * size * size * 4
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    if need > total:
+        _fail(f"{what} {count}: {count} images of 3x{size}x{size} need {need / 2**30:.1f} GiB, more than this "
+              f"machine's {total / 2**30:.1f} GiB")
+
+
 def load_default(count: int, size: int = 224, split: str = "calib", seed: int = 0) -> ImageSet:
+    check_fits_in_memory(count, size)
     data = default_images(count, size=size, seed=seed, split=split)
     photos, _ = _split_photos(split)
     what = (f"{count} embedded default views ({split} split: crops/flips of {len(photos)} scikit-image photos, "

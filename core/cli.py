@@ -109,6 +109,13 @@ def _main(argv: list[str] | None) -> int:
         return 2
     except KeyboardInterrupt:
         return _interrupted()
+    except MemoryError as exc:
+        if debug:
+            raise
+        detail = _first_line(exc)
+        print(f"trtfuse: error: out of memory{': ' + detail if detail else ''} (ask for fewer images: --count, --batch)",
+              file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `trtfuse ... | head`: the reader left, nothing to report
         try:
             sys.stdout = open(os.devnull, "w")
