@@ -258,6 +258,8 @@ def load_array_file(path: str | os.PathLike, count: int | None = None, size: int
     if count is not None:
         data = data[:count]
         labels = None if labels is None else labels[:count]
+    if not np.isfinite(data).all():
+        _fail(f"{path}: the images hold NaN or infinite values: give finite images")
     what = f"{len(data)} images from {path} ({converted[0][1]})"
     return ImageSet(len(data), data.shape[2], what, labels, lambda a, b: data[a:b])
 
