@@ -96,6 +96,7 @@ def default_images(count: int, size: int = 224, seed: int = 0, split: str = "cal
     then preprocessed like an ImageNet validation image. Deterministic in (count, size, seed, split);
     the first k views of a larger count are the k views of count k. `default_labels` gives their classes.
     """
+    check_fits_in_memory(count, size)
     names, stream = _split_photos(split)
     photos = [_load_photo(n) for n in names]
     rng = np.random.default_rng([seed, stream])
@@ -299,7 +300,6 @@ def check_fits_in_memory(count: int, size: int, what: str = "--count") -> None:
 
 
 def load_default(count: int, size: int = 224, split: str = "calib", seed: int = 0) -> ImageSet:
-    check_fits_in_memory(count, size)
     data = default_images(count, size=size, seed=seed, split=split)
     photos, _ = _split_photos(split)
     what = (f"{count} embedded default views ({split} split: crops/flips of {len(photos)} scikit-image photos, "

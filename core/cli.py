@@ -100,6 +100,7 @@ def _main(argv: list[str] | None) -> int:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     if not getattr(args, "func", None):
         parser.print_help()
+        print("trtfuse: error: give a subcommand (see the list above)", file=sys.stderr)
         return 2
     debug = args.debug or os.environ.get("TRTFUSE_DEBUG") == "1"
     try:

@@ -95,6 +95,8 @@ def offline(args) -> int:
     check_output_dir(args.log_dir, "--log-dir")
     check_outputs_distinct([args.model, args.data], [args.output, args.log_dir])
     gpu = args.backend in ("cuda", "trt")
+    if args.compare_torch and not gpu:
+        raise TrtfuseError("--compare-torch times PyTorch fp16 on a GPU: it goes with --backend cuda or trt")
     count = args.count or (2048 if gpu else 64)
     min_duration = args.min_duration or (10.0 if gpu else 4.0)
     bar = progress(total=None, desc="offline", unit="img")

@@ -54,6 +54,9 @@ def load_samples(spec: str, count: int, size: int = 224, model=None):
     """(images [count, 3, size, size] float32, labels or None): labels only where they are classes of `model`
     (`trtfuse.calib.data.labels_apply_to`; with no model, whatever labels the data carries)."""
     if spec == "synthetic":
+        from ..calib.data import check_fits_in_memory
+
+        check_fits_in_memory(2 * count, size)  # drawn as float64, then converted
         rng = np.random.default_rng(0)
         return rng.normal(size=(count, 3, size, size)).astype(np.float32), None
     from ..calib.data import labels_apply_to, load_data
