@@ -67,8 +67,11 @@ def test_pyproject_gives_setuptools_nothing_to_warn_about():
     dirs, packages = tools["package-dir"], set(tools["packages"])
     for package, folder in dirs.items():  # every folder that Python could import is a listed package
         for sub in (ROOT / folder).rglob("*"):
-            if sub.is_dir() and sub.name not in ("__pycache__", "results") and any(f.is_file() for f in sub.iterdir()):
-                name = package + "." + ".".join(sub.relative_to(ROOT / folder).parts)
+            parts = sub.relative_to(ROOT / folder).parts
+            if "__pycache__" in parts or "results" in parts:  # bytecode; the recorded benchmark results
+                continue
+            if sub.is_dir() and any(f.is_file() for f in sub.iterdir()):
+                name = package + "." + ".".join(parts)
                 assert name in packages, f"{name} ({sub}) is importable but not in [tool.setuptools] packages"
 
 
