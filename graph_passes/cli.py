@@ -63,11 +63,12 @@ def run(args) -> int:
     rewritten = split_k_nodes.model
     fused = [c for c in report if c.status == FUSED]
     rejected = [c for c in report if c.status == REJECTED]
-    if not fused and rejected:
+    if not fused:
         from trtfuse.ui import warn
 
-        warn(f"no block was fused: all {len(rejected)} candidates were rejected (first: {' -> '.join(rejected[0].nodes)}: "
-             f"{rejected[0].reason}); {args.output} has BatchNormalization folded and nothing else")
+        why = (f"all {len(rejected)} candidates were rejected (first: {' -> '.join(rejected[0].nodes)}: {rejected[0].reason})"
+               if rejected else f"the model has no Conv{'(+Add)' if args.fuse == 'all' else ' -> Add'} -> Relu pattern to fuse")
+        warn(f"no block was fused: {why}; {args.output} has BatchNormalization folded and nothing else")
     try:
         save_model(rewritten, args.output)
     except TrtfuseError:
