@@ -359,14 +359,15 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
                                f"(leave --batch out, or give --batch {static_batch})")
     if len(dims) != 4 or dims[2] is None or dims[2] != dims[3]:
         raise TrtfuseError(f"{model_path}: need a square static-size NCHW image input, got {dims}")
-    images, labels = load_samples(data, count, size=int(dims[2]), model=model)
-    count = len(images)
-    if backend in ("cuda", "trt"):
+    if backend in ("cuda", "trt"):  # before the samples are loaded: minutes of work for nothing otherwise
         from ..plugins import cuda_driver as cd
 
         ok, why = cd.gpu_available()
         if not ok:
             raise TrtfuseError(f"--backend {backend} needs an NVIDIA GPU: {why}")
+    images, labels = load_samples(data, count, size=int(dims[2]), model=model)
+    count = len(images)
+    if backend in ("cuda", "trt"):
         available = cd.check(cd._driver().cuDeviceGetCount())
         n_gpus = available if gpus == "all" else int(gpus)
         if not 1 <= n_gpus <= available:
