@@ -172,3 +172,18 @@ def test_input_and_output_path_messages_blame_the_right_thing(tmp_path, capsys):
     assert main(["rewrite", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "ro" / "file" / "o.onnx")]) == 2
     err = capsys.readouterr().err
     assert "checker" not in err and "is not a folder" in err
+
+
+def test_run_takes_a_folder_of_images_as_calibrate_and_evaluate_do(tmp_path, capsys):
+    import numpy as np
+    from PIL import Image
+
+    save_model(small_resnet(size=32), tmp_path / "m.onnx")
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "m.onnx"), "--data", str(folder), "--count", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["images"] == 3
