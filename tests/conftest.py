@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 
 _OWN_CACHE: str | None = None
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
 
 
 def pytest_configure(config):
@@ -20,6 +25,8 @@ def pytest_configure(config):
     if not os.environ.get("TRTFUSE_CACHE"):
         _OWN_CACHE = tempfile.mkdtemp(prefix="trtfuse-test-cache-")
         os.environ["TRTFUSE_CACHE"] = _OWN_CACHE
+        # a run stopped by SIGTERM (a CI timeout, `timeout`) ends like Ctrl-C, so the cache is still removed
+        signal.signal(signal.SIGTERM, _terminate)
 
 
 def pytest_unconfigure(config):
