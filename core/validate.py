@@ -92,7 +92,8 @@ def check_input_file(path: str | os.PathLike, what: str = "model") -> Path:
     except OSError as exc:
         raise TrtfuseError(f"cannot read {what} {path}: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise TrtfuseError(f"{what} {path} is {_describe(st.st_mode)}, not a {what} file")
+        article = "an" if what[:1] in "aeiou" else "a"
+        raise TrtfuseError(f"{what} {path} is {_describe(st.st_mode)}, not {article} {what} file")
     if not os.access(path, os.R_OK):
         raise TrtfuseError(f"cannot read {what} {path}: permission denied")
     return path

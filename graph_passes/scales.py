@@ -46,9 +46,9 @@ def validate_scales(obj, source: str = "scales") -> dict[str, float]:
 
 
 def load_scales(path: str | Path) -> dict[str, float]:
-    path = Path(path)
-    if not path.is_file():
-        raise TrtfuseError(f"no such scales file: {path}")
+    from trtfuse.validate import check_input_file
+
+    path = check_input_file(path, "scales")  # missing, a folder, a pipe: each named as such
     try:
         obj = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -176,6 +176,8 @@ def _load_data(args, dims):
 
         size = dims[2] if len(dims) == 4 and dims[2] else 224
         return np.ascontiguousarray(load_data(args.data, args.count, size=size, split="heldout").all(), dtype=np.float32)
+    if os.path.exists(args.data) and not os.path.isfile(args.data):
+        raise TrtfuseError(f"cannot read --data {args.data}: not a regular file or a folder")
     try:
         data = np.load(args.data, allow_pickle=False)
     except FileNotFoundError:
@@ -253,6 +255,11 @@ def run(args) -> int:
     from trtfuse.io import load_model
     from trtfuse.ui import print_json, print_table
 
+    from trtfuse.validate import check_input_file
+
+    check_input_file(args.model, "engine" if args.backend == "trt" else "model")  # a FIFO would block a read
+    if args.reference:
+        check_input_file(args.reference, "--reference model")
     if args.backend == "trt":
         from .trt_runner import TrtEngine
 

@@ -193,6 +193,11 @@ CASES = [
     ("run-trt-onnx", ["run", "m.onnx", "--backend", "trt"]),
     ("run-trt-junk-engine", ["run", "engine.engine", "--backend", "trt"]),
     ("run-trt-dir", ["run", "dir.onnx", "--backend", "trt"]),
+    ("run-trt-fifo", ["run", "fifo", "--backend", "trt"]),  # reading a FIFO would block for ever
+    ("run-fifo-reference", ["run", "m.onnx", "--reference", "fifo"]),
+    ("run-fifo-data", ["run", "m.onnx", "--data", "fifo"]),
+    ("calibrate-fifo-data", ["calibrate", "m.onnx", "--data", "fifo", "-o", "new.json"]),
+    ("rewrite-fifo-scales", ["rewrite", "m.onnx", "-o", "new.onnx", "--scales", "fifo"]),
     # build (TensorRT): one line whatever is missing
     ("build-o-fifo", ["build", "q.onnx", "-o", "fifo"]),
     ("build-o-input", ["build", "q.onnx", "-o", "q.onnx"]),
