@@ -1,5 +1,6 @@
 """`trtfuse bench <what>`: benchmarks. Each lives in its own module exposing
-`add_arguments(parser)` and `run(args) -> int`; results go to bench/results/ as JSON."""
+`add_arguments(parser)` and `run(args) -> int`; each writes a JSON record to -o, else to
+./bench-results/ ($TRTFUSE_RESULTS_DIR overrides; never into the installed package)."""
 
 import importlib
 
@@ -12,12 +13,13 @@ BENCHMARKS = {
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="run a benchmark and record JSON under bench/results/")
+    p = sub.add_parser("bench", help="run a benchmark and record its JSON (-o, else ./bench-results/)")
     bsub = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
     for name, (module, help_text) in BENCHMARKS.items():
         bp = bsub.add_parser(name, help=help_text)
         bp.add_argument("--json", action="store_true", help="print the records as JSON instead of a table")
-        bp.add_argument("-o", "--output", help="results file (default: bench/results/<name>-<device>-<date>.json)")
+        bp.add_argument("-o", "--output", help="results file (default: ./bench-results/<name>-<device>-<date>.json; "
+                        "$TRTFUSE_RESULTS_DIR overrides the folder)")
         bp.set_defaults(func=lambda args, module=module: importlib.import_module(module).run(args))
         bp.set_defaults(_add_arguments_from=module)
         try:

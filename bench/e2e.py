@@ -157,7 +157,9 @@ def run(args) -> int:
               "speedup_vs_torch_fp16": ours / torch_fp16 if torch_fp16 else None,
               "forward_ms_sum_of_steps": sum(b["ms"] for b in breakdown),
               "model_prep_seconds": prep_s, "breakdown": breakdown}
-    path = getattr(args, "output", None) or f"bench/results/e2e-{device.replace(' ', '_')}-{date}.json"
+    from . import default_results_path
+
+    path = str(getattr(args, "output", None) or default_results_path(f"e2e-{device.replace(' ', '_')}-{date}.json"))
     atomic_write_json(path, result)
     if getattr(args, "json", False):
         print_json(result)
@@ -177,7 +179,7 @@ def run(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=run.__doc__)
     add_arguments(ap)
-    ap.add_argument("-o", "--output", help="results file (default: bench/results/e2e-<device>-<date>.json)")
+    ap.add_argument("-o", "--output", help="results file (default: ./bench-results/e2e-<device>-<date>.json, or $TRTFUSE_RESULTS_DIR)")
     ap.add_argument("--json", action="store_true")
     return run(ap.parse_args(argv))
 

@@ -53,8 +53,13 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from . import default_results_path
     from ..errors import TrtfuseError
     from ..io import atomic_write_json
+    from ..validate import check_output_file
+
+    if getattr(args, "output", None):
+        check_output_file(args.output, "-o")
     from ..ui import print_json, print_table
 
     if args.batch < 1 or args.slots < 1 or args.seconds <= 0 or args.count < 1:
@@ -67,7 +72,7 @@ def run(args) -> int:
               "slots": args.slots, "samples_per_s": result["samples_per_s"],
               "samples_completed": result["samples_completed"], "wall_seconds": result["wall_seconds"],
               "result": result["loadgen_summary"].get("Result is")}
-    path = getattr(args, "output", None) or f"bench/results/harness-cpu-{date}.json"
+    path = str(getattr(args, "output", None) or default_results_path(f"harness-cpu-{date}.json"))
     atomic_write_json(path, record)
     if getattr(args, "json", False):
         print_json(record)

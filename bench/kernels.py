@@ -259,7 +259,9 @@ def run(args) -> int:
               "copy_bandwidth_tbps": bw, "int8_peak_tops": INT8_PEAK_TOPS, "records": records}
     from ..io import atomic_write_json
 
-    path = args.output or f"bench/results/kernels-{device.replace(' ', '_')}-{date}.json"
+    from . import default_results_path
+
+    path = str(args.output or default_results_path(f"kernels-{device.replace(' ', '_')}-{date}.json"))
     atomic_write_json(path, result)
     if args.roofline:
         _roofline(records, bw, args.roofline, device)

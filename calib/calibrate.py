@@ -20,11 +20,26 @@ def check_method(method: str, percentile: float) -> None:
         raise TrtfuseError(f"--percentile must be in (0, 100], got {percentile}")
 
 
-def scales_from_histograms(hists: dict[str, AbsHistogram], method: str, percentile: float = 99.99):
+def scales_from_histograms(hists: dict[str, AbsHistogram], method: str, percentile: float = 99.99,
+                           show_progress: bool = False):
     """({tensor: scale}, {tensor: amax}) for one method; the histograms are reused, not consumed."""
+    from trtfuse.ui import progress
+
     check_method(method, percentile)
-    amax = {name: compute_amax(h, method, percentile) for name, h in hists.items()}
+    amax = {name: compute_amax(h, method, percentile)
+            for name, h in progress(list(hists.items()), desc=f"{method} thresholds", enabled=show_progress, unit="tensor")}
     return {name: amax_to_scale(a) for name, a in amax.items()}, amax
+
+
+def warn_zero_tensors(hists: dict[str, AbsHistogram], amax: dict[str, float]) -> list[str]:
+    """Tensors that were 0 on every calibration image get a placeholder threshold: say so in one line."""
+    from trtfuse.ui import warn
+
+    zero = [name for name, h in hists.items() if h.absmax == 0.0]
+    if zero:
+        warn(f"{len(zero)} of {len(hists)} tensors were 0 on every calibration image (first: {zero[0]!r}); "
+             f"they got amax {amax[zero[0]]:g} (scale {amax_to_scale(amax[zero[0]]):.4g}): check --data")
+    return zero
 
 
 def gather_statistics(model, images, fuse_mode: str = "residual", selection: str = "auto",
@@ -33,6 +48,11 @@ def gather_statistics(model, images, fuse_mode: str = "residual", selection: str
     check_images_fit(model, images)
     tensors, used = activation_tensors(model, fuse_mode, selection)
     if not tensors:
+        convs = sum(n.op_type == "Conv" for n in model.graph.node)
+        if convs and selection != "broad":
+            raise TrtfuseError(f"the rewrite ({fuse_mode}) can fuse none of the model's {convs} Conv nodes, so there is "
+                               f"nothing to calibrate for it (`trtfuse rewrite --report` says why each is rejected, e.g. "
+                               f"dynamic spatial dims); --tensors broad calibrates every Conv/Add/Relu activation anyway")
         raise TrtfuseError("the model has no activation tensors to calibrate (no Conv/Add/Relu/... nodes)")
     start = time.perf_counter()
     hists = collect_statistics(model, images, tensors, batch_size=batch_size, threads=threads,
@@ -52,7 +72,8 @@ def calibrate(model_path: str | Path, images, method: str = "entropy", percentil
     model = model if model is not None else load_model(model_path)
     hists, used, stat_seconds = gather_statistics(model, images, fuse_mode, selection, batch_size, threads,
                                                   show_progress)
-    scales, amax = scales_from_histograms(hists, method, percentile)
+    scales, amax = scales_from_histograms(hists, method, percentile, show_progress)
+    warn_zero_tensors(hists, amax)
     metadata = {
         "method": method,
         "percentile": percentile if method == "percentile" else None,

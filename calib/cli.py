@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 DATA_HELP = "a folder of JPEG/PNG images (optional val_map.txt labels), a .npy/.npz batch, or 'default' (embedded photos)"
 
@@ -17,8 +18,9 @@ def register(sub) -> None:
     p.add_argument("--method", default="entropy", choices=["max", "percentile", "entropy", "mse"],
                    help="threshold method (default entropy)")
     p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile (default 99.99)")
-    p.add_argument("--fuse", default="residual", choices=["residual", "all"],
-                   help="the rewrite's fuse mode, which decides the tensors it needs (default residual)")
+    p.add_argument("--fuse", default="both", choices=["both", "residual", "all"],
+                   help="the rewrite's fuse mode, which decides the tensors it needs; both (default): every tensor "
+                        "`rewrite --fuse residual` or `--fuse all` reads, so one scales file serves either")
     p.add_argument("--tensors", default="auto", choices=["auto", "rewrite", "broad"],
                    help="tensor set: the rewrite's list (rewrite), every Conv/BN/Add/Relu/pool activation (broad), "
                         "or the rewrite's list when available (auto, default)")
@@ -73,8 +75,18 @@ def _positive(name: str, value: int) -> None:
         raise TrtfuseError(f"{name} must be at least 1, got {value}")
 
 
+def _outputs(inputs: list, outputs: list) -> None:
+    """Up front: every named output is writable and none of them is an input or another output."""
+    from trtfuse.validate import check_output_file, check_outputs_distinct
+
+    for flag, path in outputs:
+        if path:
+            check_output_file(path, flag)
+    check_outputs_distinct([i for i in inputs if i and i != "default"], [p for _, p in outputs])
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
-    from trtfuse.io import atomic_write_json, atomic_write_text, check_not_same_file, load_model
+    from trtfuse.io import atomic_write_json, atomic_write_text, check_plain_model, load_model
     from trtfuse.ui import print_json, print_table
 
     from .calibrate import calibrate, check_method
@@ -86,10 +98,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     _positive("--batch", args.batch)
     _positive("--threads", args.threads)
     check_method(args.method, args.percentile)
-    check_not_same_file(args.model, args.output)
-    if args.cache:
-        check_not_same_file(args.model, args.cache)
+    _outputs([args.model, args.data], [("-o", args.output), ("--cache", args.cache)])
     model = load_model(args.model)
+    check_plain_model(model, args.model, "model to calibrate")
     _, size = input_name_and_size(model)
     images = load_data(args.data, args.count, size=size or 224, split="calib")
     doc = calibrate(args.model, images, args.method, args.percentile, args.fuse, args.tensors, args.batch,
@@ -119,10 +130,14 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from .evaluate import evaluate, print_report
     from .stats import input_name_and_size
 
+    from trtfuse.io import check_plain_model
+
     _positive("--count", args.count)
     _positive("--batch", args.batch)
+    _outputs([args.fp32, args.int8, args.data], [("-o", args.output)])
     fp32 = load_model(args.fp32)
     int8 = load_model(args.int8, check=False)
+    check_plain_model(fp32, args.fp32, "first model (FP32)")
     _, size = input_name_and_size(fp32)
     images = load_data(args.data, args.count, size=size or 224, split="heldout")
     from trtfuse.graph_passes.qdq import has_qdq
@@ -160,7 +175,17 @@ def run_compare(args: argparse.Namespace) -> int:
         raise TrtfuseError("--methods is empty")
     for m in methods:
         check_method(m, args.percentile)
-    _, size = input_name_and_size(load_model(args.model))
+    from trtfuse.io import check_plain_model
+    from trtfuse.validate import check_output_dir
+
+    _outputs([args.model, args.data, args.eval_data], [("-o", args.output)])
+    if args.out_dir:
+        check_output_dir(args.out_dir, "--out-dir")
+        if not os.path.isdir(args.out_dir):
+            raise TrtfuseError(f"--out-dir {args.out_dir}: no such folder (create it first)")
+    model = load_model(args.model)
+    check_plain_model(model, args.model, "model to calibrate")
+    _, size = input_name_and_size(model)
     calib = load_data(args.data, args.count, size=size or 224, split="calib")
     held = load_data(args.eval_data, args.eval_count, size=size or 224, split="heldout")
     result = compare_methods(args.model, calib, held, methods, args.percentile, args.fuse, args.out_dir,

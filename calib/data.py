@@ -96,6 +96,7 @@ def default_images(count: int, size: int = 224, seed: int = 0, split: str = "cal
     then preprocessed like an ImageNet validation image. Deterministic in (count, size, seed, split);
     the first k views of a larger count are the k views of count k. `default_labels` gives their classes.
     """
+    check_fits_in_memory(count, size)
     names, stream = _split_photos(split)
     photos = [_load_photo(n) for n in names]
     rng = np.random.default_rng([seed, stream])
@@ -258,6 +259,8 @@ def load_array_file(path: str | os.PathLike, count: int | None = None, size: int
     if count is not None:
         data = data[:count]
         labels = None if labels is None else labels[:count]
+    if not np.isfinite(data).all():
+        _fail(f"{path}: the images hold NaN or infinite values: give finite images")
     what = f"{len(data)} images from {path} ({converted[0][1]})"
     return ImageSet(len(data), data.shape[2], what, labels, lambda a, b: data[a:b])
 
@@ -280,6 +283,20 @@ def labels_apply_to(images: ImageSet, model) -> bool:
         return int(props.get("trtfuse.weights_recipe", "0")) >= _FIRST_LABELLED_RECIPE
     except ValueError:
         return False
+
+
+def check_fits_in_memory(count: int, size: int, what: str = "--count") -> None:
+    """Refuse, before allocating, a float32 [count, 3, size, size] array larger than the machine's memory."""
+    import os
+
+    need = count * 3 * size * size * 4
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    if need > total:
+        _fail(f"{what} {count}: {count} images of 3x{size}x{size} need {need / 2**30:.1f} GiB, more than this "
+              f"machine's {total / 2**30:.1f} GiB")
 
 
 def load_default(count: int, size: int = 224, split: str = "calib", seed: int = 0) -> ImageSet:

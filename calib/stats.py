@@ -17,7 +17,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import math
+
 import numpy as np
+
+from trtfuse.errors import TrtfuseError
 
 DEFAULT_BINS = 2048
 
@@ -57,6 +61,8 @@ class AbsHistogram:
         scratch = scratch or Scratch()
         a = scratch.absolute(x)
         batch_max = float(a.max()) if a.size else 0.0
+        if not math.isfinite(batch_max):  # NaN or inf: no threshold can be chosen (and inf never fits a bin)
+            raise NonFiniteActivation(batch_max)
         self.absmax = max(self.absmax, batch_max)
         if batch_max == 0.0:
             self.counts[0] += a.size
@@ -67,6 +73,10 @@ class AbsHistogram:
         elif batch_max >= self.edge:
             self._grow_to(batch_max)
         self.counts += scratch.bincount(a, self.bins / self.edge, self.bins)
+
+
+class NonFiniteActivation(ValueError):
+    """A tensor held NaN or inf; collect_statistics names it in a one-line TrtfuseError."""
 
 
 class Scratch:
@@ -194,7 +204,19 @@ def collect_statistics(model, images, tensors: list[str], batch_size: int = 8, t
 
     def accumulate(values, real):
         for name, value in zip(tensors, values):
-            hists[name].add(value[:real], scratch)
+            try:
+                hists[name].add(value[:real], scratch)
+            except NonFiniteActivation as exc:
+                raise TrtfuseError(f"activation {name!r} holds {exc.args[0]} on the calibration data: no scale can be "
+                                   f"chosen (check --data for NaN/inf or values far outside the model's range)") from None
+
+    data_range = [math.inf, -math.inf]
+
+    def check_batch(batch, real):
+        lo, hi = float(np.min(batch[:real])), float(np.max(batch[:real]))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise TrtfuseError("the calibration data hold NaN or infinite values: give finite images")
+        data_range[0], data_range[1] = min(data_range[0], lo), max(data_range[1], hi)
 
     # Histograms of batch k are built on a worker thread while ONNX Runtime runs batch k+1: numpy's
     # ufuncs and ORT both release the GIL, so the two overlap instead of leaving a core idle.
@@ -203,6 +225,7 @@ def collect_statistics(model, images, tensors: list[str], batch_size: int = 8, t
         pending = None  # (future, images it covers) of the batch being histogrammed
         try:
             for batch, real in padded_batches(images, fixed_batch or batch_size, fixed_batch is not None):
+                check_batch(batch, real)
                 values = session.run(tensors, {input_name: batch})
                 if pending is not None:
                     pending[0].result()
@@ -213,4 +236,7 @@ def collect_statistics(model, images, tensors: list[str], batch_size: int = 8, t
                 bar.update(pending[1])
         finally:
             bar.close()
+    if data_range[0] == data_range[1]:
+        raise TrtfuseError(f"every calibration image is the constant {data_range[0]:g}: the scales would describe no "
+                           f"real input (give natural images, e.g. --data default)")
     return hists

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+FUSE_MODES = ("residual", "all")  # "both": the union, what a scales file for any `rewrite --fuse` needs
 QUANTIZABLE_NEIGHBOURS = ("Conv", "BatchNormalization", "Add", "Relu", "MaxPool", "GlobalAveragePool")
 
 
@@ -60,7 +61,9 @@ def activation_tensors(model, fuse_mode: str = "residual", selection: str = "aut
         raise TrtfuseError(f"tensor selection must be auto, rewrite or broad, not {selection!r}")
     func = rewrite_tensor_function() if selection != "broad" else None
     if func is not None:
-        return list(func(model, fuse_mode)), f"rewrite ({fuse_mode})"
+        modes = FUSE_MODES if fuse_mode == "both" else (fuse_mode,)
+        names = [n for mode in modes for n in func(model, mode)]
+        return list(dict.fromkeys(names)), f"rewrite ({fuse_mode})"
     if selection == "rewrite":
         raise TrtfuseError("this trtfuse has no graph_passes.required_activation_tensors; use --tensors broad")
     return broad_activation_tensors(model), "broad"

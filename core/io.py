@@ -15,21 +15,41 @@ from typing import Any, Callable
 from .errors import TrtfuseError
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise TrtfuseError(f"output folder does not exist: {folder}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
+    """Write through a temporary file in the destination folder, then rename it onto `path`.
+
+    An existing output that is not a regular file (a device such as /dev/null, a pipe, a directory) is
+    refused: a rename would replace it. A symlink to a regular file is written through. The file gets
+    the mode a plain open() would give it (0666 less the umask), or keeps an existing file's mode."""
+    from .validate import check_output_file
+
+    target = check_output_file(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    try:
+        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        os.close(fd)
+    except OSError as exc:
+        raise TrtfuseError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         write(tmp)
-        os.replace(tmp, path)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise TrtfuseError(f"cannot write {path}: {exc.strerror or exc}") from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
+    return Path(path)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -51,7 +71,7 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
 def check_not_same_file(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     """Refuse to overwrite the input model with an output."""
     src, dst = Path(src), Path(dst)
-    if dst.exists() and src.exists() and os.path.samefile(src, dst):
+    if dst.exists() and src.exists() and (os.path.samefile(src, dst) or os.path.realpath(src) == os.path.realpath(dst)):
         raise TrtfuseError(f"refusing to overwrite the input model {src}: choose another output path")
 
 
@@ -59,9 +79,9 @@ def load_model(path: str | os.PathLike, check: bool = True):
     """Load an ONNX model, turning every way it can be broken into a one-line TrtfuseError."""
     import onnx
 
-    path = Path(path)
-    if not path.is_file():
-        raise TrtfuseError(f"no such model file: {path}")
+    from .validate import check_input_file
+
+    path = check_input_file(path, "model")
     try:
         model = onnx.load(str(path), load_external_data=True)
     except Exception as exc:  # protobuf raises DecodeError and others on truncated files
@@ -81,7 +101,23 @@ def save_model(model, path: str | os.PathLike, check: bool = True) -> Path:
     """Validate with onnx.checker, then write atomically."""
     import onnx
 
+    from .validate import check_output_file
+
+    check_output_file(path)  # before the checker, so a bad path is not blamed on the model
     if check:
         onnx.checker.check_model(model)
     data = model.SerializeToString()
     return atomic_write_bytes(path, data)
+
+
+def plugin_ops(model) -> list[str]:
+    """The trtfuse plugin node types in `model` (empty for a plain ONNX model)."""
+    return sorted({n.op_type for n in model.graph.node if n.domain == "trtfuse"})
+
+
+def check_plain_model(model, path, role: str) -> None:
+    """Refuse a rewritten (int8, trtfuse plugin nodes) model where an ordinary fp32 model is needed."""
+    ops = plugin_ops(model)
+    if ops:
+        raise TrtfuseError(f"{path} is a rewritten int8 model (trtfuse {', '.join(ops)} nodes); the {role} must be "
+                           f"the original fp32 model")

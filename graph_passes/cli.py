@@ -35,11 +35,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import os
     import time
 
     from trtfuse.errors import TrtfuseError
-    from trtfuse.io import atomic_write_json, check_not_same_file, load_model, save_model
+    from trtfuse.io import atomic_write_json, load_model, save_model
     from trtfuse.ui import print_json, print_table, progress
 
     from .pipeline import PASSES, run_pipeline, summary_reason
@@ -47,15 +46,16 @@ def run(args) -> int:
     from .scales import load_scales
     from .split_k import split_k_from_args
 
-    if os.path.isdir(args.output):
-        raise TrtfuseError(f"output {args.output} is a directory: give a file name")
-    check_not_same_file(args.model, args.output)
+    from trtfuse.io import check_plain_model
+    from trtfuse.validate import check_output_file, check_outputs_distinct
+
+    check_output_file(args.output)
     if args.report:
-        check_not_same_file(args.model, args.report)
-    if args.calib_images < 1:
-        raise TrtfuseError("--calib-images must be at least 1")
+        check_output_file(args.report, "--report")
+    check_outputs_distinct([args.model, args.scales], [args.output, args.report])
     start = time.perf_counter()
     model = load_model(args.model)
+    check_plain_model(model, args.model, "rewrite's input")
     scales = load_scales(args.scales) if args.scales else None
     with progress(total=1, desc="rewrite", unit="pass") as bar:
         rewritten, ctx = run_pipeline(model, args.fuse, scales, passes=PASSES, options={"requantize": args.requantize},
@@ -65,6 +65,11 @@ def run(args) -> int:
     scales_source = args.scales if args.scales else ctx.scales_source
     split_k_nodes = split_k_from_args(rewritten, args)  # last: it only touches MatMul/Gemm
     rewritten = split_k_nodes.model
+    if not any(c.status == FUSED for c in report):
+        from trtfuse.ui import warn
+
+        warn(f"no block was fused: {summary_reason(report, model, args.fuse)}; {args.output} holds the model with "
+             "its constants folded and BatchNormalization folded, nothing else")
     try:
         save_model(rewritten, args.output)
     except TrtfuseError:

@@ -297,7 +297,9 @@ def fuse_conv_blocks(model, scales: dict[str, float], fuse_mode: str = "residual
     groups = find_fusion_groups(graph, fuse_mode, report, qdq)
     missing = [n for g in groups for n in g.scale_tensors if n not in scales]
     if missing:
-        raise TrtfuseError(f"no activation scale for {len(set(missing))} tensors the rewrite needs (first: {missing[0]!r})")
+        raise TrtfuseError(f"no activation scale for {len(set(missing))} tensors the rewrite needs (first: {missing[0]!r}): "
+                           f"the scales file was calibrated for another fuse mode; rerun `trtfuse calibrate MODEL "
+                           f"--fuse {fuse_mode} -o SCALES.json` (the default, --fuse both, covers every mode)")
 
     int8_of: dict[str, object] = {}
     for group in groups:

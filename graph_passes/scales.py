@@ -23,6 +23,9 @@ import numpy as np
 from trtfuse.errors import TrtfuseError
 
 SCALES_FORMAT = "trtfuse-scales-v1"
+# A scale is stored as float32 and multiplied by weight scales (~1e-3) and its reciprocal taken: keep it, its
+# reciprocal and 127 x it comfortably normal float32 numbers (1e-50 would round to 0, 1e39 to inf).
+SCALE_MIN, SCALE_MAX = 1e-30, 1e30
 
 
 def validate_scales(obj, source: str = "scales") -> dict[str, float]:
@@ -35,14 +38,17 @@ def validate_scales(obj, source: str = "scales") -> dict[str, float]:
     for name, value in acts.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise TrtfuseError(f"{source}: scale of {name!r} must be a finite positive number, got {value!r}")
+        if not SCALE_MIN <= value <= SCALE_MAX:  # the op stores scales, their products and 1/scale as float32
+            raise TrtfuseError(f"{source}: scale of {name!r} is {value!r}, outside the float32 range the int8 op can "
+                               f"use [{SCALE_MIN:g}, {SCALE_MAX:g}]")
         out[str(name)] = float(value)
     return out
 
 
 def load_scales(path: str | Path) -> dict[str, float]:
-    path = Path(path)
-    if not path.is_file():
-        raise TrtfuseError(f"no such scales file: {path}")
+    from trtfuse.validate import check_input_file
+
+    path = check_input_file(path, "scales")  # missing, a folder, a pipe: each named as such
     try:
         obj = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -29,10 +29,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import os
     import time
 
-    from trtfuse.errors import TrtfuseError
     from trtfuse.io import save_model
     from trtfuse.ui import print_json, print_table, progress
 
@@ -40,12 +38,9 @@ def run(args) -> int:
     from .resnet import count_parameters, resnet_spec
     from .weights import synthesis_steps
 
-    # Fail before the build, not after it.
-    if os.path.isdir(args.output):
-        raise TrtfuseError(f"output {args.output} is a directory: give a file name")
-    folder = os.path.dirname(args.output) or "."
-    if not os.path.isdir(folder):
-        raise TrtfuseError(f"output folder does not exist: {folder}")
+    from trtfuse.validate import check_output_file
+
+    check_output_file(args.output)  # fail before the build, not after it
     options = dict(
         opset=args.opset,
         batch=None if args.dynamic_batch else args.batch,

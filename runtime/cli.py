@@ -21,8 +21,9 @@ def register(sub) -> None:
                    "for --fuse all models); trt (a TensorRT engine, trtfuse's plugins registered)")
     p.add_argument("--engine", choices=("ort", "reference"), default="ort",
                    help="cpu backend: run standard ops with onnxruntime (default) or onnx's ReferenceEvaluator")
-    p.add_argument("--data", default="default", metavar="default|FILE.npy",
-                   help="default: embedded held-out natural images; or a float32 [N, 3, H, W] .npy file")
+    p.add_argument("--data", default="default", metavar="default|DIR|FILE.npy",
+                   help="default: embedded held-out natural images; a folder of JPEG/PNG images; or a float32 "
+                        "[N, 3, H, W] .npy file")
     p.add_argument("--count", type=int, default=8, metavar="N", help="number of images (default 8)")
     p.add_argument("--reference", metavar="FP32.onnx", help="also run this model and compare logits")
     p.add_argument("--json", action="store_true", help="print results as JSON")
@@ -56,14 +57,19 @@ def register(sub) -> None:
     o.add_argument("--backend", choices=("cuda", "onnxruntime", "trt"), default="cuda")
     o.add_argument("--data", default="synthetic", metavar="DIR|FILE|default|synthetic",
                    help="images folder (with val_map.txt for accuracy), .npy/.npz, default photos, or synthetic")
-    o.add_argument("--count", type=int, default=2048, help="samples in the query sample library (default 2048)")
-    o.add_argument("--batch", type=int, default=256, help="batch size (default 256)")
+    o.add_argument("--count", type=int, default=None,
+                   help="samples in the query sample library (default: 2048 on a GPU, 64 with onnxruntime)")
+    o.add_argument("--batch", type=int, default=None,
+                   help="batch size (default: 256 on a GPU; with onnxruntime the model's static batch, else 8)")
     o.add_argument("--gpus", default="1", metavar="N|all", help="GPUs, one worker each (default 1)")
     o.add_argument("--streams", type=int, default=DEFAULT_STREAMS, metavar="N",
                    help="--backend cuda/trt: runners (CUDA graphs on their own streams) per GPU (default %d)" % DEFAULT_STREAMS)
     o.add_argument("--mode", choices=("performance", "accuracy"), default="performance")
-    o.add_argument("--expected-qps", type=float, default=30000.0, help="LoadGen offline_expected_qps")
-    o.add_argument("--min-duration", type=float, default=10.0, metavar="S", help="LoadGen min duration in seconds")
+    o.add_argument("--expected-qps", type=float, default=None,
+                   help="LoadGen offline_expected_qps: the query holds 1.1 x this x --min-duration samples (default: "
+                        "30000 on a GPU; with onnxruntime the rate measured in a short warm-up, so the run is short and valid)")
+    o.add_argument("--min-duration", type=float, default=None, metavar="S",
+                   help="LoadGen min duration in seconds (default: 10 on a GPU, 4 with onnxruntime)")
     o.add_argument("--log-dir", default="offline-logs", help="folder for LoadGen's logs (default offline-logs)")
     o.add_argument("--autotune", action="store_true",
                    help="--backend cuda: time every tactic per conv on each GPU before the run (else the heuristic)")
@@ -83,12 +89,27 @@ def offline(args) -> int:
     from trtfuse.runtime.offline import run_offline
     from trtfuse.ui import print_json, print_table, progress
 
-    if args.count < 1 or args.batch < 1 or args.streams < 1:
-        raise TrtfuseError("--count, --batch and --streams must be at least 1")
+    from trtfuse.validate import check_input_file, check_output_dir, check_output_file, check_outputs_distinct
+
+    if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) >= 1):
+        raise TrtfuseError(f"--gpus {args.gpus}: give a number of GPUs (at least 1) or 'all'")
+    check_input_file(args.model, "engine" if args.backend == "trt" else "model")
+    if args.output:
+        check_output_file(args.output, "-o")
+    check_output_dir(args.log_dir, "--log-dir")
+    check_outputs_distinct([args.model, args.data], [args.output, args.log_dir])
+    gpu = args.backend in ("cuda", "trt")
+    if args.compare_torch and not gpu:
+        raise TrtfuseError("--compare-torch times PyTorch fp16 on a GPU: it goes with --backend cuda or trt")
+    count = args.count or (2048 if gpu else 64)
+    min_duration = args.min_duration or (10.0 if gpu else 4.0)
     bar = progress(total=None, desc="offline", unit="img")
-    result = run_offline(args.model, args.backend, args.data, args.count, args.batch, args.gpus, args.mode,
-                         args.log_dir, args.expected_qps, args.min_duration, progress_cb=bar.update,
-                         autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline)
+    try:
+        result = run_offline(args.model, args.backend, args.data, count, args.batch, args.gpus, args.mode,
+                             args.log_dir, args.expected_qps, min_duration, progress_cb=bar.update,
+                             autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline)
+    finally:
+        bar.close()
     bar.close()
     if args.compare_torch:
         from trtfuse.bench.e2e import torch_fp16_samples_per_s
@@ -109,7 +130,7 @@ def offline(args) -> int:
         print_json(result)
     else:
         s = result["loadgen_summary"]
-        keys = ["backend", "batch", "gpus", "streams", "mode", "samples_per_s", "samples_completed", "pipeline_samples_per_s",
+        keys = ["backend", "batch", "gpus", "streams", "mode", "expected_qps", "samples_per_s", "samples_completed", "pipeline_samples_per_s",
                 "torch_fp16_samples_per_s"]
         rows = [[k, result.get(k)] for k in keys] + [[k, s.get(k)] for k in (
             "Result is", "Min latency (ns)", "Mean latency (ns)", "50.00 percentile latency (ns)",
@@ -119,7 +140,13 @@ def offline(args) -> int:
                  if t.get(k) is not None]
         if "top1_accuracy" in result:
             rows.append(["top1_accuracy", result["top1_accuracy"]])
+        if result.get("invalid_because"):
+            rows.append(["INVALID because", result["invalid_because"]])
         print_table(["field", "value"], rows)
+    if result.get("invalid_because"):
+        from trtfuse.ui import warn
+
+        warn(f"LoadGen judged the run INVALID: {result['invalid_because']} (its logs: {args.log_dir})")
     return 0
 
 
@@ -138,6 +165,8 @@ def build(args) -> int:
 
 def _load_data(args, dims):
     """Images for an input of `dims` ([N, C, H, W], None where dynamic)."""
+    import os
+
     import numpy as np
 
     from trtfuse.errors import TrtfuseError
@@ -147,12 +176,25 @@ def _load_data(args, dims):
         raise TrtfuseError("--count must be at least 1")
     if args.data == "default":
         return input_images(dims, args.count, split="heldout")
+    if os.path.isdir(args.data):  # a folder of images, as calibrate and evaluate take it
+        from trtfuse.calib.data import load_data
+
+        size = dims[2] if len(dims) == 4 and dims[2] else 224
+        return np.ascontiguousarray(load_data(args.data, args.count, size=size, split="heldout").all(), dtype=np.float32)
+    if os.path.exists(args.data) and not os.path.isfile(args.data):
+        raise TrtfuseError(f"cannot read --data {args.data}: not a regular file or a folder")
     try:
         data = np.load(args.data, allow_pickle=False)
+    except FileNotFoundError:
+        raise TrtfuseError(f"cannot read --data {args.data}: no such file or folder (give default, a folder of images or a .npy file)") from None
     except (OSError, ValueError) as exc:
         raise TrtfuseError(f"cannot read {args.data} as a .npy array ({exc})") from None
-    if data.ndim != 4 or data.dtype != np.float32:
+    if not isinstance(data, np.ndarray):
+        raise TrtfuseError(f"--data {args.data}: a .npz archive; give a .npy array or a folder of images")
+    if data.ndim != 4 or data.dtype != np.float32 or len(data) == 0:
         raise TrtfuseError(f"{args.data}: need a float32 [N, C, H, W] array, got {data.dtype} {list(data.shape)}")
+    if not np.isfinite(data[: args.count]).all():
+        raise TrtfuseError(f"{args.data}: the images hold NaN or infinite values")
     return data[: args.count]
 
 
@@ -218,6 +260,11 @@ def run(args) -> int:
     from trtfuse.io import load_model
     from trtfuse.ui import print_json, print_table
 
+    from trtfuse.validate import check_input_file
+
+    check_input_file(args.model, "engine" if args.backend == "trt" else "model")  # a FIFO would block a read
+    if args.reference:
+        check_input_file(args.reference, "--reference model")
     if args.backend == "trt":
         from .trt_runner import TrtEngine
 

@@ -54,6 +54,9 @@ def load_samples(spec: str, count: int, size: int = 224, model=None):
     """(images [count, 3, size, size] float32, labels or None): labels only where they are classes of `model`
     (`trtfuse.calib.data.labels_apply_to`; with no model, whatever labels the data carries)."""
     if spec == "synthetic":
+        from ..calib.data import check_fits_in_memory
+
+        check_fits_in_memory(2 * count, size)  # drawn as float64, then converted
         rng = np.random.default_rng(0)
         return rng.normal(size=(count, 3, size, size)).astype(np.float32), None
     from ..calib.data import labels_apply_to, load_data
@@ -245,12 +248,27 @@ def _cuda_worker(make_runner, batch: int, samples: np.ndarray, device: int, stre
 
 
 class _OrtWorker(_Worker):
-    def __init__(self, model_path: str, batch: int, samples: np.ndarray):
-        import onnxruntime as ort
+    """The CPU worker: onnxruntime for a plain model; trtfuse's golden CPU executor (plugin nodes through
+    the reference op, the rest through onnxruntime) for a rewritten int8 model."""
 
-        self.session = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
-        self.name = self.session.get_inputs()[0].name
+    def __init__(self, model_path: str, batch: int, samples: np.ndarray, model=None):
+        from ..io import plugin_ops
+
+        if model is not None and plugin_ops(model):
+            from .cpu_executor import CpuExecutor
+
+            executor = CpuExecutor(model)
+            self.name = executor.input_names[0]
+            output = executor.output_names[0]
+            self._run = lambda x: executor.run({self.name: x})[output]
+        else:
+            import onnxruntime as ort
+
+            session = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+            self.name = session.get_inputs()[0].name
+            self._run = lambda x: session.run(None, {self.name: x})[0]
         self.samples, self.batch = samples, batch
+        self.slots = [None]
         super().__init__([threading.Thread(target=self._loop, name="offline-ort", daemon=True)])
         self.start()
 
@@ -263,7 +281,7 @@ class _OrtWorker(_Worker):
             top1 = None
             if self.error is None:
                 try:
-                    logits = self.session.run(None, {self.name: self.samples[indices]})[0]
+                    logits = np.asarray(self._run(self.samples[indices]))
                     top1 = np.argmax(logits.reshape(len(indices), -1), axis=1).astype(np.int32)
                 except BaseException as exc:  # noqa: BLE001
                     self._fail(exc)
@@ -302,12 +320,23 @@ def drive_workers(workers: list[_Worker], batch: int, count: int, samples: float
     return n * batch / elapsed
 
 
-def run_offline(model_path: str, backend: str, data: str, count: int, batch: int, gpus: str, mode: str,
-                log_dir: str, expected_qps: float, min_duration_s: float, progress_cb=None, autotune: bool = False,
+DEFAULT_GPU_BATCH, DEFAULT_CPU_BATCH, DEFAULT_GPU_QPS = 256, 8, 30000.0
+CPU_QPS_MARGIN = 1.5
+
+
+def run_offline(model_path: str, backend: str, data: str, count: int, batch: int | None, gpus: str, mode: str,
+                log_dir: str, expected_qps: float | None, min_duration_s: float, progress_cb=None, autotune: bool = False,
                 streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False) -> dict:
+    """batch None: 256 on a GPU; on the CPU the model's static batch, else 8. expected_qps None: 30000 on a
+    GPU; on the CPU the rate the worker sustains in a short warm-up (so LoadGen's one query takes about
+    min_duration_s, not hours)."""
     _loadgen()
+    if backend not in BACKENDS:
+        raise TrtfuseError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     if streams < 1:
         raise TrtfuseError(f"--streams {streams}: need at least 1 runner per GPU")
+    if backend != "onnxruntime" and batch is None:
+        batch = DEFAULT_GPU_BATCH
     if backend == "trt":  # --model is a serialized engine (`trtfuse build`)
         from .trt_runner import TrtEngine, plan_io
 
@@ -321,16 +350,24 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
 
         model = load_model(model_path)
         _, dims = model_input_spec(model)
+    static_batch = dims[0] if dims and dims[0] else None
+    if backend == "onnxruntime":
+        if batch is None:
+            batch = static_batch or DEFAULT_CPU_BATCH
+        elif static_batch and batch != static_batch:
+            raise TrtfuseError(f"{model_path} has a static batch of {static_batch}: --batch {batch} cannot feed it "
+                               f"(leave --batch out, or give --batch {static_batch})")
     if len(dims) != 4 or dims[2] is None or dims[2] != dims[3]:
         raise TrtfuseError(f"{model_path}: need a square static-size NCHW image input, got {dims}")
-    images, labels = load_samples(data, count, size=int(dims[2]), model=model)
-    count = len(images)
-    if backend in ("cuda", "trt"):
+    if backend in ("cuda", "trt"):  # before the samples are loaded: minutes of work for nothing otherwise
         from ..plugins import cuda_driver as cd
 
         ok, why = cd.gpu_available()
         if not ok:
             raise TrtfuseError(f"--backend {backend} needs an NVIDIA GPU: {why}")
+    images, labels = load_samples(data, count, size=int(dims[2]), model=model)
+    count = len(images)
+    if backend in ("cuda", "trt"):
         available = cd.check(cd._driver().cuDeviceGetCount())
         n_gpus = available if gpus == "all" else int(gpus)
         if not 1 <= n_gpus <= available:
@@ -365,10 +402,21 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
             raise
     else:
         n_gpus = 0
-        workers = [_OrtWorker(model_path, batch, images)]
+        workers = [_OrtWorker(model_path, batch, images, model)]
+        if expected_qps is None:  # a short warm-up: the rate LoadGen should size its one query for
+            try:
+                # A warm-up rate runs low as often as high; LoadGen adds 10 % and a query that ends before
+                # min_duration_s is INVALID, so size it for CPU_QPS_MARGIN x the measured rate.
+                expected_qps = CPU_QPS_MARGIN * drive_workers(workers, batch, count, max(4 * batch, 16))
+            except BaseException:
+                for w in workers:
+                    w.close()
+                raise
+    if expected_qps is None:
+        expected_qps = DEFAULT_GPU_QPS
 
     out = {"backend": backend, "model": model_path, "data": data, "count": count, "batch": batch, "gpus": n_gpus,
-           "streams": streams if n_gpus else None, "mode": mode}
+           "streams": streams if n_gpus else None, "mode": mode, "expected_qps": expected_qps}
     if backend == "cuda":
         out["plans"] = workers[0].slots[0].runner.plan_names()
     if compare_pipeline:  # the same workers fed directly, no LoadGen: what LoadGen's harness side costs
@@ -378,7 +426,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
             for w in workers:
                 w.close()
             raise
-    out.update(run_loadgen(workers, count, batch, pad_last_batch=n_gpus > 0, mode=mode, log_dir=log_dir,
+    out.update(run_loadgen(workers, count, batch, pad_last_batch=n_gpus > 0 or static_batch is not None, mode=mode, log_dir=log_dir,
                            expected_qps=expected_qps, min_duration_s=min_duration_s, labels=labels,
                            progress_cb=progress_cb, what=f"the {backend} worker"))
     return out
@@ -433,7 +481,9 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
     settings.offline_expected_qps = expected_qps
     settings.min_duration_ms = int(min_duration_s * 1000)
     settings.min_query_count = 1
-    Path(log_dir).mkdir(parents=True, exist_ok=True)
+    from ..validate import make_output_dir
+
+    make_output_dir(log_dir, "--log-dir")
     log_settings = lg.LogSettings()
     log_settings.log_output.outdir = str(log_dir)
     log_settings.log_output.copy_summary_to_stdout = False
@@ -445,7 +495,7 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     try:
         start = time.perf_counter()
-        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+        _interruptible(lambda: lg.StartTestWithLogSettings(sut, qsl, settings, log_settings))
         wall = time.perf_counter() - start
     finally:
         sys.setswitchinterval(switch_interval)
@@ -459,13 +509,56 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
         raise TrtfuseError(f"{what} failed: {type(failed[0]).__name__}: {first}")
 
     summary = parse_summary(Path(log_dir) / "mlperf_log_summary.txt")
+    if invalid_reasons(summary):
+        summary["invalid_because"] = invalid_reasons(summary)
     out = {"samples_completed": completed[0], "wall_seconds": wall, "samples_per_s": summary.get("Samples per second"),
-           "loadgen_summary": summary, "log_dir": str(log_dir)}
+           "loadgen_summary": summary, "log_dir": str(log_dir), "invalid_because": summary.get("invalid_because")}
     if issued_at and answered:
         out["timeline"] = answer_timeline(issued_at[0], answered)
     if mode == "accuracy":
         out.update(score_accuracy(Path(log_dir) / "mlperf_log_accuracy.json", labels))
     return out
+
+
+def _interruptible(call) -> None:
+    """Run `call` (LoadGen's StartTest, which blocks in C++ where Python never sees a signal) on a thread
+    while the main thread waits in short steps, so Ctrl-C is seen at once. LoadGen cannot be cancelled
+    mid-run, so an interrupt ends the process: one line, exit status 130 (no output is half-written: the
+    result files are written after the run, and atomically)."""
+    import os
+
+    finished = threading.Event()
+    failure: list[BaseException] = []
+
+    def target():
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            failure.append(exc)
+        finally:
+            finished.set()
+
+    threading.Thread(target=target, name="loadgen", daemon=True).start()
+    try:
+        while not finished.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        sys.stderr.write("trtfuse: interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)
+    if failure:
+        raise failure[0]
+
+
+def invalid_reasons(summary: dict) -> str | None:
+    """Why LoadGen judged a run INVALID, from its summary: the unmet conditions and its recommendations."""
+    if summary.get("Result is") != "INVALID":
+        return None
+    unmet = [k.replace(" satisfied", "").strip() for k, v in summary.items() if k.endswith("satisfied") and str(v).upper() == "NO"]
+    parts = [f"{', '.join(unmet)} not satisfied"] if unmet else []
+    parts += summary.get("Recommendations", [])
+    return "; ".join(parts) or "LoadGen gave no reason (see mlperf_log_summary.txt)"
 
 
 def answer_timeline(issued_at: float, answered: list[tuple[float, int]]) -> dict:
@@ -495,6 +588,9 @@ def parse_summary(path: Path) -> dict:
         return {}
     out = {}
     for line in path.read_text().splitlines():
+        if line.lstrip().startswith("* "):  # under "Recommendations:"
+            out.setdefault("Recommendations", []).append(line.strip()[2:].strip())
+            continue
         m = re.match(r"^\s*([^:=]+?)\s*:\s*(.+?)\s*$", line)
         if m:
             key, val = m.groups()

@@ -202,7 +202,7 @@ def test_calibrate_rewrite_evaluate_on_small_net(tmp_path, capsys):
     """The whole flow through the real rewrite and CPU executor: calibrate -> rewrite --scales -> evaluate."""
     pytest.importorskip("trtfuse.runtime.cpu_executor")
     save_model(small_resnet(size=32), tmp_path / "m.onnx")
-    assert main(["calibrate", str(tmp_path / "m.onnx"), "--count", "16", "--method", "entropy",
+    assert main(["calibrate", str(tmp_path / "m.onnx"), "--count", "16", "--method", "entropy", "--fuse", "residual",
                  "-o", str(tmp_path / "s.json"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["selection"].startswith("rewrite") and summary["tensors"] == 2  # relu1 (x and residual), relu2
