@@ -18,7 +18,7 @@ def register(sub) -> None:
     for name, (module, help_text) in BENCHMARKS.items():
         bp = bsub.add_parser(name, help=help_text)
         bp.add_argument("--json", action="store_true", help="print the records as JSON instead of a table")
-        bp.add_argument("-o", "--output", help="results file (default: ./bench-results/<name>-<device>-<date>.json; "
+        bp.add_argument("-o", "--output", help="results file (default: ./bench-results/<name>-<device>.json, a line appended to <name>-history.jsonl beside it; "
                         "$TRTFUSE_RESULTS_DIR overrides the folder)")
         bp.set_defaults(func=lambda args, module=module: importlib.import_module(module).run(args))
         bp.set_defaults(_add_arguments_from=module)

@@ -157,10 +157,11 @@ def run(args) -> int:
               "speedup_vs_torch_fp16": ours / torch_fp16 if torch_fp16 else None,
               "forward_ms_sum_of_steps": sum(b["ms"] for b in breakdown),
               "model_prep_seconds": prep_s, "breakdown": breakdown}
-    from . import default_results_path
+    from . import record_result
 
-    path = str(getattr(args, "output", None) or default_results_path(f"e2e-{device.replace(' ', '_')}-{date}.json"))
-    atomic_write_json(path, result)
+    path = record_result("e2e", device, result, getattr(args, "output", None),
+                         {k: result[k] for k in ("samples_per_s", "samples_per_s_one_stream", "offline_pipeline_samples_per_s",
+                                                 "torch_fp16_samples_per_s", "forward_ms_sum_of_steps")})
     if getattr(args, "json", False):
         print_json(result)
     else:

@@ -53,9 +53,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from . import default_results_path
+    from . import record_result
     from ..errors import TrtfuseError
-    from ..io import atomic_write_json
     from ..validate import check_output_file
 
     if getattr(args, "output", None):
@@ -72,8 +71,8 @@ def run(args) -> int:
               "slots": args.slots, "samples_per_s": result["samples_per_s"],
               "samples_completed": result["samples_completed"], "wall_seconds": result["wall_seconds"],
               "result": result["loadgen_summary"].get("Result is")}
-    path = str(getattr(args, "output", None) or default_results_path(f"harness-cpu-{date}.json"))
-    atomic_write_json(path, record)
+    path = record_result("harness", "cpu", record, getattr(args, "output", None),
+                         {k: record[k] for k in ("samples_per_s", "result", "batch", "slots")})
     if getattr(args, "json", False):
         print_json(record)
     else:

@@ -257,12 +257,9 @@ def run(args) -> int:
     date = datetime.date.today().isoformat()
     result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),
               "copy_bandwidth_tbps": bw, "int8_peak_tops": INT8_PEAK_TOPS, "records": records}
-    from ..io import atomic_write_json
+    from . import record_result
 
-    from . import default_results_path
-
-    path = str(args.output or default_results_path(f"kernels-{device.replace(' ', '_')}-{date}.json"))
-    atomic_write_json(path, result)
+    path = record_result("kernels", device, result, args.output, kernel_key_figures(records))
     if args.roofline:
         _roofline(records, bw, args.roofline, device)
     if args.json:
@@ -275,6 +272,22 @@ def run(args) -> int:
                       f"{r['ours_ms'] / r['floor_ms']:.2f}", "yes" if r["correct"] else "NO"] for r in records])
         print(f"copy bandwidth {bw:.2f} TB/s; results: {path}")
     return 0 if all(r["correct"] for r in records) else 1
+
+
+def kernel_key_figures(records: list[dict]) -> dict:
+    """A run's history line: batch-256 times of the residual block and the 3x3 layers docs/PERF.md follows, the
+    24 distinct layers' sum, and whether every record was correct."""
+    b256 = [r for r in records if r["batch"] == 256 and not r["layer"].startswith("seed")]
+    figures = {}
+    for r in b256:
+        name = r["layer"]
+        if name.startswith("res3 conv3") or name.startswith("stem") or " 3x3" in name:
+            figures[name] = round(r["ours_ms"], 4)
+    if b256:
+        figures["distinct_layers_b256_sum_ms"] = round(sum(r["ours_ms"] for r in b256), 3)
+    figures["records"] = len(records)
+    figures["all_correct"] = all(r["correct"] for r in records)
+    return figures
 
 
 def _roofline(records, bw_tbps, path, device) -> None:

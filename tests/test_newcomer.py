@@ -92,8 +92,12 @@ def test_bench_harness_from_any_folder_writes_there_not_into_the_package(tmp_pat
     before = sorted(p.name for p in package.iterdir()) if package.is_dir() else []
     assert main(["bench", "harness", "--seconds", "0.05", "--count", "64", "--batch", "8", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
-    written = list((tmp_path / "bench-results").iterdir())
-    assert len(written) == 1 and json.loads(written[0].read_text())["samples_completed"] == record["samples_completed"]
+    written = sorted(p.name for p in (tmp_path / "bench-results").iterdir())
+    assert written == ["harness-cpu.json", "harness-history.jsonl"]
+    latest = json.loads((tmp_path / "bench-results" / "harness-cpu.json").read_text())
+    assert latest["samples_completed"] == record["samples_completed"]
+    (line,) = (tmp_path / "bench-results" / "harness-history.jsonl").read_text().splitlines()
+    assert json.loads(line)["samples_per_s"] == record["samples_per_s"] and json.loads(line)["version"]
     assert (sorted(p.name for p in package.iterdir()) if package.is_dir() else []) == before
 
 
