@@ -86,3 +86,47 @@ def test_readme_workflow_runs_as_written(tmp_path, monkeypatch, capsys):
             assert not [l for l in err.splitlines() if "warning" in l.lower()], (shown, err)
     for name in ("resnet50.onnx", "scales.json", "resnet50.int8.onnx", "resnet50.all.onnx"):
         assert (tmp_path / name).is_file(), name
+
+
+def qdq_lines(text: str) -> list[tuple[list[str], str]]:
+    """The README's Q/DQ block: the code block after "quantized with Q/DQ nodes" in the Workflow section."""
+    section = text.split("## Workflow", 1)[1].split("quantized with Q/DQ nodes", 1)[1]
+    block = section.split("```", 2)[1]
+    return workflow_lines("## Workflow\n```" + block + "```")
+
+
+@pytest.mark.slow
+def test_readme_qdq_block_runs_on_an_onnxruntime_quantized_model(tmp_path, monkeypatch, capsys):
+    """The block's lines on what a user brings: ONNX Runtime's quantize_static (QDQ, per-channel int8 weights,
+    symmetric int8 activations) of a small ResNet, saved as the README's model.qdq.onnx."""
+    import numpy as np
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from trtfuse.models.cache import load_cached_model
+
+    monkeypatch.chdir(tmp_path)
+    onnx.save(load_cached_model("resnet18", image_size=32, batch=1, opset=17, fold_bn=True), "model.fp32.onnx")
+    images = np.random.default_rng(3).normal(size=(4, 3, 32, 32)).astype(np.float32)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"input": images[i:i + 1]} for i in range(len(images))])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static("model.fp32.onnx", "model.qdq.onnx", Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    extra_options={"ActivationSymmetric": True})
+    before = (tmp_path / "model.qdq.onnx").read_bytes()
+    lines = qdq_lines(README.read_text())
+    assert [argv[0] for argv, _ in lines] == ["rewrite", "evaluate"]
+    for argv, _ in lines:
+        rc = main(list(argv))
+        out, err = capsys.readouterr()
+        assert rc == 0 and out.strip(), ("trtfuse " + " ".join(argv), rc, err)
+        assert "Traceback" not in err and "internal error" not in err
+    assert (tmp_path / "model.qdq.onnx").read_bytes() == before
+    rewritten = onnx.load("model.int8.onnx")
+    assert sum(n.domain == "trtfuse" for n in rewritten.graph.node) > 0
