@@ -107,7 +107,7 @@ def test_offline_trt_without_tensorrt_is_one_line_exit_2(engine_file, tmp_path):
 
 def test_run_trt_errors_for_missing_and_onnx_files(tmp_path):
     r = _cli(["run", str(tmp_path / "absent.engine"), "--backend", "trt"])
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such engine file" in r.stderr, r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot read engine" in r.stderr, r.stderr
     onnx_path = tmp_path / "m.onnx"
     onnx_path.write_bytes(b"x")
     r = _cli(["run", str(onnx_path), "--backend", "trt"])
