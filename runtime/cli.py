@@ -51,8 +51,9 @@ def register(sub) -> None:
                        "the device, one worker per GPU with --streams CUDA graphs in flight, each ending with the "
                        "top-1 of its images on the GPU; a launcher thread feeds the graphs while a completion thread "
                        "answers LoadGen. LoadGen's logs go to --log-dir.")
-    o.add_argument("--model", required=True, help="ONNX model (for --backend cuda: a `rewrite --fuse all` model; "
-                   "for --backend trt: a serialized engine from `trtfuse build`)")
+    o.add_argument("--model", help="ONNX model (for --backend cuda: a `rewrite --fuse all` model; "
+                   "for --backend trt: a serialized engine from `trtfuse build`); not with --endpoint")
+    add_endpoint_args(o)
     o.add_argument("--backend", choices=("cuda", "onnxruntime", "trt"), default="cuda")
     o.add_argument("--data", default="synthetic", metavar="DIR|FILE|default|synthetic",
                    help="images folder (with val_map.txt for accuracy), .npy/.npz, default photos, or synthetic")
@@ -77,6 +78,33 @@ def register(sub) -> None:
     o.set_defaults(func=offline)
 
 
+def add_endpoint_args(p) -> None:
+    """The options that point a LoadGen run at Triton servers instead of an in-process model."""
+    p.add_argument("--endpoint", action="append", metavar="127.0.0.1:PORT",
+                   help="a Triton server's gRPC endpoint (`trtfuse serve`); repeat it: the servers share the load")
+    p.add_argument("--model-name", default="resnet", help="--endpoint: the served model's name (default resnet)")
+    p.add_argument("--max-in-flight", type=int, default=64, metavar="N",
+                   help="--endpoint: requests outstanding per endpoint at most (default 64)")
+
+
+def loadgen_rows(result: dict, keys: list[str]) -> list:
+    """The summary table of a LoadGen run: `keys` of the result, LoadGen's verdict and latencies, the
+    answer timeline and, against Triton, each endpoint's request counts."""
+    s = result.get("loadgen_summary", {})
+    rows = [[k, result.get(k)] for k in keys if k in result] + [[k, s.get(k)] for k in (
+        "Result is", "Scheduled samples per second", "Min latency (ns)", "Mean latency (ns)", "50.00 percentile latency (ns)",
+        "90.00 percentile latency (ns)", "99.00 percentile latency (ns)") if k in s]
+    t = result.get("timeline") or {}
+    rows += [[f"timeline: {k}", t[k]] for k in ("first_answer_ms", "steady_samples_per_s", "seconds_beyond_steady")
+             if t.get(k) is not None]
+    for c in result.get("requests", []):
+        rows.append([f"requests {c['endpoint']}", f"sent {c['requests_sent']}, answered {c['requests_answered']}, "
+                     f"failed {c['requests_failed']}, answered twice {c['answered_more_than_once']}"])
+    if "top1_accuracy" in result:
+        rows.append(["top1_accuracy", result["top1_accuracy"]])
+    return rows
+
+
 def offline(args) -> int:
     from trtfuse.errors import TrtfuseError
     from trtfuse.io import atomic_write_json
@@ -85,10 +113,24 @@ def offline(args) -> int:
 
     if args.count < 1 or args.batch < 1 or args.streams < 1:
         raise TrtfuseError("--count, --batch and --streams must be at least 1")
+    if args.endpoint and args.model:
+        raise TrtfuseError("--model and --endpoint exclude each other: with --endpoint the servers hold the model")
+    if not args.endpoint and not args.model:
+        raise TrtfuseError("name the model to run (--model) or the Triton servers to drive (--endpoint)")
     bar = progress(total=None, desc="offline", unit="img")
-    result = run_offline(args.model, args.backend, args.data, args.count, args.batch, args.gpus, args.mode,
-                         args.log_dir, args.expected_qps, args.min_duration, progress_cb=bar.update,
-                         autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline)
+    if args.endpoint:
+        from trtfuse.runtime.triton_client import run_triton
+
+        if args.max_in_flight < 1:
+            raise TrtfuseError("--max-in-flight must be at least 1")
+        result = run_triton(args.endpoint, "offline", args.data, args.count, args.batch, args.mode, args.log_dir,
+                            args.expected_qps, args.min_duration, model=args.model_name,
+                            max_in_flight=args.max_in_flight, progress_cb=bar.update)
+        result["backend"] = "triton"
+    else:
+        result = run_offline(args.model, args.backend, args.data, args.count, args.batch, args.gpus, args.mode,
+                             args.log_dir, args.expected_qps, args.min_duration, progress_cb=bar.update,
+                             autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline)
     bar.close()
     if args.compare_torch:
         from trtfuse.bench.e2e import torch_fp16_samples_per_s
@@ -102,24 +144,16 @@ def offline(args) -> int:
 
     result["date"] = datetime.date.today().isoformat()
     result["command"] = "trtfuse " + " ".join(__import__("sys").argv[1:])
-    result["device"] = cd.device_name() if args.backend in ("cuda", "trt") else "cpu"
+    result["device"] = (cd.device_name() if args.backend in ("cuda", "trt") and not args.endpoint
+                        else "triton " + ", ".join(result["endpoints"]) if args.endpoint else "cpu")
     if args.output:
         atomic_write_json(args.output, result)
     if args.json:
         print_json(result)
     else:
-        s = result["loadgen_summary"]
-        keys = ["backend", "batch", "gpus", "streams", "mode", "samples_per_s", "samples_completed", "pipeline_samples_per_s",
-                "torch_fp16_samples_per_s"]
-        rows = [[k, result.get(k)] for k in keys] + [[k, s.get(k)] for k in (
-            "Result is", "Min latency (ns)", "Mean latency (ns)", "50.00 percentile latency (ns)",
-            "90.00 percentile latency (ns)", "99.00 percentile latency (ns)") if k in s]
-        t = result.get("timeline") or {}
-        rows += [[f"timeline: {k}", t[k]] for k in ("first_answer_ms", "steady_samples_per_s", "seconds_beyond_steady")
-                 if t.get(k) is not None]
-        if "top1_accuracy" in result:
-            rows.append(["top1_accuracy", result["top1_accuracy"]])
-        print_table(["field", "value"], rows)
+        keys = ["backend", "endpoints", "batch", "gpus", "streams", "mode", "samples_per_s", "samples_completed",
+                "pipeline_samples_per_s", "torch_fp16_samples_per_s"]
+        print_table(["field", "value"], loadgen_rows(result, keys))
     return 0
 
 
