@@ -59,11 +59,16 @@ class GpuExecutor:
     """`streams` runners of `chunk` images each (make_runner(chunk)); a batch of n images is cut into
     ceil(n / chunk) chunks dealt to the runners in turn, every chunk launched before any is waited for."""
 
-    def __init__(self, make_runner, max_batch: int, streams: int):
+    def __init__(self, make_runner, max_batch: int, streams: int, device: int | None = None):
+        self.device = device
         self.chunk = max(1, math.ceil(max_batch / max(1, streams)))
         self.runners = [make_runner(self.chunk) for _ in range(max(1, streams))]
 
     def __call__(self, images: np.ndarray) -> np.ndarray:
+        if self.device is not None:  # this thread's current context: the instance's GPU, whichever thread calls
+            from ..plugins import cuda_driver as cd
+
+            cd.context(self.device)
         out = []
         for start in range(0, len(images), self.chunk * len(self.runners)):
             group = []
@@ -97,12 +102,12 @@ def make_executor(backend: str, model_file: str, max_batch: int, device: int = 0
         from .gpu_runner import CudaRunner
 
         model = load_model(model_file)
-        return GpuExecutor(lambda b: CudaRunner(model, b), max_batch, streams)
+        return GpuExecutor(lambda b: CudaRunner(model, b), max_batch, streams, device)
     if backend == "trt":
         from .trt_runner import TrtEngine, TrtRunner
 
         engine = TrtEngine(model_file, device)
-        return GpuExecutor(lambda b: TrtRunner(engine, b), max_batch, streams)
+        return GpuExecutor(lambda b: TrtRunner(engine, b), max_batch, streams, device)
     raise ValueError(f"unknown backend {backend!r}")
 
 

@@ -394,3 +394,69 @@ def test_serve_cli_sigterm_answers_requests_in_flight(small_model, install, tmp_
     assert all(np.array_equal(a, want) for a in answers.values())
     final = json.loads(out.strip().splitlines()[-1])
     assert proc.returncode == 0 and final["event"] == "stopped" and final["reason"] == "SIGTERM" and final["exit_status"] == 0
+
+
+def test_gpu_executor_chunks_pads_and_keeps_order():
+    """The cuda/trt executor's batching with stand-in runners (numpy): chunks of max_batch / streams dealt to the
+    runners in turn, the last padded, every chunk launched before any is waited for, rows back in order."""
+    from trtfuse.runtime.triton_model import GpuExecutor
+
+    events = []
+
+    class Runner:
+        output_name = "logits"
+
+        def __init__(self, batch, k):
+            self.batch, self.k, self.x = batch, k, None
+            self.stream = self
+
+        def load_input(self, images):
+            assert images.shape[0] == self.batch and images.dtype == np.float32
+            self.x = images.copy()
+
+        def launch(self):
+            events.append(("launch", self.k))
+
+        def synchronize(self):
+            events.append(("wait", self.k))
+
+        def fetch(self, name):
+            return self.x.reshape(self.batch, -1)[:, :2] * 2
+
+    made = []
+    ex = GpuExecutor(lambda b: made.append(Runner(b, len(made))) or made[-1], max_batch=10, streams=3)
+    assert ex.chunk == 4 and len(made) == 3
+    images = np.arange(9 * 3 * 2 * 2, dtype=np.float32).reshape(9, 3, 2, 2)
+    got = ex(images)
+    assert np.array_equal(got, images.reshape(9, -1)[:, :2] * 2)
+    assert events == [("launch", 0), ("launch", 1), ("launch", 2), ("wait", 0), ("wait", 1), ("wait", 2)]
+    events.clear()
+    assert np.array_equal(ex(images[:5]), images[:5].reshape(5, -1)[:, :2] * 2)
+    assert events == [("launch", 0), ("launch", 1), ("wait", 0), ("wait", 1)]
+
+
+@pytest.mark.gpu
+def test_cuda_backend_behind_triton_matches_in_process(install, tmp_path):
+    """The cuda executor (trtfuse's kernels, a --fuse all ResNet-18) loaded by the bundled server on GPU 0:
+    its top-1 equals the in-process CudaRunner's."""
+    from trtfuse.graph_passes.pipeline import rewrite
+    from trtfuse.io import save_model
+    from trtfuse.models.cache import load_cached_model
+    from trtfuse.plugins.cuda_driver import gpu_available
+
+    ok, why = gpu_available()
+    if not ok:
+        pytest.skip(f"needs a CUDA GPU: {why}")
+    from trtfuse.runtime.gpu_runner import CudaRunner
+
+    images = _images(8, seed=7)
+    fused, _ = rewrite(load_cached_model("resnet18", image_size=32, batch=8), "all", calib_images=images)
+    path = tmp_path / "r18_all.onnx"
+    save_model(fused, path)
+    want = np.argmax(CudaRunner(fused, 8).run(images).reshape(8, -1), axis=1)
+    repo = tmp_path / "repo"
+    triton_repo.export_python(str(path), str(repo), "cuda", max_batch=8, preferred=[8], gpus=[0], streams=2)
+    with triton_server.TritonServer(str(repo), install, gpu_metrics=True, log_path=str(tmp_path / "server.log")) as srv:
+        r = _infer(srv.grpc_url, images)
+        assert np.array_equal(r.as_numpy("top1").ravel(), want)
+        assert np.array_equal(_infer(srv.grpc_url, images[:3]).as_numpy("top1").ravel(), want[:3])
