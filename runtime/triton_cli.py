@@ -53,6 +53,8 @@ def register(sub) -> None:
     s.add_argument("--exit-timeout", type=int, default=30, metavar="S",
                    help="on shutdown, how long Triton waits for the requests it holds (default 30)")
     s.add_argument("--log", metavar="FILE", help="Triton's log (default: a temporary file, removed)")
+    s.add_argument("--shm-mb", type=int, metavar="MB", help="the Python backend's shared-memory pool per instance, "
+                   "start and growth step (default: two full batches of input images, at least 16)")
     s.add_argument("--json", action="store_true", help="one JSON line when ready, one when stopped")
     s.set_defaults(func=serve)
 
@@ -125,6 +127,17 @@ def _served_counts(metrics: str, model: str) -> dict:
     return out
 
 
+def _shm_bytes(exported: dict, shm_mb: int | None) -> int:
+    """The Python backend's shared-memory pool (start and growth step): --shm-mb, else room for two full
+    batches of input images (the batch's tensors pass through it), at least 16 MiB."""
+    if shm_mb is not None:
+        return shm_mb << 20
+    import math
+
+    per_image = 4 * math.prod(exported["input_shape"][1:])  # fp32 images
+    return max(16 << 20, 2 * exported["max_batch_size"] * per_image)
+
+
 def serve(args) -> int:
     import json
     import shutil
@@ -139,6 +152,8 @@ def serve(args) -> int:
 
     if args.streams < 1:
         raise TrtfuseError("--streams must be at least 1")
+    if args.shm_mb is not None and args.shm_mb < 1:
+        raise TrtfuseError("--shm-mb must be at least 1")
     if args.duration is not None and args.duration <= 0:
         raise TrtfuseError("--duration must be positive")
     gpus = _gpu_list(args.backend, args.gpus)
@@ -166,7 +181,8 @@ def serve(args) -> int:
         install = triton_server.locate()
         bar.update()
         server = triton_server.TritonServer(repo, install, http_port=http, grpc_port=grpc, metrics_port=metrics,
-                                            log_path=args.log, exit_timeout_s=args.exit_timeout, gpu_metrics=bool(gpus))
+                                            log_path=args.log, exit_timeout_s=args.exit_timeout, gpu_metrics=bool(gpus),
+                                            python_shm_bytes=_shm_bytes(exported, args.shm_mb))
         started = time.monotonic()
         server.start()
         bar.close()

@@ -312,7 +312,7 @@ def export_python(model: str, repo: str, backend: str, name: str = "resnet", max
     return {"repository": str(Path(repo)), "model": name, "backend": f"python ({backend})", "max_batch_size": max_batch,
             "preferred_batch_size": preferred, "max_queue_delay_us": queue_delay_us,
             "instances": [f"GPU {g}" for g in gpus] if gpus else ["CPU"], "streams": streams if gpus else None,
-            "inputs": [f"{t.name} {t.dtype} {t.shape}" for t in io.inputs],
+            "inputs": [f"{t.name} {t.dtype} {t.shape}" for t in io.inputs], "input_shape": list(io.inputs[0].shape),
             "outputs": [f"{t.name} {t.dtype} {t.shape}" for t in io.outputs] + [f"{TOP1_OUTPUT} TYPE_INT32 [-1, 1]"],
             "config": str(final / "config.pbtxt")}
 

@@ -205,7 +205,7 @@ class TritonServer:
     def __init__(self, repository: str, install: TritonInstall | None = None, http_port: int | None = None,
                  grpc_port: int | None = None, metrics_port: int | None = None, log_path: str | None = None,
                  exit_timeout_s: int = 30, gpu_metrics: bool = False, extra_pythonpath: list[str] | None = None,
-                 verbose: int = 0):
+                 verbose: int = 0, python_shm_bytes: int | None = None):
         self.repository = str(repository)
         self.install = install or locate()
         ports = [p for p in (http_port, grpc_port, metrics_port) if p is not None]
@@ -221,6 +221,7 @@ class TritonServer:
         self.metrics_port = metrics_port or free_port()
         self.exit_timeout_s, self.gpu_metrics, self.verbose = exit_timeout_s, gpu_metrics, verbose
         self.extra_pythonpath = extra_pythonpath
+        self.python_shm_bytes = python_shm_bytes  # the Python backend's shared-memory pool per instance (its start and growth step)
         self._own_log = log_path is None
         self.log_path = log_path or tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1]
         self.proc: subprocess.Popen | None = None
@@ -245,7 +246,9 @@ class TritonServer:
                 f"--metrics-address={HOST}", f"--metrics-port={self.metrics_port}",
                 "--allow-metrics=true", f"--allow-gpu-metrics={'true' if self.gpu_metrics else 'false'}",
                 f"--exit-timeout-secs={self.exit_timeout_s}", "--strict-readiness=true",
-                "--disable-auto-complete-config", f"--log-verbose={self.verbose}"]
+                "--disable-auto-complete-config", f"--log-verbose={self.verbose}"] + (
+                [f"--backend-config=python,shm-default-byte-size={self.python_shm_bytes}",
+                 f"--backend-config=python,shm-growth-byte-size={self.python_shm_bytes}"] if self.python_shm_bytes else [])
 
     def start(self, timeout_s: float = 120.0) -> "TritonServer":
         if self.proc is not None:
