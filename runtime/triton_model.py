@@ -31,6 +31,10 @@ class OrtExecutor:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
+        # No busy-waiting between ops: a server shares its cores with other instances and processes, where
+        # onnxruntime's spinning threads take the CPU from them (and from the requests queued behind).
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         if threads:
             opts.intra_op_num_threads = threads
         self.session = ort.InferenceSession(model_file, opts, providers=["CPUExecutionProvider"])
