@@ -137,8 +137,7 @@ def _unpack(wheel: Path, target: Path) -> None:
                         os.chmod(tmp / m.filename, mode)
         except (zipfile.BadZipFile, OSError) as exc:
             raise TrtfuseError(f"cannot unpack {wheel}: {exc}") from None
-        for rel in (f"{_TREE}/bin/tritonserver", ):
-            os.chmod(tmp / rel, 0o755)
+        os.chmod(tmp / _TREE / "bin" / "tritonserver", 0o755)
         for stub in (tmp / _TREE / "python_backend_stubs").glob("*/triton_python_backend_stub"):
             os.chmod(stub, 0o755)
         try:
@@ -223,7 +222,10 @@ class TritonServer:
         self.extra_pythonpath = extra_pythonpath
         self.python_shm_bytes = python_shm_bytes  # the Python backend's shared-memory pool per instance (its start and growth step)
         self._own_log = log_path is None
-        self.log_path = log_path or tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1]
+        if log_path is None:
+            fd, log_path = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
+            os.close(fd)
+        self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
     @property
