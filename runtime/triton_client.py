@@ -192,20 +192,25 @@ def run_triton(endpoints: list[str], scenario: str, data: str, count: int, batch
     p99 = summary.get("99.00 percentile latency (ns)")
     out["p99_latency_ms"] = p99 / 1e6 if isinstance(p99, (int, float)) else None
     out["valid"] = summary.get("Result is") == "VALID"
+    # LoadGen's VALID also needs its early-stopping estimate to confirm the percentile, which takes some
+    # hundreds of queries; the measured p99 against the bound is kept apart.
+    out["p99_within_bound"] = str(summary.get("Performance constraints satisfied", "")).lower() == "yes"
+    out["early_stopping_satisfied"] = str(summary.get("Early stopping satisfied", "")).lower() == "yes"
     return out
 
 
-def find_peak(run_at, start_qps: float, max_runs: int, tolerance: float = 0.05) -> dict:
-    """The highest target QPS whose Server run is VALID (p99 within the bound), by doubling from `start_qps`
-    until a run is INVALID, then bisecting, `max_runs` runs at most. run_at(qps) -> result dict."""
+def find_peak(run_at, start_qps: float, max_runs: int, tolerance: float = 0.05, key: str = "valid") -> dict:
+    """The highest target QPS whose Server run passes (`key` of its result: "valid", LoadGen's verdict, or
+    "p99_within_bound"), by doubling from `start_qps` until a run fails, then bisecting, `max_runs` runs at most.
+    run_at(qps) -> result dict."""
     runs = []
-    lo, hi = None, None  # highest VALID, lowest INVALID target
+    lo, hi = None, None  # highest passing, lowest failing target
     qps = start_qps
     for _ in range(max_runs):
         r = run_at(qps)
-        runs.append({"target_qps": qps, "valid": r["valid"], "p99_latency_ms": r["p99_latency_ms"],
-                     "completed_samples_per_s": r["samples_per_s"]})
-        if r["valid"]:
+        runs.append({"target_qps": qps, "valid": r["valid"], "p99_within_bound": r.get("p99_within_bound"),
+                     "p99_latency_ms": r["p99_latency_ms"], "completed_samples_per_s": r["samples_per_s"]})
+        if r[key]:
             lo = qps if lo is None else max(lo, qps)
         else:
             hi = qps if hi is None else min(hi, qps)
@@ -217,4 +222,4 @@ def find_peak(run_at, start_qps: float, max_runs: int, tolerance: float = 0.05) 
             break
         else:
             qps = (lo + hi) / 2
-    return {"peak_valid_qps": lo, "lowest_invalid_qps": hi, "runs": runs}
+    return {"peak_qps": lo, "lowest_failing_qps": hi, "peak_criterion": key, "runs": runs}

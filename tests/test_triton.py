@@ -196,7 +196,7 @@ def test_find_peak_search():
 
     peak = find_peak(run_at, 100, max_runs=8)
     assert asked[:3] == [100, 200, 400] and len(asked) <= 8
-    assert peak["lowest_invalid_qps"] > 370 >= peak["peak_valid_qps"] >= 350
+    assert peak["lowest_failing_qps"] > 370 >= peak["peak_qps"] >= 350
     assert all(r["valid"] == (r["target_qps"] <= 370) for r in peak["runs"])
 
 
@@ -289,6 +289,7 @@ def test_loadgen_server_scenario_two_servers(servers, tmp_path, capsys):
     assert result["samples_issued"] == result["samples_completed"] >= 40
     assert result["p99_latency_ms"] > 0 and "99.00 percentile latency (ns)" in table
     assert result["valid"] == (result["loadgen_summary"]["Result is"] == "VALID")
+    assert result["p99_within_bound"] == (result["p99_latency_ms"] <= 15.0)
     sent = [c["requests_sent"] for c in result["requests"]]
     assert min(sent) > 0 and sum(sent) == result["samples_issued"]  # one sample per query, both servers used
     assert all(c["requests_answered"] == c["requests_sent"] and c["requests_failed"] == 0
