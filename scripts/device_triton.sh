@@ -5,7 +5,7 @@
 # and, through Triton over loopback gRPC, LoadGen Offline and the Server scenario's highest VALID QPS at
 # p99 <= 15 ms. Results in $OUT.
 # Carried besides the tree: .whl/ as for the other device scripts plus the client's wheels (tritonclient,
-# grpcio, protobuf, python-rapidjson, urllib3), and .whl-triton/ with either tritonserver-tree.tar.xz
+# grpcio, protobuf, python-rapidjson, urllib3), and .whl-triton/ with either tritonserver-tree.tar.gz
 # (scripts/pack_triton_tree.sh PYTHON_MINOR: the device Python's stub only, smaller) or nvidia_pytriton-0.7.0-*.whl
 # (the server binary, unpacked into the cache by trtfuse.runtime.triton_server, never installed):
 #   bash scripts/device_triton.sh
@@ -13,12 +13,12 @@ set -uo pipefail
 GPUS=${GPUS:-1}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
-if [ -f .whl-triton/tritonserver-tree.tar.xz ]; then  # scripts/pack_triton_tree.sh: the tree for one Python, smaller
-  mkdir -p /tmp/triton-tree && tar -xJf .whl-triton/tritonserver-tree.tar.xz -C /tmp/triton-tree || exit 1
+if [ -f .whl-triton/tritonserver-tree.tar.gz ]; then  # scripts/pack_triton_tree.sh: the tree for one Python, smaller
+  mkdir -p /tmp/triton-tree && tar -xzf .whl-triton/tritonserver-tree.tar.gz -C /tmp/triton-tree || exit 1
   export TRTFUSE_TRITON_HOME=/tmp/triton-tree/pytriton/tritonserver
 else
   TRTFUSE_PYTRITON_WHEEL=$(ls .whl-triton/nvidia_pytriton-*.whl 2>/dev/null | head -1)
-  [ -n "$TRTFUSE_PYTRITON_WHEEL" ] || { echo "carry .whl-triton/ (tritonserver-tree.tar.xz or the nvidia-pytriton wheel)" >&2; exit 1; }
+  [ -n "$TRTFUSE_PYTRITON_WHEEL" ] || { echo "carry .whl-triton/ (tritonserver-tree.tar.gz or the nvidia-pytriton wheel)" >&2; exit 1; }
   export TRTFUSE_PYTRITON_WHEEL
 fi
 T="python3 -m trtfuse.cli"
