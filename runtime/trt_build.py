@@ -157,6 +157,7 @@ def _build_engine(model_path, output, batch, timing_cache, workspace_mib, plugin
         if shapes is not None:
             profile.set_shape(inp.name, *shapes)
             dynamic = True
+            batch_range = [int(shapes[0][0]), int(shapes[2][0])]
     if dynamic:
         config.add_optimization_profile(profile)
     cache = None
@@ -169,8 +170,8 @@ def _build_engine(model_path, output, batch, timing_cache, workspace_mib, plugin
         raise TrtfuseError("TensorRT failed to build the engine (see the messages above)")
     record = {"plugins": plugins, "tensorrt": trt.__version__, "version_compatible": bool(version_compatible),
               "io": network_io(trt, network)}
-    if dynamic and batch:
-        record["batch_range"] = [batch[0], batch[2]]
+    if dynamic:
+        record["batch_range"] = batch_range  # the profile's batch dim, min and max
     if plugins == "qdp":
         from ..plugins import trt_contract as tc
         from ..plugins.trt_plugins import aot_arch
