@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES = [
     "trtfuse.graph_passes.cli",
     "trtfuse.calib.cli",
     "trtfuse.runtime.cli",
+    "trtfuse.runtime.triton_cli",
     "trtfuse.bench.cli",
 ]
 # The order `trtfuse --help` lists the subcommands in: the README's workflow order.

@@ -52,8 +52,9 @@ def register(sub) -> None:
                        "the device, one worker per GPU with --streams CUDA graphs in flight, each ending with the "
                        "top-1 of its images on the GPU; a launcher thread feeds the graphs while a completion thread "
                        "answers LoadGen. LoadGen's logs go to --log-dir.")
-    o.add_argument("--model", required=True, help="ONNX model (for --backend cuda: a `rewrite --fuse all` model; "
-                   "for --backend trt: a serialized engine from `trtfuse build`)")
+    o.add_argument("--model", help="ONNX model (for --backend cuda: a `rewrite --fuse all` model; "
+                   "for --backend trt: a serialized engine from `trtfuse build`); not with --endpoint")
+    add_endpoint_args(o)
     o.add_argument("--backend", choices=("cuda", "onnxruntime", "trt"), default="cuda")
     o.add_argument("--data", default="synthetic", metavar="DIR|FILE|default|synthetic",
                    help="images folder (with val_map.txt for accuracy), .npy/.npz, default photos, or synthetic")
@@ -83,6 +84,33 @@ def register(sub) -> None:
     o.set_defaults(func=offline)
 
 
+def add_endpoint_args(p) -> None:
+    """The options that point a LoadGen run at Triton servers instead of an in-process model."""
+    p.add_argument("--endpoint", action="append", metavar="127.0.0.1:PORT",
+                   help="a Triton server's gRPC endpoint (`trtfuse serve`); repeat it: the servers share the load")
+    p.add_argument("--model-name", default="resnet", help="--endpoint: the served model's name (default resnet)")
+    p.add_argument("--max-in-flight", type=int, default=64, metavar="N",
+                   help="--endpoint: requests outstanding per endpoint at most (default 64)")
+
+
+def loadgen_rows(result: dict, keys: list[str]) -> list:
+    """The summary table of a LoadGen run: `keys` of the result, LoadGen's verdict and latencies, the
+    answer timeline and, against Triton, each endpoint's request counts."""
+    s = result.get("loadgen_summary", {})
+    rows = [[k, result.get(k)] for k in keys if k in result] + [[k, s.get(k)] for k in (
+        "Result is", "Scheduled samples per second", "Min latency (ns)", "Mean latency (ns)", "50.00 percentile latency (ns)",
+        "90.00 percentile latency (ns)", "99.00 percentile latency (ns)") if k in s]
+    t = result.get("timeline") or {}
+    rows += [[f"timeline: {k}", t[k]] for k in ("first_answer_ms", "steady_samples_per_s", "seconds_beyond_steady")
+             if t.get(k) is not None]
+    for c in result.get("requests", []):
+        rows.append([f"requests {c['endpoint']}", f"sent {c['requests_sent']}, answered {c['requests_answered']}, "
+                     f"failed {c['requests_failed']}, answered twice {c['answered_more_than_once']}"])
+    if "top1_accuracy" in result:
+        rows.append(["top1_accuracy", result["top1_accuracy"]])
+    return rows
+
+
 def offline(args) -> int:
     from trtfuse.errors import TrtfuseError
     from trtfuse.io import atomic_write_json
@@ -91,30 +119,46 @@ def offline(args) -> int:
 
     from trtfuse.validate import check_input_file, check_output_dir, check_output_file, check_outputs_distinct
 
+    if args.endpoint and args.model:
+        raise TrtfuseError("--model and --endpoint exclude each other: with --endpoint the servers hold the model")
+    if not args.endpoint and not args.model:
+        raise TrtfuseError("name the model to run (--model) or the Triton servers to drive (--endpoint)")
     if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) >= 1):
         raise TrtfuseError(f"--gpus {args.gpus}: give a number of GPUs (at least 1) or 'all'")
-    check_input_file(args.model, "engine" if args.backend == "trt" else "model")
+    if args.model:
+        check_input_file(args.model, "engine" if args.backend == "trt" else "model")
     if args.output:
         check_output_file(args.output, "-o")
     check_output_dir(args.log_dir, "--log-dir")
     check_outputs_distinct([args.model, args.data], [args.output, args.log_dir])
-    gpu = args.backend in ("cuda", "trt")
+    gpu = args.backend in ("cuda", "trt") and not args.endpoint
     if args.compare_torch and not gpu:
         raise TrtfuseError("--compare-torch times PyTorch fp16 on a GPU: it goes with --backend cuda or trt")
     count = args.count or (2048 if gpu else 64)
     min_duration = args.min_duration or (10.0 if gpu else 4.0)
     bar = progress(total=None, desc="offline", unit="img")
     try:
-        result = run_offline(args.model, args.backend, args.data, count, args.batch, args.gpus, args.mode,
-                             args.log_dir, args.expected_qps, min_duration, progress_cb=bar.update,
-                             autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline)
+        if args.endpoint:
+            from trtfuse.runtime.triton_client import run_triton
+
+            if args.max_in_flight < 1:
+                raise TrtfuseError("--max-in-flight must be at least 1")
+            # The servers hold the model: a request is --batch images (default 8), the rate LoadGen is told to
+            # expect --expected-qps (default: what one CPU-served small model sustains, 200).
+            result = run_triton(args.endpoint, "offline", args.data, count, args.batch or 8, args.mode, args.log_dir,
+                                args.expected_qps or 200.0, min_duration, model=args.model_name,
+                                max_in_flight=args.max_in_flight, progress_cb=bar.update)
+            result["backend"] = "triton"
+        else:
+            result = run_offline(args.model, args.backend, args.data, count, args.batch, args.gpus, args.mode,
+                                 args.log_dir, args.expected_qps, min_duration, progress_cb=bar.update,
+                                 autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline)
     finally:
         bar.close()
-    bar.close()
     if args.compare_torch:
         from trtfuse.bench.e2e import torch_fp16_samples_per_s
 
-        result["torch_fp16_samples_per_s"] = torch_fp16_samples_per_s(args.batch, 10.0)
+        result["torch_fp16_samples_per_s"] = torch_fp16_samples_per_s(result.get("batch") or args.batch, 10.0)
         if result.get("samples_per_s"):
             result["speedup_vs_torch_fp16"] = result["samples_per_s"] / result["torch_fp16_samples_per_s"]
     import datetime
@@ -123,23 +167,16 @@ def offline(args) -> int:
 
     result["date"] = datetime.date.today().isoformat()
     result["command"] = "trtfuse " + " ".join(__import__("sys").argv[1:])
-    result["device"] = cd.device_name() if args.backend in ("cuda", "trt") else "cpu"
+    result["device"] = (cd.device_name() if args.backend in ("cuda", "trt") and not args.endpoint
+                        else "triton " + ", ".join(result["endpoints"]) if args.endpoint else "cpu")
     if args.output:
         atomic_write_json(args.output, result)
     if args.json:
         print_json(result)
     else:
-        s = result["loadgen_summary"]
-        keys = ["backend", "batch", "gpus", "streams", "mode", "expected_qps", "samples_per_s", "samples_completed", "pipeline_samples_per_s",
-                "torch_fp16_samples_per_s"]
-        rows = [[k, result.get(k)] for k in keys] + [[k, s.get(k)] for k in (
-            "Result is", "Min latency (ns)", "Mean latency (ns)", "50.00 percentile latency (ns)",
-            "90.00 percentile latency (ns)", "99.00 percentile latency (ns)") if k in s]
-        t = result.get("timeline") or {}
-        rows += [[f"timeline: {k}", t[k]] for k in ("first_answer_ms", "steady_samples_per_s", "seconds_beyond_steady")
-                 if t.get(k) is not None]
-        if "top1_accuracy" in result:
-            rows.append(["top1_accuracy", result["top1_accuracy"]])
+        keys = ["backend", "endpoints", "batch", "gpus", "streams", "mode", "expected_qps", "samples_per_s",
+                "samples_completed", "pipeline_samples_per_s", "torch_fp16_samples_per_s"]
+        rows = loadgen_rows(result, keys)
         if result.get("invalid_because"):
             rows.append(["INVALID because", result["invalid_because"]])
         print_table(["field", "value"], rows)

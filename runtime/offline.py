@@ -432,12 +432,21 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
     return out
 
 
+SERVER_LATENCY_BOUND_MS = 15.0  # MLPerf's ResNet-50 Server scenario: p99 latency at most 15 ms
+
+
 def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: bool, mode: str, log_dir: str,
                 expected_qps: float, min_duration_s: float, labels=None, progress_cb=None,
-                what: str = "a worker") -> dict:
-    """LoadGen's Offline scenario over `count` samples served by `workers` (started, each with a `jobs`
-    queue); closes the workers. Raises after the run if one of them failed."""
+                what: str = "a worker", scenario: str = "offline",
+                latency_bound_ms: float = SERVER_LATENCY_BOUND_MS) -> dict:
+    """LoadGen's Offline scenario (or, scenario="server", its Server scenario at `expected_qps` queries/s with
+    p99 latency bound `latency_bound_ms`) over `count` samples served by `workers` (started, each with a `jobs`
+    queue, dealt batches round-robin); closes the workers. Raises after the run if one of them failed."""
     lg = _loadgen()
+    if scenario not in ("offline", "server"):
+        raise TrtfuseError(f"LoadGen scenario {scenario!r}: offline or server")
+    issued = [0]  # samples LoadGen handed over
+    dealt = [0]  # batches dealt so far, across issue calls (the Server scenario issues one query per call)
     lock = threading.Lock()
     completed = [0]
     issued_at = []  # perf_counter() when LoadGen handed over the query
@@ -463,12 +472,14 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
         # indices) instead of hundreds of thousands of QuerySample objects to convert and read one by one.
         # Each batch is queued as soon as it is cut, so the GPUs start on the first while the rest are cut.
         issued_at.append(time.perf_counter())
+        issued[0] += len(ids)
         indices = np.asarray(indices, dtype=np.int64)
-        for k, start in enumerate(range(0, len(ids), batch)):
+        for start in range(0, len(ids), batch):
             idx = indices[start : start + batch]
             if pad_last_batch and len(idx) < batch:  # a static-shape graph: pad the last batch with repeats
                 idx = np.concatenate([idx, np.repeat(idx[:1], batch - len(idx))])
-            workers[k % len(workers)].jobs.put((idx, ids[start : start + batch], done))
+            workers[dealt[0] % len(workers)].jobs.put((idx, ids[start : start + batch], done))
+            dealt[0] += 1
 
     def flush_queries():
         pass
@@ -476,9 +487,15 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
     sut = lg.ConstructFastSUT(issue_queries, flush_queries)
     qsl = lg.ConstructQSL(count, count, lambda s: None, lambda s: None)
     settings = lg.TestSettings()
-    settings.scenario = lg.TestScenario.Offline
     settings.mode = lg.TestMode.AccuracyOnly if mode == "accuracy" else lg.TestMode.PerformanceOnly
-    settings.offline_expected_qps = expected_qps
+    if scenario == "server":
+        settings.scenario = lg.TestScenario.Server
+        settings.server_target_qps = expected_qps
+        settings.server_target_latency_ns = int(latency_bound_ms * 1e6)
+        settings.server_target_latency_percentile = 0.99
+    else:
+        settings.scenario = lg.TestScenario.Offline
+        settings.offline_expected_qps = expected_qps
     settings.min_duration_ms = int(min_duration_s * 1000)
     settings.min_query_count = 1
     from ..validate import make_output_dir
@@ -509,10 +526,10 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
         raise TrtfuseError(f"{what} failed: {type(failed[0]).__name__}: {first}")
 
     summary = parse_summary(Path(log_dir) / "mlperf_log_summary.txt")
-    if invalid_reasons(summary):
-        summary["invalid_because"] = invalid_reasons(summary)
-    out = {"samples_completed": completed[0], "wall_seconds": wall, "samples_per_s": summary.get("Samples per second"),
-           "loadgen_summary": summary, "log_dir": str(log_dir), "invalid_because": summary.get("invalid_because")}
+    rate = summary.get("Samples per second") if scenario == "offline" else summary.get("Completed samples per second")
+    reasons = invalid_reasons(summary)
+    out = {"scenario": scenario, "samples_issued": issued[0], "samples_completed": completed[0], "wall_seconds": wall,
+           "samples_per_s": rate, "loadgen_summary": summary, "log_dir": str(log_dir), "invalid_because": reasons or None}
     if issued_at and answered:
         out["timeline"] = answer_timeline(issued_at[0], answered)
     if mode == "accuracy":

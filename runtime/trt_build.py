@@ -88,6 +88,21 @@ def profile_shapes(name: str, dims: list, batch: tuple[int, int, int] | None) ->
     return None
 
 
+def network_io(trt, network) -> list[dict]:
+    """The network's I/O as `trtfuse export-triton` reads it from the build record: name, direction, TensorRT
+    dtype name, shape (-1 where dynamic) and whether its allowed formats exclude the linear one (a vectorized
+    I/O such as CHW32)."""
+    out = []
+    tensors = [(network.get_input(i), True) for i in range(network.num_inputs)]
+    tensors += [(network.get_output(i), False) for i in range(network.num_outputs)]
+    linear = 1 << int(trt.TensorFormat.LINEAR) if hasattr(trt, "TensorFormat") else 1
+    for t, is_input in tensors:
+        formats = int(getattr(t, "allowed_formats", 0) or 0)
+        out.append({"name": t.name, "is_input": is_input, "dtype": t.dtype.name, "shape": [int(d) for d in t.shape],
+                    "vectorized": bool(formats) and not formats & linear})
+    return out
+
+
 def builder_flags(trt, version_compatible: bool) -> list:
     """The BuilderFlags the build sets: VERSION_COMPATIBLE on request (the lean runtime runs nothing else)."""
     return [trt.BuilderFlag.VERSION_COMPATIBLE] if version_compatible else []
@@ -142,6 +157,7 @@ def _build_engine(model_path, output, batch, timing_cache, workspace_mib, plugin
         if shapes is not None:
             profile.set_shape(inp.name, *shapes)
             dynamic = True
+            batch_range = [int(shapes[0][0]), int(shapes[2][0])]
     if dynamic:
         config.add_optimization_profile(profile)
     cache = None
@@ -152,7 +168,10 @@ def _build_engine(model_path, output, batch, timing_cache, workspace_mib, plugin
     engine = builder.build_serialized_network(network, config)
     if engine is None:
         raise TrtfuseError("TensorRT failed to build the engine (see the messages above)")
-    record = {"plugins": plugins, "tensorrt": trt.__version__, "version_compatible": bool(version_compatible)}
+    record = {"plugins": plugins, "tensorrt": trt.__version__, "version_compatible": bool(version_compatible),
+              "io": network_io(trt, network)}
+    if dynamic:
+        record["batch_range"] = batch_range  # the profile's batch dim, min and max
     if plugins == "qdp":
         from ..plugins import trt_contract as tc
         from ..plugins.trt_plugins import aot_arch

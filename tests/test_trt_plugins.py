@@ -190,10 +190,13 @@ class _Builder:
                 return 0
 
         class Network:
-            num_inputs, num_layers = 1, 0
+            num_inputs, num_outputs, num_layers = 1, 1, 0
 
             def get_input(self, i):
-                return _t.SimpleNamespace(name="input", shape=dims)
+                return _t.SimpleNamespace(name="input", shape=dims, dtype=_t.SimpleNamespace(name="FLOAT"))
+
+            def get_output(self, i):
+                return _t.SimpleNamespace(name="logits", shape=[dims[0], 1000], dtype=_t.SimpleNamespace(name="FLOAT"))
 
         class Builder:
             def __init__(self, logger):
@@ -257,6 +260,10 @@ def test_build_sets_version_compatible_and_records_it_with_the_ptx_isa(monkeypat
     arch = trt_plugins.aot_arch()  # the build machine's GPU, sm_80 without one
     assert record["aot_ptx"] == {"target": arch, "isa": tc.AOT_PTX_ISA[arch]}
     assert summary["version_compatible"] is True and f"PTX ISA {tc.AOT_PTX_ISA[arch]}" in summary["aot_ptx"]
+    # the network's I/O and the profile's batch range, for `trtfuse export-triton ENGINE`
+    assert record["io"] == [{"name": "input", "is_input": True, "dtype": "FLOAT", "shape": [-1, 3, 32, 32], "vectorized": False},
+                            {"name": "logits", "is_input": False, "dtype": "FLOAT", "shape": [-1, 1000], "vectorized": False}]
+    assert record["batch_range"] == [1, 256]
     builder = _Builder([-1, 3, 32, 32])
     _build_with(monkeypatch, builder, small_model)
     assert not [c for c in builder.calls if c[0] == "flag"] and json.loads(open(engine + ".trtfuse.json").read())["version_compatible"] is False

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One device call for serving on Triton Inference Server (kind nvidia-h200; nvidia-h200-x2 with GPUS=2):
+# the Triton tests (the cuda executor behind the bundled server on the GPU included), INT8 ResNet-50 built and
+# rewritten here (--fuse all), LoadGen Offline in process (the reference), then `trtfuse serve --backend cuda`
+# and, through Triton over loopback gRPC, LoadGen Offline and the Server scenario's highest VALID QPS at
+# p99 <= 15 ms. Results in $OUT.
+# Carried besides the tree: .whl/ as for the other device scripts plus the client's wheels (tritonclient,
+# grpcio, protobuf, python-rapidjson, urllib3), and .whl-triton/ with either tritonserver-tree.tar.gz
+# (scripts/pack_triton_tree.sh PYTHON_MINOR: the device Python's stub only, smaller) or nvidia_pytriton-0.7.0-*.whl
+# (the server binary, unpacked into the cache by trtfuse.runtime.triton_server, never installed):
+#   bash scripts/device_triton.sh
+set -uo pipefail
+GPUS=${GPUS:-1}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source "$(dirname "$0")/device_env.sh"
+if [ -f .whl-triton/tritonserver-tree.tar.gz ]; then  # scripts/pack_triton_tree.sh: the tree for one Python, smaller
+  mkdir -p /tmp/triton-tree && tar -xzf .whl-triton/tritonserver-tree.tar.gz -C /tmp/triton-tree || exit 1
+  export TRTFUSE_TRITON_HOME=/tmp/triton-tree/pytriton/tritonserver
+else
+  TRTFUSE_PYTRITON_WHEEL=$(ls .whl-triton/nvidia_pytriton-*.whl 2>/dev/null | head -1)
+  [ -n "$TRTFUSE_PYTRITON_WHEEL" ] || { echo "carry .whl-triton/ (tritonserver-tree.tar.gz or the nvidia-pytriton wheel)" >&2; exit 1; }
+  export TRTFUSE_PYTRITON_WHEEL
+fi
+T="python3 -m trtfuse.cli"
+nvidia-smi --query-gpu=index,name --format=csv,noheader
+[ "${SKIP_TESTS:-0}" = 1 ] || CI=1 python3 -m pytest -q tests/test_triton.py -p no:cacheprovider > "$OUT/triton_tests.txt" 2>&1
+tail -3 "$OUT/triton_tests.txt"
+$T models resnet50 -o /tmp/r50.onnx > /dev/null && $T rewrite /tmp/r50.onnx -o /tmp/r50_all.onnx --fuse all > /dev/null || exit 1
+$T offline --model /tmp/r50_all.onnx --backend cuda --gpus "$GPUS" --count 4096 --batch 256 --min-duration 10 \
+  --expected-qps $((75000 * GPUS)) --log-dir /tmp/logs-inproc -o "$OUT/offline-inprocess.json" 2>&1 | tail -12
+$T serve /tmp/r50_all.onnx --backend cuda --gpus "$GPUS" --streams 4 --max-batch 256 --preferred-batch 64,128,256 \
+  --max-queue-delay-us 2000 --port 18000 --log "$OUT/tritonserver.log" --duration 1500 --json > "$OUT/serve.jsonl" 2> "$OUT/serve.err" & S=$!
+for _ in $(seq 600); do grep -q '"ready"' "$OUT/serve.jsonl" 2>/dev/null && break; kill -0 $S 2>/dev/null || break; sleep 0.5; done
+cat "$OUT/serve.jsonl"; tail -3 "$OUT/serve.err"
+$T offline --endpoint 127.0.0.1:18001 --batch 256 --count 4096 --min-duration 10 --expected-qps $((60000 * GPUS)) \
+  --max-in-flight 8 --log-dir /tmp/logs-triton-offline -o "$OUT/offline-triton.json" 2>&1 | tail -20
+$T server --endpoint 127.0.0.1:18001 --target-qps 2000 --find-peak --max-runs 8 --min-duration 10 --count 4096 \
+  --max-in-flight 512 --log-dir /tmp/logs-triton-server -o "$OUT/server-triton.json" 2>&1 | tail -30
+kill -TERM $S; wait $S; tail -1 "$OUT/serve.jsonl"
