@@ -56,7 +56,8 @@ def _head(pool="gap", keepdims=1, flatten="flatten", linear="gemm", softmax=Fals
         out = "prob"
     graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("f8", TensorProto.INT8, [batch, C, 4, 4])],
                               [helper.make_tensor_value_info(out, TensorProto.FLOAT, [batch, CLASSES])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18 if axes_input else 17)])  # axes input: opset 18
+    # IR 10: what every ONNX Runtime this runs against reads (a newer onnx would write its own newest IR by default)
+    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18 if axes_input else 17)])  # axes input: opset 18
 
 
 FORMS = [dict(pool="gap", flatten="flatten"), dict(pool="gap", flatten="reshape"), dict(pool="gap", flatten="squeeze"),
