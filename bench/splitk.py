@@ -32,7 +32,6 @@ from pathlib import Path
 from trtfuse.errors import TrtfuseError
 from trtfuse.graph_passes.cost_model import DEVICES, DeviceParams, GemmProblem, decide, device_params, fit, padded_k, predict_us
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CALLS_PER_GRAPH = 20
 MIN_K_TIMED = 128  # split counts that leave less K per split than this are not timed
 MAX_REL_ERR = {"float32": 1e-4, "float16": 2e-2}
@@ -78,8 +77,9 @@ def params_for_device(device_name: str, override: str | None) -> DeviceParams:
     return DEVICES["h200"]
 
 
-def default_output(device_name: str, date: str) -> Path:
-    return RESULTS_DIR / f"splitk-{device_slug(device_name)}-{date}.json"
+def record_name(dtype: str) -> str:
+    """The benchmark's record name: one latest record and one history per dtype ("splitk", "splitk-fp16")."""
+    return "splitk" if dtype == "float32" else "splitk-fp16"
 
 
 def judge(decision_splits: int, plain_us: float | None, rewritten_us: dict[int, float], min_gain: float) -> bool | None:
@@ -468,15 +468,11 @@ def _load_for_refit(args) -> dict:
 
 
 def run(args) -> int:
-    from trtfuse.io import atomic_write_json
     from trtfuse.ui import print_json, print_table
 
     result = _load_for_refit(args) if args.refit else _measure(args)
     records, dtype, device_name = result["records"], result["dtype"], result["device"]
     params = DeviceParams.from_dict(result["cost_model"])
-    out_path = Path(args.output) if args.output else default_output(device_name, result["date"])
-    if not args.output:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     timings = ["us"] + (["graph_us"] if records[0]["plain_graph_us"] is not None else [])
     result["per_shape"] = {t: summarize(records, params, dtype, t) for t in timings}
     result["fitted"] = {t: fit_to_records(records, params, dtype, t) for t in timings}
@@ -489,7 +485,11 @@ def run(args) -> int:
         for t in timings}
     if result["measured"]:
         result["right_decision_rates"]["measured"] = result["measured"]["rate"]
-    atomic_write_json(out_path, result)
+    from . import record_result
+
+    out_path = record_result(record_name(dtype), device_name, result, args.output,
+                             {"dtype": dtype, "shapes": len({(r["M"], r["N"], r["K"]) for r in records}),
+                              "right_decision_rates": result["right_decision_rates"]})
     if args.json:
         print_json(result)
         return 0

@@ -335,7 +335,7 @@ def test_measured_results_calibrate_the_named_shapes():
     # ResNet-50's fc at batch 1 (both measured slower split) and split the fc at batch 2..8 (measured 1.5x faster)
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "results" / "splitk-nvidia-h200-2026-11-21.json"
+    path = Path(__file__).resolve().parents[1] / "bench" / "results" / "splitk-NVIDIA_H200.json"
     if not path.is_file():
         pytest.skip("no H200 results file in this checkout")
     fitted = device_params(str(path))
@@ -412,11 +412,11 @@ def test_bench_sweep_covers_the_issue_shapes():
 
 
 def test_bench_split_counts_and_names():
-    from trtfuse.bench.splitk import default_output, device_slug, params_for_device, splits_to_time
+    from trtfuse.bench.splitk import device_slug, params_for_device, record_name, splits_to_time
 
     assert splits_to_time(512) == [2, 4] and splits_to_time(16384) == [2, 4, 8, 16, 32, 64] and splits_to_time(2048) == [2, 4, 8, 16]
     assert device_slug("NVIDIA H200") == "nvidia-h200"
-    assert default_output("NVIDIA H200", "2026-11-22").name == "splitk-nvidia-h200-2026-11-22.json"
+    assert record_name("float32") == "splitk" and record_name("float16") == "splitk-fp16"
     assert params_for_device("NVIDIA H100 80GB HBM3", None).name == "h100"
     assert params_for_device("NVIDIA H200", None).name == "h200"
 
