@@ -27,13 +27,16 @@ import os
 from collections import OrderedDict
 
 from . import cuda_driver as cd
-from .conv import fast_divmod
+from .conv_params import fast_divmod
+from .conv_shape import H100_SMS, ConvShape
 from .layout import gemm_k, round_up
-from .tactics import H100_SMS, ConvShape, WgmmaGeometry, WgmmaTactic
+from .nvrtc import CompiledKernel
+from .wgmma_tactics import WgmmaGeometry, WgmmaTactic
 
 SOURCE = "wgmma_conv.cu"
 ENTRY = "trtfuse_wgmma_conv"
 ARCH = "sm_90a"
+TACTIC_HEADER = "wgmma_tactic.cuh"  # the generated include that carries the tactic (WgmmaTactic.config_header)
 
 
 class WgmmaTileStruct(ctypes.Structure):
@@ -60,19 +63,24 @@ def shared_memory_limit(device: int) -> int:
     return cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
 
 
-def module_for(tactic: WgmmaTactic) -> cd.Module:
-    """The tactic's sm_90a module on the current device, compiled and checked against its shared memory once."""
+def compile_tactic(tactic: WgmmaTactic, target: str = "cubin", arch: str = ARCH, use_cache: bool = True) -> CompiledKernel:
+    """The kernel built for one tactic: wgmma_conv.cu with the tactic's configuration struct as its generated header."""
     from .nvrtc import compile_kernel
 
+    return compile_kernel(SOURCE, {}, arch, target, use_cache, headers={TACTIC_HEADER: tactic.config_header()})
+
+
+def module_for(tactic: WgmmaTactic) -> cd.Module:
+    """The tactic's sm_90a module on the current device, compiled and checked against its shared memory once."""
     device = cd.current_device()
-    key = (tuple(sorted(tactic.defines().items())), device)  # a module belongs to one context
+    key = (tactic.config_header(), device)  # a module belongs to one context
     if key not in _modules:
         if not device_supported():
             raise RuntimeError(f"{tactic.name} needs an sm_90 GPU (this one is {cd.compute_capability()})")
         limit = shared_memory_limit(device)
         if tactic.shared_bytes() > limit:  # (a table tactic never is: tests/test_wgmma_tiling.py; a bench --replace variant can be)
             raise ValueError(f"{tactic.name} needs {tactic.shared_bytes()} bytes of shared memory per block; this GPU allows {limit}")
-        _modules[key] = cd.Module(compile_kernel(SOURCE, tactic.defines(), ARCH, "cubin").image)
+        _modules[key] = cd.Module(compile_tactic(tactic).image)
     return _modules[key]
 
 

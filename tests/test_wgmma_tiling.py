@@ -460,29 +460,29 @@ def test_pingpong_tactics_have_two_tile_groups():
     for t in WGMMA_TACTICS:
         if t.pingpong:  # pixel-major: two tile groups of bm / 64 warpgroups; channel-major: each warpgroup a 64-channel tile
             groups = t.consumers // (t.bm // 64) if t.pixel_major else t.consumers * 64 // t.bn
-            assert groups == 2 and t.defines()["WG_PINGPONG"] == 1, t.name
+            assert groups == 2 and "static constexpr bool pingpong = true;" in t.config_header(), t.name
     with pytest.raises(AssertionError):  # 128-pixel tiles on 2 consumer warpgroups: one tile group, no one to alternate with
-        type(WGMMA_TACTICS[0])(99, 128, 256, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True,
+        type(WGMMA_TACTICS[0])(id=99, bm=128, bn=256, stages=2, ks=4, a_box=128, persistent=True, pixel_major=True,
                                pingpong=True)
     with pytest.raises(AssertionError):  # channel-major ping-pong needs its own 64-channel tile per warpgroup
-        type(WGMMA_TACTICS[0])(99, 208, 128, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, staging=2,
+        type(WGMMA_TACTICS[0])(id=99, bm=208, bn=128, stages=1, ks=4, a_box=128, persistent=True, halo_rows=288, staging=2,
                                resident_kt=36, pingpong=True)
 
 
 def test_window_thread_only_where_windows_share_the_producer_with_streamed_weights():
-    # WG_WINDOW_WARP gives the windows a producer thread of their own; only the window tiles whose single producer
+    # window_warp gives the windows a producer thread of their own; only the window tiles whose single producer
     # thread also streams weights have one to split off (the ping-pong tiles' thread issues windows only).
     with_thread = {t.id for t in WGMMA_TACTICS if t.window_warp}
-    assert with_thread == {65, 66, 67, 68}, "the stride-2 window tiles streaming weights (docs/wgmma.md, session 18)"
+    assert with_thread == {65, 66, 67, 68}, "the stride-2 window tiles streaming weights (docs/wgmma.md)"
     for t in WGMMA_TACTICS:
-        assert t.defines().get("WG_WINDOW_WARP", 0) == int(t.window_warp), t.name
+        assert f"static constexpr bool window_warp = {str(t.window_warp).lower()};" in t.config_header(), t.name
         if t.window_warp:
             assert t.halo_rows and not t.pingpong and not t.pixel_major, t.name
     make = type(WGMMA_TACTICS[0])
     with pytest.raises(AssertionError):  # no windows, nothing for the thread to issue
-        make(99, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, window_warp=True)
+        make(id=99, bm=208, bn=128, stages=4, ks=4, a_box=128, persistent=True, window_warp=True)
     with pytest.raises(AssertionError):  # the ping-pong tile's producer already issues windows only
-        make(99, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4, staging=2,
+        make(id=99, bm=208, bn=64, stages=1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4, staging=2,
              resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=2, window_warp=True)
 
 
