@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from . import cuda_driver as cd
 from . import wgmma
 from .conv_params import ConvParamsStruct, fast_divmod  # noqa: F401  (launchers import them from here)
+from .op_schema import OpSpec
 from .tactics import ConvShape, Tactic, choose, TACTICS_BY_ID
 
 SOURCE = "fused_conv.cu"
@@ -76,6 +77,12 @@ class ConvLaunch:
             return 0
         m, n, _ = self.shape.gemm
         return 4 * m * n + 4 * self.tiles
+
+    def launch_op(self, op: OpSpec, inputs, y: int, *, relu: bool = True, workspace: int = 0, stream=None) -> None:
+        """Launch on the device pointers of `op`'s inputs in node-input order (FusedConv or FusedConvAdd), read by name."""
+        a = op.bind(inputs)
+        self.launch(a["x"], a["weight"], a["scale"], a["bias"], a["out_scale"], y, residual=a.get("residual", 0),
+                    residual_scale=a.get("residual_scale", 0), relu=relu, workspace=workspace, stream=stream)
 
     def launch(self, x: int, w: int, scale: int, bias: int, out_scale: int, y: int, *, residual: int = 0,
                residual_scale: int = 0, relu: bool = True, workspace: int = 0, stream=None) -> None:

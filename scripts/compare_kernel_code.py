@@ -8,8 +8,8 @@ sources and its own tactic objects. The variants are the tactic table, every pro
 times and the timeline builds of the channel-major ping-pong tactics (bench/wgmma_timeline.py), keyed by label.
 
 For each variant it prints whether the PTX for sm_90a is identical once line info, comments and the unused .global
-scalars NVRTC emits for constexpr constants are dropped (`same`), identical once virtual register numbers are also renumbered in order of appearance (`regs`), or
-different, and the SASS instruction count of each side's cubin (cuobjdump -sass; pass --cuobjdump or put
+scalars NVRTC emits for constexpr constants are dropped (`same`), identical once virtual registers are renumbered in
+order of appearance (`regs`), the same instruction sequence with register names masked (`masked`), or different, and the SASS instruction count of each side's cubin (cuobjdump -sass; pass --cuobjdump or put
 nvidia-cuda-cuobjdump's binary on PATH). NVRTC needs cuda-python: run it with the project's .venv python.
 """
 
@@ -78,7 +78,9 @@ def compile_variant(tactic, target: str) -> bytes:
 SCALAR_CONSTANT = re.compile(r"\.global \.align \d+ \.[a-z]\d+ [\w$]+( = -?\d+)?;$")
 
 
-def normalize_ptx(ptx: str, renumber: bool) -> str:
+def normalize_ptx(ptx: str, renumber: bool = False, mask: bool = False) -> str:
+    """The PTX without line info, comments and unused scalar constants; `renumber`: virtual registers renumbered in
+    order of first appearance; `mask`: every register and label name replaced by its kind alone."""
     lines = []
     in_debug = False
     for line in ptx.splitlines():
@@ -93,17 +95,37 @@ def normalize_ptx(ptx: str, renumber: bool) -> str:
             continue
         lines.append(s.split("//")[0].rstrip())
     text = "\n".join(lines)
-    if renumber:
+    if mask:
+        text = re.sub(r"(%[a-z]+)\d+\b", r"\1", text)
+        text = re.sub(r"\$L__BB\d+_\d+", "$L", text)
+        text = re.sub(r"^\.reg .*$", ".reg", text, flags=re.M)
+    elif renumber:
         seen: dict[str, str] = {}
+        counts: dict[str, int] = {}
 
         def rename(m):
             key = m.group(0)
             if key not in seen:
-                seen[key] = f"{m.group(1)}#{sum(1 for k in seen if k.startswith(m.group(1)))}"
+                counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+                seen[key] = f"{m.group(1)}#{counts[m.group(1)]}"
             return seen[key]
 
         text = re.sub(r"(%[a-z]+)(\d+)\b", rename, text)
+        text = re.sub(r"^\.reg .*$", ".reg", text, flags=re.M)
     return text
+
+
+def ptx_verdict(before: str, after: str) -> str:
+    """same: identical (line info aside); regs: identical once registers are numbered in order of appearance; order:
+    the same instructions in the same order, registers aside (two registers numbered the other way round); else
+    DIFFERENT."""
+    if normalize_ptx(before) == normalize_ptx(after):
+        return "same"
+    if normalize_ptx(before, renumber=True) == normalize_ptx(after, renumber=True):
+        return "regs"
+    if normalize_ptx(before, mask=True) == normalize_ptx(after, mask=True):
+        return "masked"
+    return "DIFFERENT"
 
 
 def sass_count(cubin: bytes, cuobjdump: str) -> int:
@@ -197,16 +219,11 @@ def main() -> None:
         rows = []
         for label in labels:
             b, a = before[label]["ptx"], after[label]["ptx"]
-            if normalize_ptx(b, False) == normalize_ptx(a, False):
-                ptx = "same"
-            elif normalize_ptx(b, True) == normalize_ptx(a, True):
-                ptx = "regs"
-            else:
-                ptx = "DIFFERENT"
-                if args.dump:
-                    Path(args.dump).mkdir(parents=True, exist_ok=True)
-                    for side, text in (("before", b), ("after", a)):
-                        (Path(args.dump) / f"{label.replace(' ', '_')}.{side}.ptx").write_text(normalize_ptx(text, True))
+            ptx = ptx_verdict(b, a)
+            if ptx == "DIFFERENT" and args.dump:
+                Path(args.dump).mkdir(parents=True, exist_ok=True)
+                for side, text in (("before", b), ("after", a)):
+                    (Path(args.dump) / f"{label.replace(' ', '_')}.{side}.ptx").write_text(normalize_ptx(text, renumber=True))
             row = {"variant": label, "ptx": ptx}
             if sass and with_sass(label):
                 key = label.replace(" ", "_")
@@ -224,7 +241,8 @@ def main() -> None:
         print(f"{r['variant']:{width}}  {r['ptx']:9}  {counts}")
     differing = [r["variant"] for r in rows if r["ptx"] == "DIFFERENT"]
     print(f"{len(rows)} variants, PTX identical (line info aside) in {sum(r['ptx'] == 'same' for r in rows)}, "
-          f"identical up to register numbers in {sum(r['ptx'] == 'regs' for r in rows)}, different in {len(differing)}"
+          f"identical up to register numbers in {sum(r['ptx'] == 'regs' for r in rows)}, the same instructions with "
+          f"registers masked in {sum(r['ptx'] == 'masked' for r in rows)}, different in {len(differing)}"
           + (f"; only in the base: {', '.join(missing)}" if missing else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -11,15 +11,14 @@ namespace trtfuse {
 
 template <int BN, int STAGES, int KS, int CH>
 __device__ __forceinline__ void consume_channel_major(const sm90::TensorMap* tmap_y, const ConvParams& p, const WgmmaTile& t,
-                                                      int8_t* smem, uint32_t base, const CtaWork& cta) {
+                                                      int8_t* s_out, uint32_t base, const CtaWork& cta) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, false>;
   constexpr int CONSUMERS = 128 * Tactic::consumers;
   sm90::regs_alloc<kConsumerRegs>();
-  const int tid = cta.tid, wg = tid / 128, lane = tid % 32, warp = (tid % 128) / 32;
+  const int tid = cta.tid, wg = cta.wg, lane = tid % 32, warp = (tid % 128) / 32;
   const int ohw = cta.ohw, kpad = cta.kpad, kblocks = cta.kblocks, windows = cta.windows, wh = cta.wh;
   const MbarrierRing<STAGES> ring{base + L::BAR_OFFSET, base + L::BAR_OFFSET + STAGES * 8};
   const typename WindowCursor<L>::Ring window_ring{base + L::HALO_BARS, base + L::HALO_BARS + L::HALO_STAGES * 8};
-  int8_t* const s_out = smem + L::OUT_OFFSET;
   // A slot is free for the copy engines once every consumer warp that reads it is done: with multicast,
   // those of both CTAs (the partner's engine writes into this CTA's slot too).
   auto release_slot = [](uint32_t empty) {

@@ -56,10 +56,35 @@ __device__ __forceinline__ void init_barriers(uint32_t full0, uint32_t empty0, u
   sm90::fence_barrier_init();
 }
 
-// Activation rows past the box (BN > the tile's P pixels; window rows past the window) are never written by the copy
-// engine: zeroed once, before the async proxy reads them (only positions that are never stored read them).
-template <class L, int STAGES, int KS>
-__device__ __forceinline__ void zero_rows_past_the_box(int8_t* smem, const WgmmaTile& t, int tid) {
+template <int BN, int STAGES, int KS, bool PERSISTENT, int CH = 128, bool PIXM = false>
+__device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x, const sm90::TensorMap* tmap_y,
+                                                const ConvParams& p, const WgmmaTile& t) {
+  using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
+  static_assert(!PIXM || (kWeightBox128 && PERSISTENT && !Tactic::multicast && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
+  static_assert(!Tactic::window_warp || (L::HALO && !kChannelPingpong), "a window thread: window tiles whose weights stream through the ring");
+  constexpr int CONSUMERS = 128 * Tactic::consumers;
+  if (Profiling::empty_launch) return;
+  if (Tactic::pdl == 1) sm90::launch_dependents();
+  Profiling::stamp_entry();
+  extern __shared__ __align__(1024) int8_t smem_raw[];
+  // Align the operand ring to 1024 bytes of shared-memory address (the host asks for 1024 more).
+  const uint32_t raw = sm90::smem_addr(smem_raw);
+  int8_t* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  const uint32_t base = sm90::smem_addr(smem);
+  int8_t* s_out = smem + L::OUT_OFFSET;  // the channel-major tile's staging tiles
+  const uint32_t full0 = base + L::BAR_OFFSET, empty0 = full0 + STAGES * 8, wres_full = empty0 + STAGES * 8;
+  const uint32_t hfull0 = base + L::HALO_BARS, hempty0 = hfull0 + L::HALO_STAGES * 8;
+
+  const int tid = threadIdx.x, wg = tid / 128;
+  // One tile per CTA, or (PERSISTENT) tiles blockIdx.x, + gridDim.x, ...: the ring and its phases run on across tiles,
+  // so the producer fills the next tile's slots while the consumers store this one. A window tile's windows: one per
+  // 32-channel block, R * S k32 steps each.
+  const CtaWork cta{tid, wg, p.OH * p.OW, (p.K + 31) / 32 * 32, (t.kt + KS - 1) / KS, L::HALO ? t.kt / (p.R * p.S) : 0,
+                    t.nb * t.pitch, PERSISTENT ? (int)gridDim.x : t.tiles};
+  if (tid == 0) init_barriers<L, BN, STAGES, PIXM>(full0, empty0, wres_full, hfull0, hempty0);
+  const uint32_t rank = Tactic::multicast ? sm90::cluster_ctarank() : 0;
+  // Activation rows past the box (BN > the tile's P pixels; window rows past the window) are never written by the
+  // copy engine: zeroed once, before the async proxy reads them (only positions that are never stored read them).
   if (L::HALO) {
     const int per_slot = (L::HALO_SLOT - t.box_bytes) / 16;
     for (int i = tid; i < L::HALO_STAGES * per_slot; i += blockDim.x) {
@@ -78,35 +103,6 @@ __device__ __forceinline__ void zero_rows_past_the_box(int8_t* smem, const Wgmma
     }
     sm90::fence_proxy_async_shared();
   }
-}
-
-template <int BN, int STAGES, int KS, bool PERSISTENT, int CH = 128, bool PIXM = false>
-__device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x, const sm90::TensorMap* tmap_y,
-                                                const ConvParams& p, const WgmmaTile& t) {
-  using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
-  static_assert(!PIXM || (kWeightBox128 && PERSISTENT && !Tactic::multicast && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
-  static_assert(!Tactic::window_warp || (L::HALO && !kChannelPingpong), "a window thread: window tiles whose weights stream through the ring");
-  constexpr int CONSUMERS = 128 * Tactic::consumers;
-  if (Profiling::empty_launch) return;
-  if (Tactic::pdl == 1) sm90::launch_dependents();
-  Profiling::stamp_entry();
-  extern __shared__ __align__(1024) int8_t smem_raw[];
-  // Align the operand ring to 1024 bytes of shared-memory address (the host asks for 1024 more).
-  const uint32_t raw = sm90::smem_addr(smem_raw);
-  int8_t* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
-  const uint32_t base = sm90::smem_addr(smem);
-  const uint32_t full0 = base + L::BAR_OFFSET, empty0 = full0 + STAGES * 8, wres_full = empty0 + STAGES * 8;
-  const uint32_t hfull0 = base + L::HALO_BARS, hempty0 = hfull0 + L::HALO_STAGES * 8;
-
-  const int tid = threadIdx.x, wg = tid / 128;
-  // One tile per CTA, or (PERSISTENT) tiles blockIdx.x, + gridDim.x, ...: the ring and its phases run on across tiles,
-  // so the producer fills the next tile's slots while the consumers store this one. A window tile's windows: one per
-  // 32-channel block, R * S k32 steps each.
-  const CtaWork cta{tid, p.OH * p.OW, (p.K + 31) / 32 * 32, (t.kt + KS - 1) / KS, L::HALO ? t.kt / (p.R * p.S) : 0,
-                    t.nb * t.pitch, PERSISTENT ? (int)gridDim.x : t.tiles};
-  if (tid == 0) init_barriers<L, BN, STAGES, PIXM>(full0, empty0, wres_full, hfull0, hempty0);
-  const uint32_t rank = Tactic::multicast ? sm90::cluster_ctarank() : 0;
-  zero_rows_past_the_box<L, STAGES, KS>(smem, t, tid);
   __syncthreads();
   if (Tactic::multicast) sm90::cluster_sync();  // the partner's barriers exist before any multicast completes on them
   const bool weight_thread = tid == CONSUMERS;  // issues the resident weight (and, but for a window thread, the rest)
@@ -120,7 +116,7 @@ __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, c
   } else if constexpr (kChannelPingpong) {
     consume_channel_pingpong<BN, STAGES, KS, CH>(p, t, smem, base, tmap_y);
   } else {
-    consume_channel_major<BN, STAGES, KS, CH>(tmap_y, p, t, smem, base, cta);
+    consume_channel_major<BN, STAGES, KS, CH>(tmap_y, p, t, s_out, base, cta);
   }
 }
 

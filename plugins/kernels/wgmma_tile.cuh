@@ -123,10 +123,11 @@ struct WgmmaSmem {
   static_assert(!Tactic::tma_store || (!PIXM && HALO && kWeightBox128 && CH == 128), "TMA-stored channel-major tiles: windows, 128-byte weight boxes");
 };
 
-// What one CTA works on, computed once by the kernel body and read by its roles: its thread, the output's pixels per
-// image and padded channels, k-blocks (ring slots) and windows per tile, a window row's width, the tile stride.
+// What one CTA works on, computed once by the kernel body and read by its roles: its thread and warpgroup, the output's
+// pixels per image and padded channels, k-blocks (ring slots) and windows per tile, a window row's width, the tile
+// stride.
 struct CtaWork {
-  int tid, ohw, kpad, kblocks, windows, wh, tile_step;
+  int tid, wg, ohw, kpad, kblocks, windows, wh, tile_step;
 };
 
 }  // namespace trtfuse
