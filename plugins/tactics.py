@@ -9,7 +9,6 @@ small-channel stem path). Each compiles to its own cubin/PTX (plugins/nvrtc.py).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import ClassVar
 

@@ -133,7 +133,7 @@ class WgmmaTactic:
             assert self.bn * self.consumers <= 512, "accumulators: bn / 2 registers per consumer thread"
             assert self.resident_kt % 4 == 0
             assert not self.pingpong or self.tile_groups == 2, "ping-pong alternates two tile groups"
-            assert not self.halo_rows, "window tiles (WG_HALO) are channel-major"
+            assert not self.halo_rows, "window tiles are channel-major"
         else:
             assert self.bm in WGMMA_S8_WIDTHS, "the wgmma N of s8: 8, 16, 24, then multiples of 16 up to 256"
             assert not self.halo_rows or (self.a_box == 128 and self.ks == 4 and not self.multicast and self.bm <= self.halo_rows)
@@ -147,7 +147,7 @@ class WgmmaTactic:
                 assert self.bn == 64 and self.consumers == 2 and self.resident_kt % 4 == 0 and self.resident_kt > 0
                 assert self.halo_rows and self.persistent and self.staging == 2, "channel-major ping-pong: windows, persistent, a staging tile per warpgroup"
                 assert 1 <= self.pp_inflight and self.halo_stages >= self.pp_inflight + 1, \
-                    "k wgmma batches in flight hold up to k + 1 windows (WG_PP_INFLIGHT)"
+                    "k wgmma batches in flight hold up to k + 1 windows (pp_inflight)"
             else:
                 assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
             assert not self.flat, "flat tiles are pixel-major"
@@ -208,7 +208,7 @@ class WgmmaTactic:
     @property
     def stores_by_tma(self) -> bool:
         """Channel-major tiles whose output leaves by TMA store and whose weight rows are permuted in pairs (kTmaOut in
-        wgmma_conv.cu): the ping-pong tiles and the `tma_store` window tiles."""
+        wgmma_config.cuh): the ping-pong tiles and the `tma_store` window tiles."""
         return not self.pixel_major and (self.pingpong or self.tma_store)
 
     @property
@@ -224,7 +224,7 @@ class WgmmaTactic:
     def shared_bytes(self, in_channels: int = 0, kernel_shape=None) -> int:
         """Operand ring + staging tiles [pixels][channels + 16] (tiles that store by TMA: [block][pixels][32];
         pixel-major: resident weights, two residual buffers of every consumer warp's 16 pixels x channels and each
-        tile group's folded factors) + mbarriers + 1024 for aligning the ring (WgmmaSmem in wgmma_conv.cu)."""
+        tile group's folded factors) + mbarriers + 1024 for aligning the ring (WgmmaSmem in wgmma_tile.cuh)."""
         bars = 8 * (2 * self.stages + 1)
         if self.pixel_major:
             weights_in_slot = 0 if self.resident_kt else self.CHANNELS
@@ -303,7 +303,7 @@ class WgmmaTactic:
         return th, 1, tpi, th * ow * 32, shape.n * tpi, 0
 
     def _window_tiles(self, shape: ConvShape):
-        """WG_HALO: (TH, NB, tiles per image, box bytes, pixel tiles, pitch). The window holds TH + R - 1 input
+        """Window tiles: (TH, NB, tiles per image, box bytes, pixel tiles, pitch). The window holds TH + R - 1 input
         rows of NB images side by side, each image `pitch` = W + max(pad_left, pad_right) columns from -pad_left,
         so a window row is WH = NB * pitch columns; tile position n = oh * WH + i * pitch + ow is output pixel (oh, ow)
         of image i, and tap (r, s) reads window row n + r * WH + s. A read past an image's columns (ow + s >= pitch)
@@ -342,7 +342,7 @@ class WgmmaTactic:
         return th, nb, tpi, (th + shape.r - 1) * wh * 32, pix_tiles, pitch
 
     def _stride2_window_tiles(self, shape: ConvShape):
-        """WG_S2WIN: (TH, NB, tiles per image, box bytes, pixel tiles, pitch) for a 3x3 stride-2 conv padded by 1 on an
+        """Stride-2 windows: (TH, NB, tiles per image, box bytes, pixel tiles, pitch) for a 3x3 stride-2 conv padded by 1 on an
         even map. Output pixel (oh, ow)'s taps read input rows 2oh - 1 + r and columns 2ow - 1 + s. Seen as pairs of
         columns (64 bytes: columns 2j, 2j + 1), tap s of column ow reads the 32 bytes at (1 + s) * 32 of pair row ow
         when pairs start at -1 (columns 2ow - 1 + s are consecutive 32-byte vectors), so with rows of pitch = OW + 1

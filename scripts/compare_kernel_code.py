@@ -203,10 +203,15 @@ def main() -> None:
     sass = not args.no_sass
     with tempfile.TemporaryDirectory(prefix="trtfuse-compare-") as tmp:
         tmp = Path(tmp)
-        base_tree = tmp / "base"
-        base_tree.mkdir()
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.base], capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(base_tree)], input=archive, check=True)
+        # One folder per base commit, kept: the compile cache keys on the include path, so the next run's base side
+        # is read from the cache instead of compiled again
+        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", args.base], capture_output=True, text=True, check=True).stdout.strip()
+        base_tree = Path(tempfile.gettempdir()) / f"trtfuse-compare-base-{commit[:12]}"
+        if not base_tree.exists():
+            staging = Path(tempfile.mkdtemp(prefix="trtfuse-compare-base-"))
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(staging)], input=archive, check=True)
+            staging.rename(base_tree)
         after_labels = list_labels(REPO)
         base_labels = set(list_labels(base_tree))
         labels = [l for l in after_labels if l and l in base_labels]

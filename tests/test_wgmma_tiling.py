@@ -400,7 +400,7 @@ def test_tensor_map_arguments_are_within_tma_limits():
 
 
 def test_resident_weight_grids_keep_each_cta_on_one_channel_tile(monkeypatch):
-    # WG_WRES_KT: a CTA loads its channel tile's weight once, so its tiles (blockIdx.x + i * gridDim.x)
+    # resident_kt: a CTA loads its channel tile's weight once, so its tiles (blockIdx.x + i * gridDim.x)
     # must all sit on that channel tile: the grid is a multiple of the channel tiles (or covers every
     # tile once); the kernel traps otherwise.
     from trtfuse.plugins.wgmma import grid
@@ -421,7 +421,7 @@ def test_resident_weight_grids_keep_each_cta_on_one_channel_tile(monkeypatch):
 
 
 def pingpong_issue_order(cta_tiles: int) -> list[int]:
-    """WG_PINGPONG's turn protocol (consume_pixel_major) run as a schedule: tile group g takes the CTA's tiles
+    """The pixel-major ping-pong's turn protocol (consume_pixel_major) run as a schedule: tile group g takes the CTA's tiles
     i = g, g + 2, ...; before tile i > 0 it bar.syncs on barrier kTurn + g (2 groups' worth of threads: its
     own sync plus one arrival), after issuing tile i it bar.arrives on kTurn + 1 - g if tile i + 1 exists.
     Returns the order in which tiles get issued; raises if the groups deadlock or an arrival is left
