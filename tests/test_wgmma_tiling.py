@@ -496,3 +496,35 @@ def test_programmatic_launch_follows_the_tactic_and_the_knob(monkeypatch):
     monkeypatch.setenv("TRTFUSE_PDL", "0")
     assert not programmatic_launch(TACTICS_BY_ID[70])
     assert all(t.persistent for t in WGMMA_TACTICS if t.pdl), "an early grid's CTAs must all be resident"
+
+
+def test_a_tactic_says_why_it_refuses_a_shape():
+    w31, w70, w52 = TACTICS_BY_ID[31], TACTICS_BY_ID[70], TACTICS_BY_ID[52]
+    res3_conv2 = ConvShape(256, 128, 28, 28, 128, 3, 3, (1, 1), (1, 1, 1, 1))
+    assert w70.can_implement(res3_conv2) == (True, "")
+    ok, why = w31.can_implement(ConvShape(256, 64, 56, 56, 96, 3, 3, (1, 1), (1, 1, 1, 1)))  # one 128-channel tile
+    assert not ok and "multicast" in why
+    ok, why = w52.can_implement(res3_conv2)
+    assert not ok and "1x1" in why
+    ok, why = w70.can_implement(ConvShape(256, 256, 28, 28, 128, 3, 3, (1, 1), (1, 1, 1, 1)))  # 72 k32 steps of weight
+    assert not ok and "resident" in why
+    for t in WGMMA_TACTICS:  # geometry and can_implement are one decision
+        for shape in (res3_conv2, ConvShape(8, 256, 14, 14, 1024, 1, 1)):
+            assert (t.geometry(shape) is not None) == t.can_implement(shape)[0], t.name
+
+
+def test_the_kernel_struct_carries_every_field_by_name():
+    import dataclasses
+
+    for t in WGMMA_TACTICS:
+        header = t.config_header()
+        for f in dataclasses.fields(t):
+            if f.name in ("diag", "timeline"):
+                continue
+            value = getattr(t, f.name)
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            assert f" {f.name} = {text};" in header, (t.name, f.name)
+        assert "wgmma_no_profiling.cuh" in header and ("__cluster_dims__(2, 1, 1)" in header) == t.multicast
+    profiling = dataclasses.replace(TACTICS_BY_ID[70], diag=3).config_header()
+    timeline = dataclasses.replace(TACTICS_BY_ID[70], timeline=1).config_header()
+    assert "ProfilingBuild<3>" in profiling and "TimelineBuild<0>" in timeline
