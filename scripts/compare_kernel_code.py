@@ -1,16 +1,19 @@
 """Compare the code NVRTC emits for every wgmma tactic between two revisions of the kernel sources.
 
-    python3 scripts/compare_kernel_code.py [--base REV] [--only LABEL,...] [--no-sass] [--jobs N]
+    .venv/bin/python scripts/compare_kernel_code.py [--base REV] [--only LABEL,...] [--no-sass] [--jobs N]
 
-Each side is a tree of the repository (the base: `git archive REV`, unpacked under a temporary directory; the
-other: this working tree), imported as `trtfuse` in a process of its own, so each compiles with its own kernel
+Each side is a tree of the repository (the base: `git archive REV`, kept under the temporary directory per commit;
+the other: this working tree), imported as `trtfuse` in a process of its own, so each compiles with its own kernel
 sources and its own tactic objects. The variants are the tactic table, every profiling build bench/wgmma_diag.py
 times and the timeline builds of the channel-major ping-pong tactics (bench/wgmma_timeline.py), keyed by label.
 
 For each variant it prints whether the PTX for sm_90a is identical once line info, comments and the unused .global
 scalars NVRTC emits for constexpr constants are dropped (`same`), identical once virtual registers are renumbered in
-order of appearance (`regs`), the same instruction sequence with register names masked (`masked`), or different, and the SASS instruction count of each side's cubin (cuobjdump -sass; pass --cuobjdump or put
-nvidia-cuda-cuobjdump's binary on PATH). NVRTC needs cuda-python: run it with the project's .venv python.
+order of appearance (`regs`), the same instruction sequence with register names masked (`masked`), or different;
+and for the table's tactics the SASS instruction count of each side's cubin (cuobjdump -sass: pass --cuobjdump, or
+put the binary of `pip install nvidia-cuda-cuobjdump`, in a scratch venv, on PATH). The profiling builds are
+compared by their PTX alone. NVRTC needs cuda-python: run it with the project's .venv python. Exit status 1 when a
+variant's PTX is different.
 """
 
 from __future__ import annotations
