@@ -5,7 +5,7 @@
 Shapes: ResNet-50 res3 conv3 (1x1 128->512 + residual, the memory-bound target layer), res4 conv2
 (3x3 256, compute-bound), res4 conv3 (1x1 256->1024 + residual, short K on the wgmma tactic) and res3 first conv2
 (3x3 stride 2, 128 channels: the stride-2 window tile's layer) at batch 256; each with the heuristic's tactic and every tactic id given. A non-numeric argument keeps only the shapes
-whose label contains it (e.g. `res3`). ID:D profiles the wgmma tactic's profiling build WG_DIAG D (e.g. `42:9`;
+whose label contains it (e.g. `res3`). ID:D profiles the wgmma tactic's profiling build D (its `diag`, e.g. `42:9`;
 its output is meaningless by design and not checked)."""
 
 import dataclasses

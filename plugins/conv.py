@@ -8,9 +8,11 @@ from __future__ import annotations
 import ctypes
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 from . import cuda_driver as cd
+from . import wgmma
+from .conv_params import ConvParamsStruct, fast_divmod  # noqa: F401  (launchers import them from here)
+from .op_schema import OpSpec
 from .tactics import ConvShape, Tactic, choose, TACTICS_BY_ID
 
 SOURCE = "fused_conv.cu"
@@ -18,25 +20,6 @@ ENTRY = "trtfuse_fused_conv"
 ENTRY_SPLIT_K = "trtfuse_fused_conv_splitk"
 ENTRY_F32 = "trtfuse_gemm_f32out"
 ENTRY_F32_SPLIT_K = "trtfuse_gemm_f32out_splitk"
-
-
-class ConvParamsStruct(ctypes.Structure):
-    """Mirror of trtfuse::ConvParams (plugins/kernels/conv_params.cuh); same field order."""
-
-    _fields_ = [(n, ctypes.c_uint64) for n in ("x", "w", "scale", "bias", "out_scale", "residual",
-                                               "residual_scale", "y", "workspace", "counters", "y_f32")] + [
-        (n, ctypes.c_int32) for n in ("N", "C", "H", "W", "K", "OH", "OW", "R", "S", "stride_h", "stride_w",
-                                      "pad_top", "pad_left", "relu", "splits")] + [
-        (f"{name}_{f}", ctypes.c_uint32) for name in ("div_ohw", "div_ow") for f in ("d", "mul", "shr")]
-
-
-@lru_cache(maxsize=None)  # launched once per conv per forward outside graphs: compute each divisor's numbers once
-def fast_divmod(d: int) -> tuple[int, int, int]:
-    """(d, mul, shr) of trtfuse::FastDivmod::make (plugins/kernels/conv_params.cuh), computed here once."""
-    if d == 1:
-        return 1, 0, 0
-    l = (d - 1).bit_length()  # ceil(log2 d)
-    return d, ((1 << (31 + l)) + d - 1) // d, l - 1
 
 
 def _device_arch() -> str | None:
@@ -77,7 +60,6 @@ class ConvLaunch:
     @property
     def grid(self) -> tuple[int, int, int]:
         if self.tactic.family == "wgmma":
-            from . import wgmma
             return wgmma.grid(self.shape, self.tactic)
         return self.tiles, self.splits, 1
 
@@ -95,6 +77,12 @@ class ConvLaunch:
             return 0
         m, n, _ = self.shape.gemm
         return 4 * m * n + 4 * self.tiles
+
+    def launch_op(self, op: OpSpec, inputs, y: int, *, relu: bool = True, workspace: int = 0, stream=None) -> None:
+        """Launch on the device pointers of `op`'s inputs in node-input order (FusedConv or FusedConvAdd), read by name."""
+        a = op.bind(inputs)
+        self.launch(a["x"], a["weight"], a["scale"], a["bias"], a["out_scale"], y, residual=a.get("residual", 0),
+                    residual_scale=a.get("residual_scale", 0), relu=relu, workspace=workspace, stream=stream)
 
     def launch(self, x: int, w: int, scale: int, bias: int, out_scale: int, y: int, *, residual: int = 0,
                residual_scale: int = 0, relu: bool = True, workspace: int = 0, stream=None) -> None:
@@ -115,7 +103,6 @@ class ConvLaunch:
         if t.family == "wgmma":  # Hopper tactic: plugins/wgmma.py (tensor maps + sm_90a module)
             if self.splits > 1 or self.out_f32:
                 raise ValueError(f"{t.name} has no split-K or fp32-output variant")
-            from . import wgmma
             return wgmma.launch(sh, t, p, x, w, stream)
         smem = t.shared_bytes(sh.c, (sh.r, sh.s))
         entries = (ENTRY_F32, ENTRY_F32_SPLIT_K) if self.out_f32 else (ENTRY, ENTRY_SPLIT_K)

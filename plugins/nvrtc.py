@@ -70,8 +70,9 @@ def parse_resources(log: str) -> dict:
 
 
 def compile_kernel(source: str, defines: dict[str, int], arch: str = "sm_90", target: str = "cubin",
-                   use_cache: bool = True) -> CompiledKernel:
-    """Compile plugins/kernels/<source> with -D defines for `arch` (e.g. "sm_90")."""
+                   use_cache: bool = True, headers: dict[str, str] | None = None) -> CompiledKernel:
+    """Compile plugins/kernels/<source> with -D defines for `arch` (e.g. "sm_90"); `headers` are generated
+    headers (include name -> text) the source includes, such as a tactic's configuration struct."""
     nvrtc = _nvrtc()
     sources = _sources()
     if source not in sources:
@@ -80,14 +81,17 @@ def compile_kernel(source: str, defines: dict[str, int], arch: str = "sm_90", ta
     gpu_arch = f"sm_{cc}" if target == "cubin" else f"compute_{cc}"
     opts = [f"--gpu-architecture={gpu_arch}", "-std=c++17", f"-I{KERNEL_DIR}", "--ptxas-options=-v", "-lineinfo"]
     opts += [f"-D{k}={v}" for k, v in sorted(defines.items())]
-    key = hashlib.sha256(repr((sorted(sources.items()), source, opts, nvrtc_version())).encode()).hexdigest()[:24]
+    generated = sorted((headers or {}).items())
+    key_parts = (sorted(sources.items()), source, opts, nvrtc_version()) + ((generated,) if generated else ())
+    key = hashlib.sha256(repr(key_parts).encode()).hexdigest()[:24]
     cache = _cache_dir() / f"{Path(source).stem}-{key}.{target}"
     log_path = cache.with_suffix(cache.suffix + ".log")
     if use_cache and cache.exists() and log_path.exists():
         log = log_path.read_text()
         return CompiledKernel(cache.read_bytes(), target, arch, log, parse_resources(log))
 
-    err, prog = nvrtc.nvrtcCreateProgram(sources[source].encode(), source.encode(), 0, [], [])
+    err, prog = nvrtc.nvrtcCreateProgram(sources[source].encode(), source.encode(), len(generated),
+                                         [text.encode() for _, text in generated], [name.encode() for name, _ in generated])
     try:
         bopts = [o.encode() for o in opts]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)
@@ -96,7 +100,7 @@ def compile_kernel(source: str, defines: dict[str, int], arch: str = "sm_90", ta
         nvrtc.nvrtcGetProgramLog(prog, buf)
         log = buf.decode(errors="replace").rstrip("\x00")
         if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise TrtfuseError(f"NVRTC failed to compile {source} {defines} for {arch}: {log.strip().splitlines()[0] if log.strip() else res}")
+            raise TrtfuseError(f"NVRTC failed to compile {source} {defines or [n for n, _ in generated]} for {arch}: {log.strip().splitlines()[0] if log.strip() else res}")
         if target == "cubin":
             _, size = nvrtc.nvrtcGetCUBINSize(prog)
             image = b" " * size
@@ -108,7 +112,7 @@ def compile_kernel(source: str, defines: dict[str, int], arch: str = "sm_90", ta
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     if target == "ptx":  # PTX carries no ptxas report: compile the cubin too for the resource numbers
-        log = compile_kernel(source, defines, arch, "cubin", use_cache).log
+        log = compile_kernel(source, defines, arch, "cubin", use_cache, headers).log
     # Atomic cache write: concurrent processes may compile the same kernel.
     for path, data in ((cache, image), (log_path, log.encode())):
         tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")

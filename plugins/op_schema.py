@@ -16,7 +16,11 @@ TensorRT ONNX parser rules that shape this (see ../shared/notes/tensorrt-facts.m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 NAMESPACE = "trtfuse"
 DOMAIN = NAMESPACE  # ONNX domain of plugin nodes; opset_import needs ("trtfuse", OPSET_VERSION)
@@ -55,6 +59,13 @@ class OpSpec:
     @property
     def attribute_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.attributes)
+
+    def bind(self, inputs: Sequence[T]) -> dict[str, T]:
+        """The op's inputs by name, from values in node-input order (the order the ONNX node, TensorRT and the AOT
+        kernel's pointer arguments use), so a launcher never indexes them by position."""
+        if len(inputs) != len(self.inputs):
+            raise ValueError(f"{self.name} takes {len(self.inputs)} inputs ({', '.join(self.input_names)}), got {len(inputs)}")
+        return dict(zip(self.input_names, inputs))
 
 
 _CONV_ATTRS = (

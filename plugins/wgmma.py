@@ -27,17 +27,20 @@ import os
 from collections import OrderedDict
 
 from . import cuda_driver as cd
-from .conv import fast_divmod
+from .conv_params import fast_divmod
+from .conv_shape import H100_SMS, ConvShape
 from .layout import gemm_k, round_up
-from .tactics import H100_SMS, ConvShape, WgmmaGeometry, WgmmaTactic
+from .nvrtc import CompiledKernel
+from .wgmma_tactics import WgmmaGeometry, WgmmaTactic
 
 SOURCE = "wgmma_conv.cu"
 ENTRY = "trtfuse_wgmma_conv"
 ARCH = "sm_90a"
+TACTIC_HEADER = "wgmma_tactic.cuh"  # the generated include that carries the tactic (WgmmaTactic.config_header)
 
 
 class WgmmaTileStruct(ctypes.Structure):
-    """Mirror of trtfuse::WgmmaTile (plugins/kernels/wgmma_conv.cu); same field order."""
+    """Mirror of trtfuse::WgmmaTile (plugins/kernels/wgmma_tile.cuh); same field order."""
 
     _fields_ = [(n, ctypes.c_int32) for n in ("th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles",
                                               "groups_per_image", "box_groups", "pitch")] + [
@@ -60,19 +63,24 @@ def shared_memory_limit(device: int) -> int:
     return cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
 
 
-def module_for(tactic: WgmmaTactic) -> cd.Module:
-    """The tactic's sm_90a module on the current device, compiled and checked against its shared memory once."""
+def compile_tactic(tactic: WgmmaTactic, target: str = "cubin", arch: str = ARCH, use_cache: bool = True) -> CompiledKernel:
+    """The kernel built for one tactic: wgmma_conv.cu with the tactic's configuration struct as its generated header."""
     from .nvrtc import compile_kernel
 
+    return compile_kernel(SOURCE, {}, arch, target, use_cache, headers={TACTIC_HEADER: tactic.config_header()})
+
+
+def module_for(tactic: WgmmaTactic) -> cd.Module:
+    """The tactic's sm_90a module on the current device, compiled and checked against its shared memory once."""
     device = cd.current_device()
-    key = (tuple(sorted(tactic.defines().items())), device)  # a module belongs to one context
+    key = (tactic.config_header(), device)  # a module belongs to one context
     if key not in _modules:
         if not device_supported():
             raise RuntimeError(f"{tactic.name} needs an sm_90 GPU (this one is {cd.compute_capability()})")
         limit = shared_memory_limit(device)
         if tactic.shared_bytes() > limit:  # (a table tactic never is: tests/test_wgmma_tiling.py; a bench --replace variant can be)
             raise ValueError(f"{tactic.name} needs {tactic.shared_bytes()} bytes of shared memory per block; this GPU allows {limit}")
-        _modules[key] = cd.Module(compile_kernel(SOURCE, tactic.defines(), ARCH, "cubin").image)
+        _modules[key] = cd.Module(compile_tactic(tactic).image)
     return _modules[key]
 
 
@@ -113,7 +121,7 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
               (32, ow * sw, geo.th * sh, 1, geo.nb), (1, sw, sh, 1, 1)),
     }
     if tactic.stride2_windows:
-        # WG_S2WIN: pairs of columns (64 bytes) x rows split by parity (row 2 h2 + ph): the view (64, W / 2, H / 2, 2,
+        # stride2_windows: pairs of columns (64 bytes) x rows split by parity (row 2 h2 + ph): the view (64, W / 2, H / 2, 2,
         # N * CB), box (64, pitch, TH + 1, 2, 1) from (0, -1, oh0 - 1, 0, n * CB + cb), landing [ph][h2][pair][64]
         # (tactics.py: _stride2_window_tiles).
         # Stacked images (nb > 1): the view (64, W / 2, H, N, CB), one box (64, pitch, 2 OH, NB, 1) with element strides
@@ -127,7 +135,7 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
             args["x"] = ((rb, shape.w * 32 // rb, shape.h // 2, 2, shape.n * cb), (rb, 2 * shape.w * 32, shape.w * 32, hw32),
                          (rb, geo.pitch, geo.th + 1, 2, 1), (1,) * 5)
     elif tactic.halo_rows:
-        # One window per channel block (WG_HALO): TH + R - 1 input rows of NB images side by side, each `pitch`
+        # One window per channel block (halo_rows): TH + R - 1 input rows of NB images side by side, each `pitch`
         # columns from -pad_left, the padding zero-filled; each tap reads a shifted view of it. The view (32, W, N,
         # H, CB) puts the images between a row's columns and the rows, so one box lands [row][image][column][32].
         args["x"] = ((32, shape.w, shape.n, shape.h, cb),
@@ -135,7 +143,7 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
                      (32, geo.pitch, geo.nb, geo.th + shape.r - 1, 1), (1,) * 5)
     if tactic.flat:
         # (32, 8, CB, G, N): a 1x1 stride-1 unpadded conv's input pixels (the output's) in G = OH * OW / 8 groups of
-        # 8 per image; a box is box_groups groups x a slot's 4 channel blocks, landing [group][block][8][32] (WG_FLAT).
+        # 8 per image; a box is box_groups groups x a slot's 4 channel blocks, landing [group][block][8][32] (flat).
         hw = shape.h * shape.w
         args["x"] = ((32, 8, cb, geo.groups_per_image, shape.n), (32, hw * 32, 256, cb * hw * 32),
                      (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)
@@ -203,7 +211,7 @@ def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
     """One CTA per tile, or for a persistent tactic min(tiles, SMs) CTAs."""
     geo = tactic.geometry(shape)
     if geo is None:
-        raise ValueError(f"{tactic.name} does not handle {shape}")
+        raise ValueError(f"{tactic.name} does not handle {shape}: {tactic.can_implement(shape)[1]}")
     if not tactic.persistent:
         return geo.ctas, 1, 1
     ctas = min(geo.ctas, _sms())
@@ -216,8 +224,8 @@ def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
 
 
 def programmatic_launch(tactic: WgmmaTactic) -> bool:
-    """Whether the tactic's launch may start before the previous grid in its stream completes (its `pdl`; WG_PDL in
-    wgmma_conv.cu). TRTFUSE_PDL=0 launches every grid after the previous one (the kernel's griddepcontrol then waits
+    """Whether the tactic's launch may start before the previous grid in its stream completes (its `pdl`; wgmma_conv.cu's
+    launch_dependents). TRTFUSE_PDL=0 launches every grid after the previous one (the kernel's griddepcontrol then waits
     for nothing): a knob for streams that share the GPU, where an early grid's CTAs hold SMs while they wait."""
     return tactic.pdl > 0 and os.environ.get("TRTFUSE_PDL", "1") != "0"
 
@@ -226,7 +234,7 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     """Launch with a filled ConvParamsStruct (plugins/conv.py); x, w are the device pointers in it."""
     geo = tactic.geometry(shape)
     if geo is None:
-        raise ValueError(f"{tactic.name} does not handle {shape}")
+        raise ValueError(f"{tactic.name} does not handle {shape}: {tactic.can_implement(shape)[1]}")
     wmap, xmap, ymap = tensor_maps(shape, tactic, geo, x, w, params.y)
     d, mul, shr = fast_divmod(max(geo.groups_per_image, 1))
     tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,

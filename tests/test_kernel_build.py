@@ -90,11 +90,12 @@ def test_shared_memory_fits_every_architecture():
 
 # ---- Hopper wgmma tactic (plugins/kernels/wgmma_conv.cu): sm_90a only ----
 from trtfuse.plugins.tactics import TACTICS_BY_ID, WGMMA_TACTICS  # noqa: E402
+from trtfuse.plugins.wgmma import compile_tactic  # noqa: E402
 
 
 @pytest.mark.parametrize("tactic", WGMMA_TACTICS, ids=[t.name for t in WGMMA_TACTICS])
 def test_wgmma_variant_compiles_for_sm90a_without_spills(tactic):
-    k = compile_kernel("wgmma_conv.cu", tactic.defines(), "sm_90a", "cubin")
+    k = compile_tactic(tactic, "cubin")
     assert k.image[:4] == b"\x7fELF"
     assert set(k.resources) == {"trtfuse_wgmma_conv"}, k.log
     assert not k.spills(), f"{tactic.name} spills: {k.spills()}"
@@ -111,7 +112,7 @@ def test_wgmma_profiling_builds_compile(diag):
     import dataclasses
 
     tactic = dataclasses.replace(next(t for t in WGMMA_TACTICS if t.pingpong), diag=diag)
-    k = compile_kernel("wgmma_conv.cu", tactic.defines(), "sm_90a", "cubin")
+    k = compile_tactic(tactic, "cubin")
     assert not k.spills() and "serialized" not in k.log, k.log
 
 
@@ -138,7 +139,7 @@ def test_stream_probe_compiles(defines):
 
 
 def test_wgmma_ptx_uses_the_hopper_instructions():
-    ptx = compile_kernel("wgmma_conv.cu", WGMMA_TACTICS[0].defines(), "sm_90a", "ptx").image.decode(errors="replace")
+    ptx = compile_tactic(WGMMA_TACTICS[0], "ptx").image.decode(errors="replace")
     assert ".target sm_90a" in ptx
     for needle in ("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8", "cp.async.bulk.tensor.5d", "cp.async.bulk.tensor.2d",
                    "mbarrier.try_wait.parity", "setmaxnreg.inc", "setmaxnreg.dec", ".param .align 64 .b8 trtfuse_wgmma_conv_param_0[128]"):
@@ -148,12 +149,12 @@ def test_wgmma_ptx_uses_the_hopper_instructions():
 def test_wgmma_pingpong_tile_stores_by_tma():
     # the channel-major ping-pong tile's output map (the kernel's third parameter), its bulk tensor stores from shared
     # memory and the waits before the staging tile is rewritten and before the CTA exits
-    ptx = compile_kernel("wgmma_conv.cu", TACTICS_BY_ID[70].defines(), "sm_90a", "ptx").image.decode(errors="replace")
+    ptx = compile_tactic(TACTICS_BY_ID[70], "ptx").image.decode(errors="replace")
     for needle in (".param .align 64 .b8 trtfuse_wgmma_conv_param_2[128]", "cp.async.bulk.tensor.5d.global.shared::cta.bulk_group",
                    "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read 0", "cp.async.bulk.wait_group 0",
                    "fence.proxy.async.shared::cta"):
         assert needle in ptx, needle
-    row_box = compile_kernel("wgmma_conv.cu", TACTICS_BY_ID[31].defines(), "sm_90a", "ptx").image.decode(errors="replace")
+    row_box = compile_tactic(TACTICS_BY_ID[31], "ptx").image.decode(errors="replace")
     assert "cp.async.bulk.tensor.5d.global" not in row_box  # the other channel-major tiles store through the threads
 
 
@@ -164,7 +165,7 @@ def test_early_release_gives_the_window_back_between_the_batch_halves(tactic):
     # without waiting for the whole next batch to be issued.
     import re
 
-    ptx = compile_kernel("wgmma_conv.cu", tactic.defines(), "sm_90a", "ptx").image.decode(errors="replace")
+    ptx = compile_tactic(tactic, "ptx").image.decode(errors="replace")
     ops = []
     for line in ptx.splitlines():
         m = re.match(r"\s*(wgmma\.mma_async|wgmma\.commit_group|wgmma\.wait_group\.sync\.aligned \d|mbarrier\.arrive\.shared)", line)
@@ -173,7 +174,7 @@ def test_early_release_gives_the_window_back_between_the_batch_halves(tactic):
     per_tap = 2 if tactic.quad_windows else 1
     first, rest = tactic.early_release * per_tap, (9 - tactic.early_release) * per_tap
     assert "M" * first + "CW1A" + "M" * rest + "C" in "".join(ops), "".join(ops)
-    whole = compile_kernel("wgmma_conv.cu", dataclasses.replace(tactic, early_release=0).defines(), "sm_90a", "ptx")
+    whole = compile_tactic(dataclasses.replace(tactic, early_release=0), "ptx")
     assert "M" * 9 * per_tap + "C" in "".join(
         {"wgmma.mma_async": "M", "wgmma.commit_group": "C"}.get(m.group(1), "x")
         for m in (re.match(r"\s*(wgmma\.mma_async|wgmma\.commit_group)", l) for l in whole.image.decode(errors="replace").splitlines()) if m)
@@ -181,7 +182,7 @@ def test_early_release_gives_the_window_back_between_the_batch_halves(tactic):
 
 def test_wgmma_kernel_refuses_plain_sm90():
     with pytest.raises(Exception, match="sm_90a"):
-        compile_kernel("wgmma_conv.cu", WGMMA_TACTICS[0].defines(), "sm_90", "cubin", use_cache=False)
+        compile_tactic(WGMMA_TACTICS[0], "cubin", arch="sm_90", use_cache=False)
 
 
 def test_wgmma_struct_mirrors_the_kernel():
@@ -192,7 +193,7 @@ def test_wgmma_struct_mirrors_the_kernel():
     from trtfuse.plugins.wgmma import WgmmaTileStruct
 
     # the kernel's struct WgmmaTile, field by field (a FastDivmod is its d, mul, shr), read from the source
-    source = (Path(__file__).resolve().parents[1] / "plugins" / "kernels" / "wgmma_conv.cu").read_text()
+    source = (Path(__file__).resolve().parents[1] / "plugins" / "kernels" / "wgmma_tile.cuh").read_text()
     body = re.search(r"struct WgmmaTile \{(.*?)\n\};", source, re.S).group(1)
     fields = []
     for ctype, name in re.findall(r"^\s*(int|FastDivmod) (\w+);", body, re.M):

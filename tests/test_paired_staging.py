@@ -1,4 +1,4 @@
-"""The channel-major wgmma epilogue's paired staging (plugins/kernels/wgmma_conv.cu), replayed on the CPU.
+"""The channel-major wgmma epilogue's paired staging (plugins/kernels/wgmma_epilogue.cuh), replayed on the CPU.
 
 Without a residual, the thread holding accumulator rows c_lo and c_lo + 8 (c_lo = 16w + g) writes that pair of
 one pixel as two adjacent bytes at 16w + 2g (requantize_to_paired_staging: `cells + lane / 4` from column c_lo),
@@ -23,7 +23,7 @@ def prmt(a: int, b: int, sel: int) -> int:
 
 
 def unpair_selectors() -> list[tuple[str, str, int]]:
-    source = (KERNEL_DIR / "wgmma_conv.cu").read_text()
+    source = (KERNEL_DIR / "wgmma_epilogue.cuh").read_text()
     body = source[source.index("int4 unpair_16_channels(int4 v)"):]
     body = body[:body.index("\n}\n")]
     calls = re.findall(r"prmt\(v\.([xyzw]), v\.([xyzw]), (0x[0-9a-fA-F]+)\)", body)

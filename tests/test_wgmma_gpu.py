@@ -188,7 +188,7 @@ FLAT_SHAPES = [
 @pytest.mark.parametrize("shape", FLAT_SHAPES, ids=[f"{s.n}x{s.c}x{s.h}x{s.w}" for s in FLAT_SHAPES])
 @pytest.mark.parametrize("tactic_id", [52, 54, 55, 56])
 def test_flat_tiles_cross_images_and_the_batch_end(monkeypatch, tactic_id, shape, ctas):
-    # WG_FLAT: tiles of consecutive pixels whatever the image, boxes of 1, 2 or 8 eight-pixel groups x a slot's 4
+    # flat tiles: tiles of consecutive pixels whatever the image, boxes of 1, 2 or 8 eight-pixel groups x a slot's 4
     # channel blocks (those past CB zero-filled), the batch's last tile partly past it (its boxes reload the last
     # one); 256-512 channels = 1-2 channel tiles, each CTA walking several tiles.
     if ctas:
@@ -232,7 +232,7 @@ def test_a_variant_over_the_shared_memory_limit_fails_by_name():
                                                       (68, 69, 9, 512, 14)],
                          ids=["w74-then-w70", "w89-then-w70", "w67-then-w69", "w68-then-w69"])
 def test_programmatic_launches_wait_for_the_previous_grid(monkeypatch, first_id, second_id, n, c, hw, pdl, ctas):
-    # Two layers launched back to back with programmatic dependent launch (WG_PDL): the second may start while the first
+    # Two layers launched back to back with programmatic dependent launch (pdl): the second may start while the first
     # runs, so it must wait (griddepcontrol.wait) before it reads the first one's output (poisoned before the first
     # launch) and before it stores into the first one's input, which the first may still be reading. With 2 CTAs each
     # CTA walks many tiles and the second grid's CTAs find idle SMs at once.

@@ -400,7 +400,7 @@ def test_tensor_map_arguments_are_within_tma_limits():
 
 
 def test_resident_weight_grids_keep_each_cta_on_one_channel_tile(monkeypatch):
-    # WG_WRES_KT: a CTA loads its channel tile's weight once, so its tiles (blockIdx.x + i * gridDim.x)
+    # resident_kt: a CTA loads its channel tile's weight once, so its tiles (blockIdx.x + i * gridDim.x)
     # must all sit on that channel tile: the grid is a multiple of the channel tiles (or covers every
     # tile once); the kernel traps otherwise.
     from trtfuse.plugins.wgmma import grid
@@ -421,7 +421,7 @@ def test_resident_weight_grids_keep_each_cta_on_one_channel_tile(monkeypatch):
 
 
 def pingpong_issue_order(cta_tiles: int) -> list[int]:
-    """WG_PINGPONG's turn protocol (consume_pixel_major) run as a schedule: tile group g takes the CTA's tiles
+    """The pixel-major ping-pong's turn protocol (consume_pixel_major) run as a schedule: tile group g takes the CTA's tiles
     i = g, g + 2, ...; before tile i > 0 it bar.syncs on barrier kTurn + g (2 groups' worth of threads: its
     own sync plus one arrival), after issuing tile i it bar.arrives on kTurn + 1 - g if tile i + 1 exists.
     Returns the order in which tiles get issued; raises if the groups deadlock or an arrival is left
@@ -460,29 +460,29 @@ def test_pingpong_tactics_have_two_tile_groups():
     for t in WGMMA_TACTICS:
         if t.pingpong:  # pixel-major: two tile groups of bm / 64 warpgroups; channel-major: each warpgroup a 64-channel tile
             groups = t.consumers // (t.bm // 64) if t.pixel_major else t.consumers * 64 // t.bn
-            assert groups == 2 and t.defines()["WG_PINGPONG"] == 1, t.name
+            assert groups == 2 and "static constexpr bool pingpong = true;" in t.config_header(), t.name
     with pytest.raises(AssertionError):  # 128-pixel tiles on 2 consumer warpgroups: one tile group, no one to alternate with
-        type(WGMMA_TACTICS[0])(99, 128, 256, 2, 1, 2, 32, 1, ks=4, a_box=128, persistent=True, pixel_major=True,
+        type(WGMMA_TACTICS[0])(id=99, bm=128, bn=256, stages=2, ks=4, a_box=128, persistent=True, pixel_major=True,
                                pingpong=True)
     with pytest.raises(AssertionError):  # channel-major ping-pong needs its own 64-channel tile per warpgroup
-        type(WGMMA_TACTICS[0])(99, 208, 128, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=288, staging=2,
+        type(WGMMA_TACTICS[0])(id=99, bm=208, bn=128, stages=1, ks=4, a_box=128, persistent=True, halo_rows=288, staging=2,
                                resident_kt=36, pingpong=True)
 
 
 def test_window_thread_only_where_windows_share_the_producer_with_streamed_weights():
-    # WG_WINDOW_WARP gives the windows a producer thread of their own; only the window tiles whose single producer
+    # window_warp gives the windows a producer thread of their own; only the window tiles whose single producer
     # thread also streams weights have one to split off (the ping-pong tiles' thread issues windows only).
     with_thread = {t.id for t in WGMMA_TACTICS if t.window_warp}
-    assert with_thread == {65, 66, 67, 68}, "the stride-2 window tiles streaming weights (docs/wgmma.md, session 18)"
+    assert with_thread == {65, 66, 67, 68}, "the stride-2 window tiles streaming weights (docs/wgmma.md)"
     for t in WGMMA_TACTICS:
-        assert t.defines().get("WG_WINDOW_WARP", 0) == int(t.window_warp), t.name
+        assert f"static constexpr bool window_warp = {str(t.window_warp).lower()};" in t.config_header(), t.name
         if t.window_warp:
             assert t.halo_rows and not t.pingpong and not t.pixel_major, t.name
     make = type(WGMMA_TACTICS[0])
     with pytest.raises(AssertionError):  # no windows, nothing for the thread to issue
-        make(99, 208, 128, 2, 1, 4, 32, 1, ks=4, a_box=128, persistent=True, window_warp=True)
+        make(id=99, bm=208, bn=128, stages=4, ks=4, a_box=128, persistent=True, window_warp=True)
     with pytest.raises(AssertionError):  # the ping-pong tile's producer already issues windows only
-        make(99, 208, 64, 2, 1, 1, 32, 1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4, staging=2,
+        make(id=99, bm=208, bn=64, stages=1, ks=4, a_box=128, persistent=True, halo_rows=480, halo_stages=4, staging=2,
              resident_kt=36, pingpong=True, stride2_windows=True, pp_inflight=2, window_warp=True)
 
 
@@ -496,3 +496,35 @@ def test_programmatic_launch_follows_the_tactic_and_the_knob(monkeypatch):
     monkeypatch.setenv("TRTFUSE_PDL", "0")
     assert not programmatic_launch(TACTICS_BY_ID[70])
     assert all(t.persistent for t in WGMMA_TACTICS if t.pdl), "an early grid's CTAs must all be resident"
+
+
+def test_a_tactic_says_why_it_refuses_a_shape():
+    w31, w70, w52 = TACTICS_BY_ID[31], TACTICS_BY_ID[70], TACTICS_BY_ID[52]
+    res3_conv2 = ConvShape(256, 128, 28, 28, 128, 3, 3, (1, 1), (1, 1, 1, 1))
+    assert w70.can_implement(res3_conv2) == (True, "")
+    ok, why = w31.can_implement(ConvShape(256, 64, 56, 56, 96, 3, 3, (1, 1), (1, 1, 1, 1)))  # one 128-channel tile
+    assert not ok and "multicast" in why
+    ok, why = w52.can_implement(res3_conv2)
+    assert not ok and "1x1" in why
+    ok, why = w70.can_implement(ConvShape(256, 256, 28, 28, 128, 3, 3, (1, 1), (1, 1, 1, 1)))  # 72 k32 steps of weight
+    assert not ok and "resident" in why
+    for t in WGMMA_TACTICS:  # geometry and can_implement are one decision
+        for shape in (res3_conv2, ConvShape(8, 256, 14, 14, 1024, 1, 1)):
+            assert (t.geometry(shape) is not None) == t.can_implement(shape)[0], t.name
+
+
+def test_the_kernel_struct_carries_every_field_by_name():
+    import dataclasses
+
+    for t in WGMMA_TACTICS:
+        header = t.config_header()
+        for f in dataclasses.fields(t):
+            if f.name in ("diag", "timeline"):
+                continue
+            value = getattr(t, f.name)
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            assert f" {f.name} = {text};" in header, (t.name, f.name)
+        assert "wgmma_no_profiling.cuh" in header and ("__cluster_dims__(2, 1, 1)" in header) == t.multicast
+    profiling = dataclasses.replace(TACTICS_BY_ID[70], diag=3).config_header()
+    timeline = dataclasses.replace(TACTICS_BY_ID[70], timeline=1).config_header()
+    assert "ProfilingBuild<3>" in profiling and "TimelineBuild<0>" in timeline

@@ -1,5 +1,5 @@
 // Implicit-GEMM INT8 convolution on tensor cores with the fused BN + residual + ReLU + requantize
-// epilogue, CHW32 in and out (docs/ops.md, plugins/kernels/README.md).
+// epilogue, CHW32 in and out (docs/ops.md; its structure: docs/ARCHITECTURE.md).
 //
 //   GEMM M = N*OH*OW (output pixels), GEMM N = K (output channels), GEMM K = KGpad (taps x channels)
 //   CTA tile BM x BN x 64; WM x WN warps, each a (BM/WM) x (BN/WN) tile of m16n8k32 MMAs;
