@@ -7,7 +7,7 @@ active clock-throttle reasons, and reports their medians over the steady part (d
 The int8 datasheet peak (1979 TOPS) is counted at 1.83 GHz; a kernel whose clock sits lower loses that share of the
 peak whatever its schedule, and a throttle reason of "sw power cap" says the board's power limit set it, i.e. that
 the energy the kernel spends per output (data movement included) is part of its speed. Read only: the card's clocks
-and limits are never touched (docs/wgmma.md, "Session 21: clocks and power").
+and limits are never touched (docs/PERF.md, "Method": clocks).
 """
 
 from __future__ import annotations

@@ -217,7 +217,7 @@ class CudaRunner(Top1Readout):
         can run faster than real data). Each candidate is timed as a CUDA graph of 10 launches (the median of 7
         replays), after the heuristic plan has run ~20 ms to bring the clocks up: timed as launches from Python, the
         host's launch cost entered the figure, and under `trtfuse offline` (a busier host) autotune kept tactics up to
-        30 % slower than the heuristic's (H200, session 15: res4 conv2 on w61 instead of w71, res4 first conv2 on w40
+        30 % slower than the heuristic's (H200, kernels v18: res4 conv2 on w61 instead of w71, res4 first conv2 on w40
         instead of w65)."""
         for t in tensors:
             t.buf.fill(0x35)

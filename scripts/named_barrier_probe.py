@@ -1,5 +1,5 @@
 # Probe (device, cupy): does bar.sync(4, 256) wait for another warpgroup's bar.arrive when a third warpgroup has exited
-# (exit_mode 1), or three of its warps have (2)? Session 19: yes in all three modes (it waits ~200,000 clocks for it).
+# (exit_mode 1), or three of its warps have (2)? Measured on the H200: yes in all three modes (it waits ~200,000 clocks for it).
 import cupy as cp
 src = r'''
 extern "C" __global__ void probe(long long* out, int exit_mode) {

@@ -116,3 +116,36 @@ def test_the_cycle_check_sees_relative_imports():
     imports = module_level_imports("trtfuse.plugins.conv", files["trtfuse.plugins.conv"], set(files))
     assert {"trtfuse.plugins.wgmma", "trtfuse.plugins.tactics", "trtfuse.plugins.conv_params"} <= imports
     assert not re.search(r"^\s*from \.conv import", files["trtfuse.plugins.wgmma"].read_text(), re.M)
+
+
+# Product files speak of the product: its versions, measurements and commands, not of the work periods or
+# tracker entries that produced them.
+PROCESS_WORDS = re.compile(r"\b(session|issue|records?) [0-9]+\b", re.IGNORECASE)
+PRODUCT_SUFFIXES = {".py", ".md", ".cu", ".cuh", ".sh", ".toml", ".json", ".jsonl", ".txt", ".cfg"}
+
+
+def product_files() -> list[Path]:
+    import subprocess
+
+    try:
+        listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the product files are what git tracks")
+    this = Path(__file__).resolve()
+    return [ROOT / f for f in listed if Path(f).suffix in PRODUCT_SUFFIXES and (ROOT / f).resolve() != this]
+
+
+def test_product_files_use_no_process_words():
+    hits = []
+    for path in product_files():
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if PROCESS_WORDS.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {PROCESS_WORDS.search(line).group(0)}")
+    assert not hits, f"{len(hits)} process words (name the version or the measurement instead): " + "; ".join(hits[:10])
+
+
+def test_the_process_word_rule_catches_what_it_is_for():
+    for text in ("Session 23: the window", "see issue 5", "records 102-104", "record 97"):
+        assert PROCESS_WORDS.search(text), text
+    for text in ("kernels v27", "issue rate", "session-less", "the record's figures"):
+        assert not PROCESS_WORDS.search(text), text
