@@ -26,6 +26,8 @@ SUBCOMMAND_MODULES = [
 ]
 # The order `trtfuse --help` lists the subcommands in: the README's workflow order.
 WORKFLOW = ["models", "calibrate", "rewrite", "evaluate", "calibrate-compare", "run", "build", "offline", "bench"]
+# Serving on Triton Inference Server (README's "Serving" section), listed after the workflow.
+SERVING = ["serve", "server", "export-triton"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -63,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(sub)
-    rank = {name: i for i, name in enumerate(WORKFLOW)}
+    rank = {name: i for i, name in enumerate(WORKFLOW + SERVING)}
     sub._choices_actions.sort(key=lambda a: rank.get(a.dest, len(rank)))
     _add_debug_everywhere(parser)
     harden(parser)

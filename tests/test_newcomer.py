@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from test_calib import small_resnet
-from trtfuse.cli import WORKFLOW, build_parser, main
+from trtfuse.cli import SERVING, WORKFLOW, build_parser, main
 from trtfuse.io import save_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +20,7 @@ def test_help_lists_the_workflow_in_the_readme_order(capsys):
     assert main(["--help"]) == 0
     text = capsys.readouterr().out
     listed = re.findall(r"^    ([a-z][a-z-]+)", text, flags=re.M)
-    assert listed == [c for c in WORKFLOW if c in listed] and set(listed) == set(WORKFLOW)
+    assert listed == [c for c in WORKFLOW + SERVING if c in listed] and set(listed) == set(WORKFLOW + SERVING)
     readme = (ROOT / "README.md").read_text().split("## Workflow", 1)[1].split("```", 2)[1]
     order = list(dict.fromkeys(re.findall(r"^trtfuse ([a-z-]+)", readme, flags=re.M)))
     assert order == [c for c in WORKFLOW if c in order]
@@ -35,7 +35,7 @@ def test_debug_works_before_or_after_the_subcommand(tmp_path, monkeypatch, where
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(pipeline, "rewrite", broken)
+    monkeypatch.setattr(pipeline, "run_pipeline", broken)
     argv = ["rewrite", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"), "--calib-images", "1"]
     assert main(argv) == 1  # an unexpected exception: one line, pointing at --debug
     err = capsys.readouterr().err
