@@ -13,8 +13,9 @@ set -uo pipefail
 GPUS=${GPUS:-1}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
-if [ -f .whl-triton/tritonserver-tree.tar.gz ]; then  # scripts/pack_triton_tree.sh: the tree for one Python, smaller
-  mkdir -p /tmp/triton-tree && tar -xzf .whl-triton/tritonserver-tree.tar.gz -C /tmp/triton-tree || exit 1
+TREE=$(ls .whl-triton/tritonserver-tree.tar.* 2>/dev/null | head -1)
+if [ -n "$TREE" ]; then  # scripts/pack_triton_tree.sh: the tree for one Python, smaller (.gz, or recompressed .xz)
+  mkdir -p /tmp/triton-tree && tar -xf "$TREE" -C /tmp/triton-tree || exit 1
   export TRTFUSE_TRITON_HOME=/tmp/triton-tree/pytriton/tritonserver
 else
   TRTFUSE_PYTRITON_WHEEL=$(ls .whl-triton/nvidia_pytriton-*.whl 2>/dev/null | head -1)
