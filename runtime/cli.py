@@ -136,6 +136,11 @@ def offline(args) -> int:
         raise TrtfuseError("--compare-torch times PyTorch fp16 on a GPU: it goes with --backend cuda or trt")
     count = args.count or (2048 if gpu else 64)
     min_duration = args.min_duration or (10.0 if gpu else 4.0)
+    if args.endpoint:  # every server answers for the model before anything is shown or loaded
+        from trtfuse.runtime.triton_client import check_endpoint, model_input
+
+        for url in args.endpoint:
+            model_input(check_endpoint(url), args.model_name)
     bar = progress(total=None, desc="offline", unit="img")
     try:
         if args.endpoint:
