@@ -38,6 +38,13 @@ def workflow_lines(text: str) -> list[tuple[list[str], str]]:
     return lines
 
 
+def serving_lines(text: str) -> list[tuple[list[str], str]]:
+    """The README's "Serving on Triton Inference Server" block."""
+    section = text.split("## Serving on Triton Inference Server", 1)[1]
+    block = section.split("```", 2)[1]
+    return workflow_lines("## Workflow\n```" + block + "```")
+
+
 def needs_hardware(comment: str) -> bool:
     return bool(re.match(r"(GPU|TensorRT):", comment))
 
@@ -86,6 +93,14 @@ def test_readme_workflow_runs_as_written(tmp_path, monkeypatch, capsys):
             assert not [l for l in err.splitlines() if "warning" in l.lower()], (shown, err)
     for name in ("resnet50.onnx", "scales.json", "resnet50.int8.onnx", "resnet50.all.onnx"):
         assert (tmp_path / name).is_file(), name
+    # The serving block, on the model the workflow just wrote: without a GPU `serve --backend cuda` stops with one
+    # line, and with no server on the port the LoadGen lines do too.
+    if no_gpu:
+        for argv, _ in serving_lines(README.read_text()):
+            rc = main(list(argv))
+            out, err = capsys.readouterr()
+            lines = err.strip().splitlines()
+            assert rc == 2 and len(lines) == 1 and lines[0].startswith("trtfuse: error: "), (argv, rc, err)
 
 
 def qdq_lines(text: str) -> list[tuple[list[str], str]]:
