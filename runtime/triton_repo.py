@@ -188,6 +188,24 @@ def _batching(io: ModelIO, max_batch: int, preferred: list[int] | None) -> tuple
     return max_batch, preferred
 
 
+def _write_model_dir(repo: str, name: str, config: str, fill) -> Path:
+    """REPO/NAME with config.pbtxt (validated) and version 1 (`fill(version_dir)` writes its files), built beside
+    the repository and moved in whole, so a failure leaves no half-written model."""
+    validate(config)
+    final = _fresh_model_dir(repo, name)
+    tmp = final.with_name(f".{name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        (tmp / "1").mkdir(parents=True)
+        atomic_write_text(tmp / "config.pbtxt", config)
+        fill(tmp / "1")
+        _install_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
 def _fresh_model_dir(repo: str, name: str) -> Path:
     if not name or "/" in name or name.startswith("."):
         raise TrtfuseError(f"--name {name!r}: a model name is one folder name")
@@ -221,19 +239,8 @@ def export_plan(model: str, repo: str, name: str = "resnet", max_batch: int = 25
     else:
         max_batch, preferred = _batching(io, max_batch, preferred)
     text = config_text(name, io, max_batch, preferred, queue_delay_us, list(gpus or []), platform="tensorrt_plan")
-    validate(text)
-    final = _fresh_model_dir(repo, name)
-    tmp = final.with_name(f".{name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        (tmp / "1").mkdir(parents=True)
-        atomic_write_text(tmp / "config.pbtxt", text)
-        if not is_onnx:
-            shutil.copyfile(model, tmp / "1" / "model.plan")
-        _install_dir(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    final = _write_model_dir(repo, name, text,
+                             lambda version: None if is_onnx else shutil.copyfile(model, version / "model.plan"))
     out = {"repository": str(Path(repo)), "model": name, "platform": "tensorrt_plan", "max_batch_size": max_batch,
            "preferred_batch_size": preferred, "max_queue_delay_us": queue_delay_us,
            "instances": [f"GPU {g}" for g in gpus] if gpus else ["CPU"],
@@ -288,27 +295,20 @@ def export_python(model: str, repo: str, backend: str, name: str = "resnet", max
     text = config_text(name, io, max_batch, preferred, queue_delay_us, list(gpus or []), backend="python",
                        parameters={"backend": backend, "model_file": model_file, "streams": streams, "threads": threads},
                        extra_outputs=[TensorSpec(TOP1_OUTPUT, "TYPE_INT32", [-1, 1])])
-    validate(text)
-    final = _fresh_model_dir(repo, name)
-    tmp = final.with_name(f".{name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        (tmp / "1").mkdir(parents=True)
-        atomic_write_text(tmp / "config.pbtxt", text)
+
+    def fill(version: Path) -> None:
         paths = ", ".join(repr(d) for d in trtfuse_site_dirs())
-        atomic_write_text(tmp / "1" / "model.py",
+        atomic_write_text(version / "model.py",
                           '"""Triton Python-backend model written by `trtfuse export-triton` / `trtfuse serve`: trtfuse\'s '
                           f'{backend} executor\n(trtfuse/runtime/triton_model.py) from the Python environment that wrote it."""\n'
                           f"import site\n\nfor _d in [{paths}]:\n    site.addsitedir(_d)\n\n"
                           "from trtfuse.runtime.triton_model import TritonPythonModel  # noqa: E402,F401\n")
         try:
-            os.link(model, tmp / "1" / model_file)
+            os.link(model, version / model_file)
         except OSError:
-            shutil.copyfile(model, tmp / "1" / model_file)
-        _install_dir(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            shutil.copyfile(model, version / model_file)
+
+    final = _write_model_dir(repo, name, text, fill)
     return {"repository": str(Path(repo)), "model": name, "backend": f"python ({backend})", "max_batch_size": max_batch,
             "preferred_batch_size": preferred, "max_queue_delay_us": queue_delay_us,
             "instances": [f"GPU {g}" for g in gpus] if gpus else ["CPU"], "streams": streams if gpus else None,

