@@ -5,15 +5,17 @@ compute time and its DRAM time. A GEMM kernel is modelled the way tiled GEMM lib
 thread block (CTA) per `tile_m x tile_n` output tile and K slice, one CTA per SM at a time, so
 
     ctas   = batch * ceil(M / tile_m) * ceil(N / tile_n) * S
-    waves  = ceil(ctas / sms)
-    t_comp = waves * 2 * min(tile_m, M) * min(tile_n, N) * ceil(K / S) / (peak_flops / sms)
+    waves  = ceil(ctas / (sms * ctas_per_sm))
+    t_comp = waves * 2 * min(tile_m, M) * min(tile_n, N) * ceil(K / S) / (peak_flops / (sms * ctas_per_sm))
     bytes  = elt * batch * (M*K + K*N + S*M*N)          (each operand read once, S partial outputs written)
     t_dram = bytes / min(dram_bw, min(ctas, sms) * sm_dram_bw)
     t_gemm = kernel_overhead + max(t_comp, t_dram)
 
 except the plain GEMM with M == 1, which libraries run as a matrix-vector kernel streaming B at the full
 `dram_bw`. `sm_dram_bw` caps what one SM can pull from DRAM: a GEMM with 8 CTAs cannot stream a big weight at the
-full 4.25 TB/s, which is exactly why splitting K helps small-M, small-N, large-K problems.
+full 4.25 TB/s, which is exactly why splitting K helps small-M, small-N, large-K problems. `ctas_per_sm` is the
+other half of that: an SM reaches its peak only with several CTAs resident to hide latency, so one CTA alone
+runs at 1/ctas_per_sm of the SM's rate and a grid of fewer than sms * ctas_per_sm CTAs leaves throughput unused.
 The rewrite adds, besides the batched GEMM (S > 1 in the formulas above):
 
     transpose of A  (M > 1 or transA)  2 * elt * batch*M*K bytes       + overhead
@@ -23,7 +25,7 @@ The rewrite adds, besides the batched GEMM (S > 1 in the formulas above):
     bias add        (Gemm with C: it was fused into the GEMM epilogue before)   3 * elt * M*N + overhead
     dynamic B       (pad / transpose of a B that is not a constant)         2 * elt * K*N per op + overhead
 
-`auto` declines when the output tiles already fill the SMs, when no split count leaves at least
+`auto` declines when the output tiles already fill every CTA slot (sms * ctas_per_sm), when no split count leaves at least
 `min_k_per_split` of K per split, or when the best predicted rewrite is not `min_gain` faster than the
 plain GEMM. The constants are per device (DeviceParams); `trtfuse bench splitk` measures both variants
 on the GPU and fits the constants that are assumptions rather than measurements (see docs/split_k.md).
@@ -32,6 +34,7 @@ on the GPU and fits the constants that are assumptions rather than measurements 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -49,6 +52,7 @@ class DeviceParams:
     sm_dram_bytes_per_s: float  # the most one SM's CTA pulls from DRAM (assumption; fit by the bench)
     tile_m: int = 32  # the library's effective output tile for the small GEMMs split-K is about
     tile_n: int = 32
+    ctas_per_sm: int = 1  # CTAs an SM needs resident to reach its peak (assumption; fit by the bench)
     kernel_overhead_us: float = 4.0  # fixed cost of each kernel the rewrite adds
     min_k_per_split: int = 256
     min_gain: float = 0.10  # predicted speed-up must reach 1 + min_gain
@@ -207,9 +211,10 @@ def gemm_us(p: GemmProblem, dev: DeviceParams, splits: int = 1) -> float:
         return dev.kernel_overhead_us + 1e6 * p.elt * p.batch * (p.k * p.n + p.k + p.n) / dev.dram_bytes_per_s
     k_slice = padded_k(p.k, splits) // splits
     ctas = output_tiles(p, dev) * splits
-    waves = math.ceil(ctas / dev.sms)
-    per_sm_flops = dev.flops_for(p.dtype) / dev.sms
-    t_comp = waves * 2.0 * min(dev.tile_m, p.m) * min(dev.tile_n, p.n) * k_slice / per_sm_flops
+    slots = dev.sms * dev.ctas_per_sm
+    waves = math.ceil(ctas / slots)
+    per_cta_flops = dev.flops_for(p.dtype) / slots
+    t_comp = waves * 2.0 * min(dev.tile_m, p.m) * min(dev.tile_n, p.n) * k_slice / per_cta_flops
     k_total = k_slice * splits
     dram_bytes = p.elt * p.batch * (p.m * k_total + k_total * p.n + splits * p.m * p.n)
     bandwidth = min(dev.dram_bytes_per_s, min(ctas, dev.sms) * dev.sm_dram_bytes_per_s)
@@ -259,8 +264,8 @@ def decide(p: GemmProblem, dev: DeviceParams, fused: bool = False) -> Decision:
 
     fused=True judges the SplitKGemm plugin kernel (predict_fused) instead of the graph rewrite."""
     tiles = output_tiles(p, dev)
-    if tiles >= dev.sms:
-        return Decision(0, f"{tiles} output tiles of {dev.tile_m}x{dev.tile_n} already fill the {dev.sms} SMs")
+    if tiles >= dev.sms * dev.ctas_per_sm:
+        return Decision(0, f"{tiles} output tiles of {dev.tile_m}x{dev.tile_n} already fill the {dev.sms} SMs x {dev.ctas_per_sm} CTAs")
     candidates = [s for s in dev.candidate_splits if padded_k(p.k, s) // s >= dev.min_k_per_split]
     if not candidates:
         return Decision(0, f"K={p.k} leaves fewer than {dev.min_k_per_split} per split even at {min(dev.candidate_splits)} splits")
@@ -281,6 +286,7 @@ def decide(p: GemmProblem, dev: DeviceParams, fused: bool = False) -> Decision:
 FIT_GRID = {
     "tile_m": (16, 32, 64, 128),
     "tile_n": (32, 64, 128, 256),
+    "ctas_per_sm": (1, 2, 4, 8),
     "kernel_overhead_us": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0),
     "sm_dram_share": (1.0, 2.0, 4.0, 8.0, 16.0),  # sm_dram_bytes_per_s = share * dram_bytes_per_s / sms
 }
@@ -303,19 +309,17 @@ def fit(observations, base: DeviceParams, decisions_right=None) -> tuple[DeviceP
     if not obs:
         raise TrtfuseError("no timings to fit the split-K cost model to")
     best: tuple[tuple[float, float], DeviceParams] | None = None
-    for tile_m in FIT_GRID["tile_m"]:
-        for tile_n in FIT_GRID["tile_n"]:
-            for overhead in FIT_GRID["kernel_overhead_us"]:
-                for share in FIT_GRID["sm_dram_share"]:
-                    dev = base.replace(
-                        tile_m=tile_m,
-                        tile_n=tile_n,
-                        kernel_overhead_us=overhead,
-                        sm_dram_bytes_per_s=share * base.dram_bytes_per_s / base.sms,
-                    )
-                    err = math.sqrt(sum(math.log(predict_us(p, dev, s) / t) ** 2 for p, s, t in obs) / len(obs))
-                    score = (-(decisions_right(dev) if decisions_right else 0), err)
-                    if best is None or score < best[0]:
-                        best = (score, dev)
+    for tile_m, tile_n, ctas_per_sm, overhead, share in itertools.product(*FIT_GRID.values()):
+        dev = base.replace(
+            tile_m=tile_m,
+            tile_n=tile_n,
+            ctas_per_sm=ctas_per_sm,
+            kernel_overhead_us=overhead,
+            sm_dram_bytes_per_s=share * base.dram_bytes_per_s / base.sms,
+        )
+        err = math.sqrt(sum(math.log(predict_us(p, dev, s) / t) ** 2 for p, s, t in obs) / len(obs))
+        score = (-(decisions_right(dev) if decisions_right else 0), err)
+        if best is None or score < best[0]:
+            best = (score, dev)
     (_, err), dev = best
     return dev.replace(name=f"{base.name}-fitted", source=f"fit to {len(obs)} timings from `trtfuse bench splitk`"), err

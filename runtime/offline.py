@@ -528,8 +528,12 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
     summary = parse_summary(Path(log_dir) / "mlperf_log_summary.txt")
     rate = summary.get("Samples per second") if scenario == "offline" else summary.get("Completed samples per second")
     reasons = invalid_reasons(summary)
-    out = {"scenario": scenario, "samples_issued": issued[0], "samples_completed": completed[0], "wall_seconds": wall,
-           "samples_per_s": rate, "loadgen_summary": summary, "log_dir": str(log_dir), "invalid_because": reasons or None}
+    # LoadGen's verdict and the settings it was reached under, at the top of the record: a figure is only
+    # comparable with another of the same verdict and minimum duration (MLPerf's Offline rule is 600 s).
+    verdict = summary.get("Result is") if mode == "performance" else None
+    out = {"scenario": scenario, "result": verdict, "min_duration_s": min_duration_s, "samples_issued": issued[0],
+           "samples_completed": completed[0], "wall_seconds": wall, "samples_per_s": rate, "loadgen_summary": summary,
+           "log_dir": str(log_dir), "invalid_because": reasons or None}
     if issued_at and answered:
         out["timeline"] = answer_timeline(issued_at[0], answered)
     if mode == "accuracy":

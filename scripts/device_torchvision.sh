@@ -28,17 +28,7 @@ for variant in torchscript dynamo qat; do
 done
 # ONNX Runtime quantize_static (QDQ, per-channel int8 weights, symmetric int8 activations) of trtfuse's ResNet-50
 $T models resnet50 -o $W/r50f.onnx --opset 17 --fold-bn > /dev/null
-python3 - <<'PY'
-import onnx
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-from trtfuse.graph_passes.scales import model_images
-m = onnx.load("/tmp/tv/r50f.onnx"); imgs = model_images(m, 8)
-class R(CalibrationDataReader):
-    def __init__(s): s.it = iter([{m.graph.input[0].name: imgs[i:i+1]} for i in range(len(imgs))])
-    def get_next(s): return next(s.it, None)
-quantize_static("/tmp/tv/r50f.onnx", "/tmp/tv/r50_ortqdq.onnx", R(), quant_format=QuantFormat.QDQ, per_channel=True,
-                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, extra_options={"ActivationSymmetric": True})
-PY
+python3 scripts/quantize_ort.py $W/r50f.onnx $W/r50_ortqdq.onnx
 $T rewrite $W/r50_ortqdq.onnx -o $W/r50_ortqdq.all.onnx --fuse all --json > "$OUT/rewrite_ortqdq.json" \
   && python3 scripts/device_torchvision.py $W/r50_ortqdq.onnx $W/r50_ortqdq.all.onnx "ORT quantize_static r50" --count 16 \
   >> "$OUT/torchvision.jsonl" 2> "$OUT/compare_ortqdq.err"

@@ -38,7 +38,11 @@ def test_offline_onnxruntime_backend(small_model, tmp_path, capsys, mode):
     if mode == "performance":
         assert result["samples_per_s"] > 0 and result["loadgen_summary"]["Scenario"] == "Offline"
         assert result["samples_completed"] > 0
+        # the verdict and the duration it was reached under, for comparing records without opening LoadGen's log
+        assert result["result"] == result["loadgen_summary"]["Result is"] and result["result"] in ("VALID", "INVALID")
+        assert result["min_duration_s"] == 0.5 and result["gpus"] == 0
     else:
+        assert result["result"] is None
         assert result["accuracy_responses"] == 48  # every sample answered once, top-1 as int32
 
 

@@ -330,22 +330,37 @@ def test_matrix_vector_plain_gemm_streams_at_full_bandwidth():
     assert predict_plain(GemmProblem(m=1, n=1000, k=2048), H200).total_us < predict_plain(GemmProblem(m=2, n=1000, k=2048), H200).total_us
 
 
-def test_measured_results_calibrate_the_named_shapes():
-    # bench/results holds the H200 sweep; its fitted (CUDA-graph, fp32) constants must decline seed 001 and
-    # ResNet-50's fc at batch 1 (both measured slower split) and split the fc at batch 2..8 (measured 1.5x faster)
+def test_measured_results_fitted_constants_reproduce_their_record():
+    # bench/results holds the H200 sweep. Its fitted (CUDA-graph, fp32) constants, run through today's cost model,
+    # must be wrong on exactly the shapes the file records (a cost-model change without a refit fails here), and
+    # must decline ResNet-50's fc at batch 1 (measured slower split) and split it at batch 2..8 (measured 1.5x faster)
     from pathlib import Path
+
+    from trtfuse.bench.splitk import summarize
 
     path = Path(__file__).resolve().parents[1] / "bench" / "results" / "splitk-NVIDIA_H200.json"
     if not path.is_file():
         pytest.skip("no H200 results file in this checkout")
+    data = json.loads(path.read_text())
     fitted = device_params(str(path))
-    assert not decide(GemmProblem(m=49, n=448, k=2016), fitted).accepted
+    rows = summarize(data["records"], fitted, "float32", "graph_us")
+    assert sorted(r["name"] for r in rows if r["decision_right"] is False) == sorted(data["fitted"]["graph_us"]["wrong"])
     assert [decide(GemmProblem(m=b, n=1000, k=2048, has_bias=True), fitted).accepted for b in (1, 2, 4, 8)] == [False, True, True, True]
 
 
 def test_auto_declines_when_tiles_fill_the_gpu():
     decision = decide(GemmProblem(m=512, n=4096, k=16384), H200)
     assert not decision.accepted and "fill" in decision.reason
+
+
+def test_ctas_per_sm_counts_underfilled_grids():
+    # 256 x 1024 in 32 x 32 tiles is 256 CTAs: they fill 132 SMs one CTA each, but an SM that needs 4 resident
+    # CTAs to reach its peak runs them at half rate, and splitting K fills the remaining slots
+    problem = GemmProblem(m=256, n=1024, k=8192)
+    assert "fill" in decide(problem, H200).reason
+    latency_bound = H200.replace(ctas_per_sm=4)
+    assert predict_plain(problem, latency_bound).total_us > predict_plain(problem, H200).total_us
+    assert decide(problem, latency_bound).accepted
 
 
 def test_auto_respects_min_k_per_split():
@@ -455,8 +470,10 @@ def test_bench_fit_recovers_the_constants_that_made_the_timings():
     truth = H200.replace(tile_m=64, tile_n=64, kernel_overhead_us=1.5, sm_dram_bytes_per_s=8 * H200.dram_bytes_per_s / H200.sms)
     records = _synthetic_records(truth)
     fitted, err = fit(list(observations(records, "float32", "us")), H200)
-    assert err < 1e-9
-    assert (fitted.tile_m, fitted.kernel_overhead_us, round(fitted.sm_dram_bytes_per_s)) == (64, 1.5, round(truth.sm_dram_bytes_per_s))
+    assert err < 1e-9  # every timing reproduced exactly
+    # the sweep's shapes pin the tile and the overhead; several per-SM DRAM shares x CTAs per SM explain these
+    # DRAM-bound timings equally well, so only the tile and overhead are asserted
+    assert (fitted.tile_m, fitted.kernel_overhead_us) == (64, 1.5)
     rows = summarize(records, fitted, "float32", "us")
     assert all(r["decision_right"] for r in rows)
 
