@@ -80,6 +80,10 @@ def gpu_available() -> tuple[bool, str]:
     return True, ""
 
 
+def device_count() -> int:
+    return int(check(_driver().cuDeviceGetCount()))
+
+
 @lru_cache(maxsize=None)
 def device_attribute(name: str, device_ordinal: int = 0) -> int:
     drv = _driver()
@@ -187,6 +191,22 @@ def download_async(dst: np.ndarray, src_ptr: int, stream) -> None:
     if not dst.flags.c_contiguous:
         raise ValueError("download_async needs a C-contiguous destination")
     check(_driver().cuMemcpyDtoHAsync(dst.ctypes.data, src_ptr, dst.nbytes, stream))
+
+
+def copy_device(dst_ptr: int, src_ptr: int, nbytes: int, stream) -> None:
+    """Enqueue a device-to-device copy of nbytes on `stream`."""
+    check(_driver().cuMemcpyDtoDAsync(dst_ptr, src_ptr, nbytes, stream))
+
+
+def ipc_handle(ptr: int) -> bytes:
+    """The CUDA IPC handle (64 bytes) of a cuMemAlloc allocation, for another process on this machine (Triton's
+    CUDA shared-memory registration) to map the same device memory."""
+    import ctypes
+
+    handle = check(_driver().cuIpcGetMemHandle(ptr))
+    if hasattr(handle, "reserved"):  # cuda-bindings 12: the bytes as (signed) chars
+        return bytes(b & 0xFF for b in handle.reserved)
+    return ctypes.string_at(handle.getPtr(), 64)  # cuda-bindings 13: the struct's address only
 
 
 class Event:

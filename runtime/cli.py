@@ -91,6 +91,9 @@ def add_endpoint_args(p) -> None:
     p.add_argument("--model-name", default="resnet", help="--endpoint: the served model's name (default resnet)")
     p.add_argument("--max-in-flight", type=int, default=64, metavar="N",
                    help="--endpoint: requests outstanding per endpoint at most (default 64)")
+    p.add_argument("--shared-memory", choices=("none", "cuda"), default="none",
+                   help="--endpoint: how images reach the servers: in the requests (none, default), or through CUDA "
+                        "shared memory on this machine's GPUs (cuda: a server on the same machine; no image crosses gRPC)")
 
 
 def loadgen_rows(result: dict, keys: list[str]) -> list:
@@ -152,7 +155,8 @@ def offline(args) -> int:
             # expect --expected-qps (default: what one CPU-served small model sustains, 200).
             result = run_triton(args.endpoint, "offline", args.data, count, args.batch or 8, args.mode, args.log_dir,
                                 args.expected_qps or 200.0, min_duration, model=args.model_name,
-                                max_in_flight=args.max_in_flight, progress_cb=bar.update)
+                                max_in_flight=args.max_in_flight, progress_cb=bar.update,
+                                shared_memory=args.shared_memory)
             result["backend"] = "triton"
         else:
             result = run_offline(args.model, args.backend, args.data, count, args.batch, args.gpus, args.mode,

@@ -141,6 +141,14 @@ def _shm_bytes(exported: dict, shm_mb: int | None) -> int:
     return max(16 << 20, 2 * exported["max_batch_size"] * per_image)
 
 
+def _cuda_pool_bytes(exported: dict) -> int:
+    """Triton's CUDA memory pool per GPU, through which GPU input tensors (images a client put in CUDA shared
+    memory) reach the Python backend's stubs: room for four full batches of fp32 images, at least Triton's 64 MiB."""
+    import math
+
+    return max(64 << 20, 4 * exported["max_batch_size"] * 4 * math.prod(exported["input_shape"][1:]))
+
+
 def serve(args) -> int:
     import json
     import shutil
@@ -185,7 +193,8 @@ def serve(args) -> int:
         bar.update()
         server = triton_server.TritonServer(repo, install, http_port=http, grpc_port=grpc, metrics_port=metrics,
                                             log_path=args.log, exit_timeout_s=args.exit_timeout, gpu_metrics=bool(gpus),
-                                            python_shm_bytes=_shm_bytes(exported, args.shm_mb))
+                                            python_shm_bytes=_shm_bytes(exported, args.shm_mb),
+                                            cuda_pool_bytes={g: _cuda_pool_bytes(exported) for g in gpus})
         started = time.monotonic()
         server.start()
         bar.close()
@@ -285,7 +294,8 @@ def server(args) -> int:
         log_dir = Path(args.log_dir) / f"qps-{qps:.1f}" if args.find_peak else Path(args.log_dir)
         r = run_triton(args.endpoint, "server", args.data, args.count, 1, "performance", str(log_dir), qps,
                        args.min_duration, model=args.model_name, max_in_flight=args.max_in_flight,
-                       latency_bound_ms=args.latency_bound_ms, progress_cb=bar.update, samples=samples)
+                       latency_bound_ms=args.latency_bound_ms, progress_cb=bar.update, samples=samples,
+                       shared_memory=args.shared_memory)
         runs_done[0] += 1
         return r
 

@@ -7,12 +7,18 @@ the `top1` output requested) with at most `max_in_flight` requests outstanding, 
 LoadGen. Every request carries a number; the callbacks are counted per number, so a run reports requests sent,
 answered, failed and answered more than once: each request must be answered exactly once.
 
+With `shared_memory="cuda"` (a client on the server's machine, as perf_analyzer's `--shared-memory cuda`) no
+image crosses gRPC: the samples are put on the GPU once, each in-flight request owns a slot of one registered
+CUDA shared-memory region, a batch is gathered into its slot on the GPU and the request only names the slot.
+
 The input's name and dims come from the server's model metadata; the first endpoint's model is the reference
 and every other endpoint must serve the same input.
 """
 
 from __future__ import annotations
 
+import base64
+import queue
 import threading
 import time
 from collections import Counter
@@ -76,59 +82,131 @@ def model_input(url: str, model: str, timeout_s: float = 10.0) -> tuple[str, lis
     return inp["name"], dims, inp["datatype"], int(config.get("max_batch_size", 0))
 
 
+class CudaSharedBatches:
+    """The client's half of CUDA shared memory for one endpoint: the samples on GPU `device` once, one region of
+    `slots` batch-sized slots registered with the server as `name`; `fill` gathers a batch into a slot."""
+
+    def __init__(self, client, name: str, samples: np.ndarray, batch: int, slots: int, device: int):
+        from ..plugins import cuda_driver as cd
+
+        self.device, self.batch, self.name, self.client = device, batch, name, client
+        self.context = cd.context(device)
+        self.sample_bytes = samples[0].nbytes
+        if self.sample_bytes % 16:
+            raise TrtfuseError(f"CUDA shared memory: an image of {self.sample_bytes} bytes is not a multiple of 16")
+        self.library = cd.DeviceBuffer.from_array(np.ascontiguousarray(samples, dtype=np.float32))
+        self.region = cd.DeviceBuffer(slots * batch * self.sample_bytes)
+        self.indices = [cd.PinnedArray(batch, np.int64) for _ in range(slots)]
+        self.indices_on_device = cd.DeviceBuffer(8 * batch * slots)
+        self.stream = cd.Stream()
+        raw = base64.b64encode(cd.ipc_handle(self.region.ptr))
+        client.register_cuda_shared_memory(name, raw, device, self.region.nbytes)
+
+    def fill(self, slot: int, indices) -> tuple[int, int]:
+        """Gather the samples `indices` into `slot` (done when this returns): (offset, bytes) in the region."""
+        from ..plugins import cuda_driver as cd
+        from ..plugins import network_ops
+
+        n = len(indices)
+        pinned = self.indices[slot]
+        pinned.array[:n] = indices
+        on_device = self.indices_on_device.ptr + 8 * self.batch * slot
+        cd.check(cd._driver().cuMemcpyHtoDAsync(on_device, pinned.ptr, 8 * n, self.stream.handle))
+        offset = slot * self.batch * self.sample_bytes
+        network_ops.gather_rows(self.library.ptr, on_device, self.sample_bytes, n, self.region.ptr + offset,
+                                stream=self.stream.handle)
+        self.stream.synchronize()  # the server reads the slot on its own stream: it must be complete first
+        return offset, n * self.sample_bytes
+
+    def close(self) -> None:
+        try:
+            self.client.unregister_cuda_shared_memory(self.name)
+        finally:
+            for buf in (self.region, self.library, self.indices_on_device, *self.indices):
+                buf.free()
+
+
 class TritonWorker(_Worker):
-    """Sends the batches of its `jobs` queue to one endpoint as asynchronous gRPC requests."""
+    """Sends the batches of its `jobs` queue to one endpoint as asynchronous gRPC requests, at most
+    `max_in_flight` outstanding (each owning one slot: of the CUDA shared-memory region, where one is used)."""
 
     def __init__(self, url: str, model: str, input_name: str, samples: np.ndarray, max_in_flight: int = 64,
-                 timeout_s: float = 60.0):
+                 timeout_s: float = 60.0, shared_memory: str = "none", batch: int = 1, device: int = 0):
         grpcclient, self._exc_type = _grpc()
         self.url, self.model, self.input_name, self.samples = url, model, input_name, samples
         self.client = grpcclient.InferenceServerClient(url)
         self._grpc = grpcclient
-        self._slots = threading.BoundedSemaphore(max_in_flight)
+        self._free_slots: queue.Queue = queue.Queue()
+        for slot in range(max_in_flight):
+            self._free_slots.put(slot)
         self.max_in_flight, self.timeout_s = max_in_flight, timeout_s
         self._count_lock = threading.Lock()
         self.sent = 0
         self.answers: Counter = Counter()  # request number -> callbacks received
         self.failures = 0
+        self.shared = None
+        if shared_memory == "cuda":
+            try:
+                self.shared = CudaSharedBatches(self.client, f"trtfuse-{url.replace(':', '-')}-{id(self)}", samples,
+                                                batch, max_in_flight, device)
+            except self._exc_type as exc:
+                self.client.close()
+                raise TrtfuseError(f"{url}: CUDA shared memory refused: {exc.message()}") from None
         super().__init__([threading.Thread(target=self._loop, name=f"triton-{url}", daemon=True)])
         self.start()
 
     def _loop(self) -> None:
+        if self.shared is not None:
+            from ..plugins import cuda_driver as cd
+
+            cd.check(cd._driver().cuCtxSetCurrent(self.shared.context))
         while True:
             job = self.jobs.get()
             if job is None:
                 for _ in range(self.max_in_flight):  # every request answered before the worker is closed
-                    self._slots.acquire(timeout=self.timeout_s)
+                    try:
+                        self._free_slots.get(timeout=self.timeout_s)
+                    except queue.Empty:
+                        break
+                if self.shared is not None:
+                    self.shared.close()
                 self.client.close()
                 return
             indices, ids, done = job
             if self.error is not None:
                 self._answer(done, ids, None)
                 continue
-            self._slots.acquire()
+            slot = self._free_slots.get()
             try:
-                batch = np.ascontiguousarray(self.samples[np.asarray(indices)])
-                inp = self._grpc.InferInput(self.input_name, list(batch.shape), "FP32")
-                inp.set_data_from_numpy(batch)
+                inp = self._request_input(slot, np.asarray(indices))
                 with self._count_lock:
                     number = self.sent
                     self.sent += 1
-                self.client.async_infer(self.model, [inp], callback=self._callback(number, ids, done),
+                self.client.async_infer(self.model, [inp], callback=self._callback(number, slot, ids, done),
                                         outputs=[self._grpc.InferRequestedOutput(TOP1_OUTPUT)],
                                         client_timeout=self.timeout_s)
             except BaseException as exc:  # noqa: BLE001 - reported after the run; the batch is answered empty
-                self._slots.release()
+                self._free_slots.put(slot)
                 self._fail(exc)
                 self._answer(done, ids, None)
 
-    def _callback(self, number: int, ids, done):
+    def _request_input(self, slot: int, indices: np.ndarray):
+        shape = [len(indices), *self.samples.shape[1:]]
+        inp = self._grpc.InferInput(self.input_name, shape, "FP32")
+        if self.shared is not None:
+            offset, nbytes = self.shared.fill(slot, indices)
+            inp.set_shared_memory(self.shared.name, nbytes, offset=offset)
+        else:
+            inp.set_data_from_numpy(np.ascontiguousarray(self.samples[indices]))
+        return inp
+
+    def _callback(self, number: int, slot: int, ids, done):
         def on_result(result, error):
             with self._count_lock:
                 self.answers[number] += 1
                 if error is not None:
                     self.failures += 1
-            self._slots.release()
+            self._free_slots.put(slot)
             if error is not None:
                 self._fail(TrtfuseError(f"{self.url}: {error.message() if hasattr(error, 'message') else error}"))
                 self._answer(done, ids, None)
@@ -150,9 +228,14 @@ class TritonWorker(_Worker):
 
 def run_triton(endpoints: list[str], scenario: str, data: str, count: int, batch: int, mode: str, log_dir: str,
                expected_qps: float, min_duration_s: float, model: str = DEFAULT_MODEL, max_in_flight: int = 64,
-               latency_bound_ms: float = SERVER_LATENCY_BOUND_MS, progress_cb=None, samples=None) -> dict:
+               latency_bound_ms: float = SERVER_LATENCY_BOUND_MS, progress_cb=None, samples=None,
+               shared_memory: str = "none") -> dict:
     """A LoadGen run (Offline: batches of `batch`; Server: one sample per query, the server's dynamic batcher
-    batching them) against `endpoints`, Triton's gRPC ports. `samples` = (images, labels) reuses a loaded set."""
+    batching them) against `endpoints`, Triton's gRPC ports. `samples` = (images, labels) reuses a loaded set.
+    shared_memory="cuda": images through CUDA shared memory on this machine's GPUs (endpoint i on GPU i mod the
+    GPU count), "none": in the requests."""
+    if shared_memory not in ("none", "cuda"):
+        raise TrtfuseError(f"--shared-memory {shared_memory!r}: none or cuda")
     _loadgen()
     if not endpoints:
         raise TrtfuseError("--endpoint: name at least one Triton gRPC endpoint")
@@ -171,16 +254,25 @@ def run_triton(endpoints: list[str], scenario: str, data: str, count: int, batch
         raise TrtfuseError(f"--batch {batch}: the served model takes at most {max_batch} images per request")
     images, labels = samples if samples is not None else load_samples(data, count, size=dims[1])
     count = len(images)
+    gpus = 0
+    if shared_memory == "cuda":
+        from ..plugins import cuda_driver as cd
+
+        ok, why = cd.gpu_available()
+        if not ok:
+            raise TrtfuseError(f"--shared-memory cuda needs a GPU on this machine: {why}")
+        gpus = cd.device_count()
     workers = []
     try:
-        for u in urls:
-            workers.append(TritonWorker(u, model, input_name, images, max_in_flight=max_in_flight))
+        for i, u in enumerate(urls):
+            workers.append(TritonWorker(u, model, input_name, images, max_in_flight=max_in_flight,
+                                        shared_memory=shared_memory, batch=per_request, device=i % gpus if gpus else 0))
     except BaseException:
         for w in workers:
             w.close()
         raise
     out = {"endpoints": urls, "model": model, "scenario": scenario, "data": data, "count": count,
-           "batch": per_request, "mode": mode}
+           "batch": per_request, "mode": mode, "shared_memory": shared_memory}
     try:
         out.update(run_loadgen(workers, count, per_request, pad_last_batch=False, mode=mode, log_dir=log_dir,
                                expected_qps=expected_qps, min_duration_s=min_duration_s, labels=labels,

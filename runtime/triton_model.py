@@ -13,14 +13,23 @@ Executors (also usable without Triton, as the tests do):
     graph on its own stream; a batch is cut into chunks of at most max_batch / streams images, one chunk per
     runner, all launched before the first is waited for;
   * trt: the same over TrtRunners of an engine (TensorRT runtime, trtfuse's plugins registered).
+
+A request's images arrive in host memory (sent in the request) or, when the client placed them in CUDA shared
+memory and the model allows GPU inputs (FORCE_CPU_ONLY_INPUT_TENSORS "no"), on the instance's GPU: those are
+read in place through DLPack (`DeviceImages`), quantized by the runner's own input kernel straight from there,
+never copied to the host. Only the outputs a request asks for are computed into its response: a client asking
+for `top1` alone gets 4 bytes per image back, not the logits.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 
 import numpy as np
+
+from ..errors import TrtfuseError
 
 TOP1_OUTPUT = "top1"
 _USED_DLTENSOR = b"used_dltensor"  # a capsule name must outlive the capsule: a module constant
@@ -59,40 +68,122 @@ class OrtExecutor:
         self.session = None
 
 
+class DeviceImages:
+    """fp32 images [n, ...] already in GPU memory, `sample_bytes` apart from `ptr` (a request's input in CUDA
+    shared memory); `keep` holds whatever owns the memory until the batch is done."""
+
+    def __init__(self, ptr: int, n: int, sample_bytes: int, keep=None):
+        self.ptr, self.n, self.sample_bytes, self.keep = ptr, n, sample_bytes, keep
+
+    def __len__(self) -> int:
+        return self.n
+
+
 class GpuExecutor:
     """`streams` runners of `chunk` images each (make_runner(chunk)); a batch of n images is cut into
-    ceil(n / chunk) chunks dealt to the runners in turn, every chunk launched before any is waited for."""
+    ceil(n / chunk) chunks dealt to the runners in turn, every chunk launched before any is waited for.
+
+    Images come as numpy arrays (one or a list: concatenated, uploaded, the last chunk padded with repeats) or as
+    a list of DeviceImages on the GPU, one per request, read in place: their images are packed into chunks as
+    host images are (a chunk may hold several requests' images), each request's images quantized straight into
+    their rows of the runner's int8 input by a runner with `quantized_input`, or copied there by others.
+    A call returns (logits [n, classes] or None when not wanted, top-1 int32 [n])."""
 
     def __init__(self, make_runner, max_batch: int, streams: int, device: int | None = None):
         self.device = device
         self.chunk = max(1, math.ceil(max_batch / max(1, streams)))
         self.runners = [make_runner(self.chunk) for _ in range(max(1, streams))]
+        self._staging: dict[int, object] = {}  # runner index -> fp32 device buffer for host images
 
-    def __call__(self, images: np.ndarray) -> np.ndarray:
+    def _device_chunks(self, parts: list[DeviceImages]):
+        """Chunks of `chunk` images (the last one shorter), each a list of (part, first image, images, row)."""
+        chunk, filled = [], 0
+        for part in parts:
+            start = 0
+            while start < len(part):
+                n = min(len(part) - start, self.chunk - filled)
+                chunk.append((part, start, n, filled))
+                start, filled = start + n, filled + n
+                if filled == self.chunk:
+                    yield chunk
+                    chunk, filled = [], 0
+        if chunk:
+            yield chunk
+
+    def _feed_device(self, runner, segments) -> int:
+        from ..plugins import cuda_driver as cd
+
+        for part, start, n, row in segments:
+            src = part.ptr + start * part.sample_bytes
+            if getattr(runner, "quantized_input", False):
+                runner.quantize_images(src, n, runner.input_ptr + row * runner.input_sample_bytes, runner.stream.handle)
+            else:
+                cd.copy_device(runner.input_ptr + row * part.sample_bytes, src, n * part.sample_bytes, runner.stream.handle)
+        return sum(seg[2] for seg in segments)
+
+    def _feed_host(self, k: int, runner, images: np.ndarray) -> int:
+        from ..plugins import cuda_driver as cd
+
+        n = len(images)
+        if n < self.chunk:
+            images = np.concatenate([images, np.repeat(images[:1], self.chunk - n, axis=0)])
+        images = np.ascontiguousarray(images, dtype=np.float32)
+        if not getattr(runner, "quantized_input", False):
+            runner.load_input(images)
+            return n
+        if k not in self._staging:
+            self._staging[k] = cd.DeviceBuffer(images.nbytes)
+        self._staging[k].upload(images)
+        runner.quantize_images(self._staging[k].ptr, self.chunk, runner.input_ptr, runner.stream.handle)
+        return n
+
+    def __call__(self, images, want_logits: bool = True):
         if self.device is not None:  # this thread's current context: the instance's GPU, whichever thread calls
             from ..plugins import cuda_driver as cd
 
             cd.context(self.device)
-        out = []
-        for start in range(0, len(images), self.chunk * len(self.runners)):
+        parts = images if isinstance(images, list) else [images]
+        on_device = all(isinstance(p, DeviceImages) for p in parts)
+        if on_device:
+            feeds = [(lambda k, r, segs=segs: self._feed_device(r, segs)) for segs in self._device_chunks(parts)]
+        else:
+            shape = next(p.shape[1:] for p in parts if not isinstance(p, DeviceImages))
+            host = np.concatenate([self._to_host(p, shape) for p in parts]) if len(parts) > 1 else np.asarray(parts[0])
+            feeds = [(lambda k, r, x=host[s : s + self.chunk]: self._feed_host(k, r, x))
+                     for s in range(0, len(host), self.chunk)]
+        logits, top1 = [], []
+        for first in range(0, len(feeds), len(self.runners)):
             group = []
-            for k, runner in enumerate(self.runners):
-                chunk = images[start + k * self.chunk : start + (k + 1) * self.chunk]
-                if not len(chunk):
-                    break
-                n = len(chunk)
-                if n < self.chunk:
-                    chunk = np.concatenate([chunk, np.repeat(chunk[:1], self.chunk - n, axis=0)])
-                runner.load_input(np.ascontiguousarray(chunk, dtype=np.float32))
+            for k, (runner, feed) in enumerate(zip(self.runners, feeds[first : first + len(self.runners)])):
+                n = feed(k, runner)
                 runner.launch()
                 group.append((runner, n))
             for runner, n in group:
                 runner.stream.synchronize()
-                out.append(np.asarray(runner.fetch(runner.output_name), dtype=np.float32).reshape(self.chunk, -1)[:n])
-        return np.concatenate(out)
+                rows = None
+                if want_logits or getattr(runner, "top1", None) is None:
+                    rows = np.asarray(runner.fetch(runner.output_name), dtype=np.float32).reshape(self.chunk, -1)[:n]
+                logits.append(rows)
+                top1.append(runner.fetch_top1()[:n] if getattr(runner, "top1", None) is not None
+                            else np.argmax(rows, axis=1).astype(np.int32))
+        return (np.concatenate(logits) if want_logits else None), np.concatenate(top1)
+
+    @staticmethod
+    def _to_host(part, shape) -> np.ndarray:
+        """Host images as they are; a request's GPU images (batched with host ones) copied to the host."""
+        if not isinstance(part, DeviceImages):
+            return np.asarray(part)
+        from ..plugins import cuda_driver as cd
+
+        out = np.empty((part.n, *shape), np.float32)
+        if out.nbytes != part.n * part.sample_bytes:
+            raise TrtfuseError(f"a request's GPU images are {part.sample_bytes} bytes each, the others {out[0].nbytes}")
+        cd.check(cd._driver().cuMemcpyDtoH(out.ctypes.data, part.ptr, out.nbytes))
+        return out
 
     def close(self) -> None:
         self.runners = []
+        self._staging = {}
 
 
 def make_executor(backend: str, model_file: str, max_batch: int, device: int = 0, streams: int = 2, threads: int = 0):
@@ -106,7 +197,17 @@ def make_executor(backend: str, model_file: str, max_batch: int, device: int = 0
         from .gpu_runner import CudaRunner
 
         model = load_model(model_file)
-        return GpuExecutor(lambda b: CudaRunner(model, b), max_batch, streams, device)
+
+        def runner(batch: int):
+            # quantized_input: the runner's graph starts after its input quantize, which _feed runs on the images
+            # wherever they are (one pass over GPU-resident images, no copy); a model whose input does not feed one
+            # QuantizeLinear runs the graph from the fp32 input
+            try:
+                return CudaRunner(model, batch, quantized_input=True)
+            except TrtfuseError:
+                return CudaRunner(model, batch)
+
+        return GpuExecutor(runner, max_batch, streams, device)
     if backend == "trt":
         from .trt_runner import TrtEngine, TrtRunner
 
@@ -153,6 +254,42 @@ def _array(tensor) -> np.ndarray:
     return np.from_dlpack(tensor)
 
 
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+_DL_CUDA, _DL_FLOAT = 2, 2
+
+
+def device_images(capsule, device: int) -> DeviceImages:
+    """A GPU tensor's DLPack capsule (pb_utils.Tensor.to_dlpack) as DeviceImages, read in place. The capsule is
+    not consumed: it stays in `keep`, and its own destructor returns the tensor when the batch is done."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    t = _DLTensor.from_address(get(capsule, b"dltensor"))  # DLManagedTensor starts with its DLTensor
+    shape = [t.shape[i] for i in range(t.ndim)]
+    if t.device.device_type != _DL_CUDA or t.device.device_id != device:
+        raise TrtfuseError(f"input on device type {t.device.device_type} #{t.device.device_id}, not this instance's GPU {device}")
+    if (t.dtype.code, t.dtype.bits, t.dtype.lanes) != (_DL_FLOAT, 32, 1) or t.ndim < 2:
+        raise TrtfuseError(f"GPU input must be fp32 [n, ...], got DLPack type {t.dtype.code}/{t.dtype.bits} shape {shape}")
+    sample = int(np.prod(shape[1:]))
+    if t.strides:  # C-contiguous rows only
+        want = [int(np.prod(shape[i + 1 :])) for i in range(t.ndim)]
+        if [t.strides[i] for i in range(t.ndim)] != want:
+            raise TrtfuseError("GPU input must be C-contiguous")
+    return DeviceImages(int(t.data or 0) + int(t.byte_offset), shape[0], 4 * sample, keep=capsule)
+
+
 class TritonPythonModel:
     """Triton's Python backend interface (one object per model instance, in its own stub process)."""
 
@@ -166,30 +303,47 @@ class TritonPythonModel:
         kind = args.get("model_instance_kind", "CPU")
         device = int(args.get("model_instance_device_id", 0)) if kind == "GPU" else 0
         model_file = os.path.join(args["model_repository"], args["model_version"], params["model_file"])
+        self.device = device
         self.executor = make_executor(params["backend"], model_file, int(config.get("max_batch_size", 1)) or 1,
                                       device=device, streams=int(params.get("streams", "2") or 2),
                                       threads=int(params.get("threads", "0") or 0))
+        self.gpu_executor = isinstance(self.executor, GpuExecutor)
 
     def execute(self, requests):
         import triton_python_backend_utils as pb_utils
 
         try:
-            arrays = [_array(pb_utils.get_input_tensor_by_name(r, self.input_name)) for r in requests]
-            images = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-            logits = np.asarray(self.executor(np.ascontiguousarray(images, dtype=np.float32)), dtype=np.float32)
-            logits = logits.reshape(len(images), -1)
-            top1 = np.argmax(logits, axis=1).astype(np.int32).reshape(-1, 1)
+            parts = [self._images(pb_utils.get_input_tensor_by_name(r, self.input_name)) for r in requests]
+            wanted = [set(r.requested_output_names() or ()) for r in requests]  # empty: every output
+            want_logits = any(not w or self.logits_name in w for w in wanted)
+            if self.gpu_executor:
+                logits, top1 = self.executor(parts, want_logits=want_logits)
+            else:
+                host = [np.asarray(p, dtype=np.float32) for p in parts]
+                logits = np.asarray(self.executor(host[0] if len(host) == 1 else np.concatenate(host)), dtype=np.float32)
+                logits = logits.reshape(sum(len(p) for p in parts), -1)
+                top1 = np.argmax(logits, axis=1).astype(np.int32)
+            top1 = top1.reshape(-1, 1)
         except Exception as exc:  # noqa: BLE001 - every request of the batch gets the error; the server goes on
             msg = f"trtfuse: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             return [pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(msg)) for _ in requests]
         responses, start = [], 0
-        for a in arrays:
-            n = len(a)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[
-                _tensor(pb_utils, self.logits_name, logits[start : start + n]),
-                _tensor(pb_utils, TOP1_OUTPUT, top1[start : start + n])]))
+        for part, w in zip(parts, wanted):
+            n = len(part)
+            outputs = []
+            if not w or self.logits_name in w:
+                outputs.append(_tensor(pb_utils, self.logits_name, logits[start : start + n]))
+            if not w or TOP1_OUTPUT in w:
+                outputs.append(_tensor(pb_utils, TOP1_OUTPUT, top1[start : start + n]))
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
             start += n
         return responses
+
+    def _images(self, tensor):
+        """A request's images: on the GPU (CUDA shared memory, GPU inputs allowed) read in place, else a host array."""
+        if self.gpu_executor and not tensor.is_cpu():
+            return device_images(tensor.to_dlpack(), self.device)
+        return _array(tensor)
 
     def finalize(self):
         if getattr(self, "executor", None) is not None:

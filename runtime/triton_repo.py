@@ -293,7 +293,9 @@ def export_python(model: str, repo: str, backend: str, name: str = "resnet", max
                 f"and {TOP1_OUTPUT} (int32 class index per image)"]
     model_file = "model.plan" if backend == "trt" else "model.onnx"
     text = config_text(name, io, max_batch, preferred, queue_delay_us, list(gpus or []), backend="python",
-                       parameters={"backend": backend, "model_file": model_file, "streams": streams, "threads": threads},
+                       parameters={"backend": backend, "model_file": model_file, "streams": streams, "threads": threads,
+                                   # GPU executors read images a client put in CUDA shared memory where they lie
+                                   **({"FORCE_CPU_ONLY_INPUT_TENSORS": "no"} if gpus else {})},
                        extra_outputs=[TensorSpec(TOP1_OUTPUT, "TYPE_INT32", [-1, 1])])
 
     def fill(version: Path) -> None:

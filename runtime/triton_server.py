@@ -204,7 +204,7 @@ class TritonServer:
     def __init__(self, repository: str, install: TritonInstall | None = None, http_port: int | None = None,
                  grpc_port: int | None = None, metrics_port: int | None = None, log_path: str | None = None,
                  exit_timeout_s: int = 30, gpu_metrics: bool = False, extra_pythonpath: list[str] | None = None,
-                 verbose: int = 0, python_shm_bytes: int | None = None):
+                 verbose: int = 0, python_shm_bytes: int | None = None, cuda_pool_bytes: dict[int, int] | None = None):
         self.repository = str(repository)
         self.install = install or locate()
         ports = [p for p in (http_port, grpc_port, metrics_port) if p is not None]
@@ -221,6 +221,9 @@ class TritonServer:
         self.exit_timeout_s, self.gpu_metrics, self.verbose = exit_timeout_s, gpu_metrics, verbose
         self.extra_pythonpath = extra_pythonpath
         self.python_shm_bytes = python_shm_bytes  # the Python backend's shared-memory pool per instance (its start and growth step)
+        # per GPU: Triton's CUDA memory pool, through which the Python backend hands GPU input tensors (images a
+        # client put in CUDA shared memory) to its stub processes; Triton's default, 64 MB, holds 100 images
+        self.cuda_pool_bytes = dict(cuda_pool_bytes or {})
         self._own_log = log_path is None
         if log_path is None:
             fd, log_path = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
@@ -250,7 +253,8 @@ class TritonServer:
                 f"--exit-timeout-secs={self.exit_timeout_s}", "--strict-readiness=true",
                 "--disable-auto-complete-config", f"--log-verbose={self.verbose}"] + (
                 [f"--backend-config=python,shm-default-byte-size={self.python_shm_bytes}",
-                 f"--backend-config=python,shm-growth-byte-size={self.python_shm_bytes}"] if self.python_shm_bytes else [])
+                 f"--backend-config=python,shm-growth-byte-size={self.python_shm_bytes}"] if self.python_shm_bytes else []) + [
+                f"--cuda-memory-pool-byte-size={gpu}:{size}" for gpu, size in sorted(self.cuda_pool_bytes.items())]
 
     def start(self, timeout_s: float = 120.0) -> "TritonServer":
         if self.proc is not None:

@@ -3,7 +3,7 @@
 # the Triton tests (the cuda executor behind the bundled server on the GPU included), INT8 ResNet-50 built and
 # rewritten here (--fuse all), LoadGen Offline in process (the reference), then `trtfuse serve --backend cuda`
 # and, through Triton over loopback gRPC, LoadGen Offline and the Server scenario's highest VALID QPS at
-# p99 <= 15 ms. Results in $OUT.
+# p99 <= 15 ms, the images in CUDA shared memory (SHM=none: in the requests). Results in $OUT.
 # Carried besides the tree: .whl/ as for the other device scripts plus the client's wheels (tritonclient,
 # grpcio, protobuf, python-rapidjson, urllib3), and .whl-triton/ with either tritonserver-tree.tar.gz
 # (scripts/pack_triton_tree.sh PYTHON_MINOR: the device Python's stub only, smaller) or nvidia_pytriton-0.7.0-*.whl
@@ -11,6 +11,7 @@
 #   bash scripts/device_triton.sh
 set -uo pipefail
 GPUS=${GPUS:-1}
+SHM=${SHM:-cuda}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
 TREE=$(ls .whl-triton/tritonserver-tree.tar.* 2>/dev/null | head -1)
@@ -34,7 +35,7 @@ $T serve /tmp/r50_all.onnx --backend cuda --gpus "$GPUS" --streams 4 --max-batch
 for _ in $(seq 600); do grep -q '"ready"' "$OUT/serve.jsonl" 2>/dev/null && break; kill -0 $S 2>/dev/null || break; sleep 0.5; done
 cat "$OUT/serve.jsonl"; tail -3 "$OUT/serve.err"
 $T offline --endpoint 127.0.0.1:18001 --batch 256 --count 4096 --min-duration 10 --expected-qps $((60000 * GPUS)) \
-  --max-in-flight 8 --log-dir /tmp/logs-triton-offline -o "$OUT/offline-triton.json" 2>&1 | tail -20
+  --max-in-flight 8 --shared-memory "$SHM" --log-dir /tmp/logs-triton-offline -o "$OUT/offline-triton.json" 2>&1 | tail -20
 $T server --endpoint 127.0.0.1:18001 --target-qps 2000 --find-peak --max-runs 8 --min-duration 10 --count 4096 \
-  --max-in-flight 512 --log-dir /tmp/logs-triton-server -o "$OUT/server-triton.json" 2>&1 | tail -30
+  --max-in-flight 512 --shared-memory "$SHM" --log-dir /tmp/logs-triton-server -o "$OUT/server-triton.json" 2>&1 | tail -30
 kill -TERM $S; wait $S; tail -1 "$OUT/serve.jsonl"

@@ -428,12 +428,71 @@ def test_gpu_executor_chunks_pads_and_keeps_order():
     ex = GpuExecutor(lambda b: made.append(Runner(b, len(made))) or made[-1], max_batch=10, streams=3)
     assert ex.chunk == 4 and len(made) == 3
     images = np.arange(9 * 3 * 2 * 2, dtype=np.float32).reshape(9, 3, 2, 2)
-    got = ex(images)
-    assert np.array_equal(got, images.reshape(9, -1)[:, :2] * 2)
+    logits, top1 = ex(images)
+    assert np.array_equal(logits, images.reshape(9, -1)[:, :2] * 2)
+    assert np.array_equal(top1, np.argmax(logits, axis=1)) and top1.dtype == np.int32
     assert events == [("launch", 0), ("launch", 1), ("launch", 2), ("wait", 0), ("wait", 1), ("wait", 2)]
     events.clear()
-    assert np.array_equal(ex(images[:5]), images[:5].reshape(5, -1)[:, :2] * 2)
+    logits, _ = ex(images[:5])
+    assert np.array_equal(logits, images[:5].reshape(5, -1)[:, :2] * 2)
     assert events == [("launch", 0), ("launch", 1), ("wait", 0), ("wait", 1)]
+    events.clear()
+    # two requests' host images pack into full chunks, as one batch would
+    logits, _ = ex([images[:3], images[3:9]])
+    assert np.array_equal(logits, images.reshape(9, -1)[:, :2] * 2) and len(events) == 6
+
+
+def test_gpu_executor_reads_device_images_in_place():
+    """Images already on the GPU (a request's input in CUDA shared memory) are never copied to the host: a
+    runner with quantized_input quantizes each request's images straight from their place into their rows of its
+    input, requests packed into full chunks as host images are; only the top-1 is read back when the logits are
+    not wanted."""
+    from trtfuse.runtime.triton_model import DeviceImages, GpuExecutor
+
+    calls = []
+
+    class Runner:
+        output_name, quantized_input, input_ptr, input_sample_bytes = "logits", True, 7000, 3 * 2 * 2
+
+        def __init__(self, batch, k):
+            self.batch, self.k = batch, k
+            self.stream = self
+            self.handle = f"stream{k}"
+            self.top1 = object()
+
+        def quantize_images(self, x, n, y, stream):
+            calls.append(("quantize", x, n, y, stream))
+
+        def launch(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def fetch(self, name):
+            raise AssertionError("logits fetched though only the top-1 was wanted")
+
+        def fetch_top1(self):
+            return np.full(self.batch, self.k, np.int32)
+
+    made = []
+    ex = GpuExecutor(lambda b: made.append(Runner(b, len(made))) or made[-1], max_batch=8, streams=2)
+    sample = 3 * 2 * 2 * 4
+    logits, top1 = ex([DeviceImages(1000, 6, sample), DeviceImages(9000, 3, sample)], want_logits=False)
+    assert logits is None
+    # chunks of 4 rows: request 1's images 0-3; its 4-5 and request 2's 0-1 (rows 2-3 of that chunk); request 2's 2
+    row = Runner.input_sample_bytes
+    assert calls == [("quantize", 1000, 4, 7000, "stream0"), ("quantize", 1000 + 4 * sample, 2, 7000, "stream1"),
+                     ("quantize", 9000, 2, 7000 + 2 * row, "stream1"), ("quantize", 9000 + 2 * sample, 1, 7000, "stream0")]
+    assert top1.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 0]
+
+
+def test_device_images_takes_only_this_gpus_fp32_tensors():
+    from trtfuse.errors import TrtfuseError
+    from trtfuse.runtime.triton_model import device_images
+
+    with pytest.raises(TrtfuseError, match="not this instance's GPU"):
+        device_images(np.zeros((2, 3), np.float32).__dlpack__(), 0)  # a host tensor's capsule
 
 
 @pytest.mark.gpu
@@ -461,3 +520,38 @@ def test_cuda_backend_behind_triton_matches_in_process(install, tmp_path):
         r = _infer(srv.grpc_url, images)
         assert np.array_equal(r.as_numpy("top1").ravel(), want)
         assert np.array_equal(_infer(srv.grpc_url, images[:3]).as_numpy("top1").ravel(), want[:3])
+
+
+@pytest.mark.gpu
+def test_cuda_shared_memory_requests_match_in_process(install, tmp_path):
+    """LoadGen Offline (accuracy mode) against the cuda executor with the images in CUDA shared memory: no image
+    crosses gRPC, each request names its slot, the server reads the slot in place; every sample's top-1 equals the
+    in-process CudaRunner's and every request is answered exactly once."""
+    from trtfuse.graph_passes.pipeline import rewrite
+    from trtfuse.io import save_model
+    from trtfuse.models.cache import load_cached_model
+    from trtfuse.plugins.cuda_driver import gpu_available
+    from trtfuse.runtime.triton_client import run_triton
+
+    ok, why = gpu_available()
+    if not ok:
+        pytest.skip(f"needs a CUDA GPU: {why}")
+    from trtfuse.runtime.gpu_runner import CudaRunner
+
+    images = _images(40, seed=11)
+    fused, _ = rewrite(load_cached_model("resnet18", image_size=32, batch=8), "all", calib_images=images[:8])
+    path = tmp_path / "r18_all.onnx"
+    save_model(fused, path)
+    runner = CudaRunner(fused, 8)
+    want = np.concatenate([np.argmax(runner.run(images[i : i + 8]).reshape(8, -1), axis=1) for i in range(0, 40, 8)])
+    repo = tmp_path / "repo"
+    triton_repo.export_python(str(path), str(repo), "cuda", max_batch=8, preferred=[8], gpus=[0], streams=2)
+    with triton_server.TritonServer(str(repo), install, log_path=str(tmp_path / "server.log"),
+                                    cuda_pool_bytes={0: 64 << 20}) as srv:
+        result = run_triton([srv.grpc_url], "offline", "given", 40, 8, "accuracy", str(tmp_path / "logs"), 100.0, 0.5,
+                            max_in_flight=3, samples=(images, want), shared_memory="cuda")
+    assert result["shared_memory"] == "cuda" and result["accuracy_responses"] == 40
+    assert result["top1_accuracy"] == 1.0
+    (counts,) = result["requests"]
+    assert counts["requests_sent"] == counts["requests_answered"] == 5
+    assert counts["answered_more_than_once"] == counts["requests_failed"] == 0
