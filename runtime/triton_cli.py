@@ -41,6 +41,8 @@ def register(sub) -> None:
                    help="cuda/trt: GPUs, one model instance each (default 1)")
     s.add_argument("--streams", type=int, default=2, metavar="N",
                    help="cuda/trt: runners (CUDA graphs on their own streams) inside each instance (default 2)")
+    s.add_argument("--instances", type=int, default=1, metavar="N",
+                   help="cuda/trt: model instances per GPU, each its own process (default 1)")
     s.add_argument("--threads", type=int, default=0, metavar="N",
                    help="onnxruntime: intra-op threads (default: onnxruntime's choice)")
     _add_batching(s, 64)
@@ -141,12 +143,13 @@ def _shm_bytes(exported: dict, shm_mb: int | None) -> int:
     return max(16 << 20, 2 * exported["max_batch_size"] * per_image)
 
 
-def _cuda_pool_bytes(exported: dict) -> int:
+def _cuda_pool_bytes(exported: dict, instances_per_gpu: int) -> int:
     """Triton's CUDA memory pool per GPU, through which GPU input tensors (images a client put in CUDA shared
-    memory) reach the Python backend's stubs: room for four full batches of fp32 images, at least Triton's 64 MiB."""
+    memory) reach the Python backend's stubs: room for four full batches of fp32 images per instance, at least
+    Triton's default 64 MiB."""
     import math
 
-    return max(64 << 20, 4 * exported["max_batch_size"] * 4 * math.prod(exported["input_shape"][1:]))
+    return max(64 << 20, 4 * instances_per_gpu * exported["max_batch_size"] * 4 * math.prod(exported["input_shape"][1:]))
 
 
 def serve(args) -> int:
@@ -187,14 +190,14 @@ def serve(args) -> int:
         exported = triton_repo.export_python(args.model, repo, args.backend, name=args.name, max_batch=args.max_batch,
                                              preferred=_preferred(args.preferred_batch),
                                              queue_delay_us=args.max_queue_delay_us, gpus=gpus, streams=args.streams,
-                                             threads=args.threads)
+                                             threads=args.threads, instances_per_gpu=args.instances)
         bar = progress(total=None, desc="starting tritonserver", unit="step")
         install = triton_server.locate()
         bar.update()
         server = triton_server.TritonServer(repo, install, http_port=http, grpc_port=grpc, metrics_port=metrics,
                                             log_path=args.log, exit_timeout_s=args.exit_timeout, gpu_metrics=bool(gpus),
                                             python_shm_bytes=_shm_bytes(exported, args.shm_mb),
-                                            cuda_pool_bytes={g: _cuda_pool_bytes(exported) for g in gpus})
+                                            cuda_pool_bytes={g: _cuda_pool_bytes(exported, args.instances) for g in gpus})
         started = time.monotonic()
         server.start()
         bar.close()

@@ -118,7 +118,7 @@ def _dims(shape: list, batched: bool) -> str:
 
 def config_text(name: str, io: ModelIO, max_batch: int, preferred: list[int], queue_delay_us: int, gpus: list[int],
                 platform: str | None = None, backend: str | None = None, parameters: dict | None = None,
-                extra_outputs: list | None = None) -> str:
+                extra_outputs: list | None = None, instances_per_gpu: int = 1) -> str:
     batched = max_batch > 0
     lines = []
     for note in io.notes:
@@ -143,7 +143,7 @@ def config_text(name: str, io: ModelIO, max_batch: int, preferred: list[int], qu
         lines.append("}")
     lines.append("instance_group [")
     if gpus:
-        lines.append(",\n".join(f"  {{ count: 1, kind: KIND_GPU, gpus: [ {g} ] }}" for g in gpus))
+        lines.append(",\n".join(f"  {{ count: {instances_per_gpu}, kind: KIND_GPU, gpus: [ {g} ] }}" for g in gpus))
     else:
         lines.append("  { count: 1, kind: KIND_CPU }")
     lines.append("]")
@@ -263,8 +263,12 @@ def trtfuse_site_dirs() -> list[str]:
 
 def export_python(model: str, repo: str, backend: str, name: str = "resnet", max_batch: int = 64,
                   preferred: list[int] | None = None, queue_delay_us: int = 100, gpus: list[int] | None = None,
-                  streams: int = 2, threads: int = 0) -> dict:
-    """A Python-backend repository running `model` on trtfuse's `backend` executor (runtime/triton_model.py)."""
+                  streams: int = 2, threads: int = 0, instances_per_gpu: int = 1) -> dict:
+    """A Python-backend repository running `model` on trtfuse's `backend` executor (runtime/triton_model.py).
+    instances_per_gpu > 1: several instances (stub processes) per GPU, so one's Python work between batches
+    overlaps another's GPU work."""
+    if instances_per_gpu < 1:
+        raise TrtfuseError("--instances must be at least 1")
     if backend not in ("cuda", "onnxruntime", "trt"):
         raise TrtfuseError(f"--backend {backend!r}: cuda, onnxruntime or trt")
     if backend == "trt":
@@ -296,7 +300,8 @@ def export_python(model: str, repo: str, backend: str, name: str = "resnet", max
                        parameters={"backend": backend, "model_file": model_file, "streams": streams, "threads": threads,
                                    # GPU executors read images a client put in CUDA shared memory where they lie
                                    **({"FORCE_CPU_ONLY_INPUT_TENSORS": "no"} if gpus else {})},
-                       extra_outputs=[TensorSpec(TOP1_OUTPUT, "TYPE_INT32", [-1, 1])])
+                       extra_outputs=[TensorSpec(TOP1_OUTPUT, "TYPE_INT32", [-1, 1])],
+                       instances_per_gpu=instances_per_gpu if gpus else 1)
 
     def fill(version: Path) -> None:
         paths = ", ".join(repr(d) for d in trtfuse_site_dirs())
@@ -313,7 +318,8 @@ def export_python(model: str, repo: str, backend: str, name: str = "resnet", max
     final = _write_model_dir(repo, name, text, fill)
     return {"repository": str(Path(repo)), "model": name, "backend": f"python ({backend})", "max_batch_size": max_batch,
             "preferred_batch_size": preferred, "max_queue_delay_us": queue_delay_us,
-            "instances": [f"GPU {g}" for g in gpus] if gpus else ["CPU"], "streams": streams if gpus else None,
+            "instances": [f"GPU {g}" for g in gpus for _ in range(instances_per_gpu)] if gpus else ["CPU"],
+            "streams": streams if gpus else None,
             "inputs": [f"{t.name} {t.dtype} {t.shape}" for t in io.inputs], "input_shape": list(io.inputs[0].shape),
             "outputs": [f"{t.name} {t.dtype} {t.shape}" for t in io.outputs] + [f"{TOP1_OUTPUT} TYPE_INT32 [-1, 1]"],
             "config": str(final / "config.pbtxt")}

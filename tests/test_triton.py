@@ -29,6 +29,7 @@ grpcclient = pytest.importorskip("tritonclient.grpc", reason="needs tritonclient
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 from trtfuse.cli import main  # noqa: E402
+from trtfuse.errors import TrtfuseError  # noqa: E402
 from trtfuse.runtime import triton_repo, triton_server  # noqa: E402
 
 MAX_BATCH = 16
@@ -166,6 +167,22 @@ def test_static_batch_plan_and_schema_refusal(tmp_path):
         triton_repo.validate('name: "x"\nmax_batch_size: 4\ninput [ { name: "a" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
                              'output [ { name: "b" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
                              'dynamic_batching { preferred_batch_size: [ 8 ] }')
+
+
+def test_python_repo_for_gpus_takes_gpu_inputs_and_instances(small_model, tmp_path):
+    """A cuda-executor repository lets images arrive on the GPU (FORCE_CPU_ONLY_INPUT_TENSORS no: CUDA shared
+    memory read in place) and runs the asked number of instances per GPU; the config passes Triton's schema."""
+    out = triton_repo.export_python(str(small_model), str(tmp_path / "repo"), "cuda", max_batch=8, gpus=[0, 1],
+                                    instances_per_gpu=2)
+    text = Path(out["config"]).read_text()
+    triton_repo.validate(text)
+    assert text.count("count: 2, kind: KIND_GPU") == 2 and out["instances"] == ["GPU 0", "GPU 0", "GPU 1", "GPU 1"]
+    assert 'key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" }' in text
+    cpu = triton_repo.export_python(str(small_model), str(tmp_path / "repo-cpu"), "onnxruntime", max_batch=8)
+    assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in Path(cpu["config"]).read_text()
+    with pytest.raises(TrtfuseError, match="--instances"):
+        triton_repo.export_python(str(small_model), str(tmp_path / "repo-0"), "cuda", max_batch=8, gpus=[0],
+                                  instances_per_gpu=0)
 
 
 def test_ort_executor_static_batch_chunks(tmp_path):
