@@ -32,6 +32,14 @@ class Top1Readout:
             raise ValueError(f"the top-1 goes into an int32 [{self.batch}] array, got {dst.dtype} {list(dst.shape)}")
         cd.download_async(dst, self.top1.ptr, self.stream.handle)
 
+    def top1_host(self) -> np.ndarray:
+        """A pinned int32 [batch] array the runner owns, for copy_top1 queued behind a forward (no wait of its own)."""
+        if getattr(self, "_top1_pinned", None) is None:
+            from ..plugins import cuda_driver as cd
+
+            self._top1_pinned = cd.PinnedArray(self.batch, np.int32)
+        return self._top1_pinned.array
+
     def fetch_top1(self) -> np.ndarray:
         """The last forward's top-1 as a new int32 [batch] array (waits for this runner's stream)."""
         out = np.empty(self.batch, np.int32)

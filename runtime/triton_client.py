@@ -144,6 +144,7 @@ class TritonWorker(_Worker):
         self.sent = 0
         self.answers: Counter = Counter()  # request number -> callbacks received
         self.failures = 0
+        self.fill_seconds = 0.0  # time the feeding thread spent gathering batches into CUDA shared memory
         self.shared = None
         if shared_memory == "cuda":
             try:
@@ -194,7 +195,9 @@ class TritonWorker(_Worker):
         shape = [len(indices), *self.samples.shape[1:]]
         inp = self._grpc.InferInput(self.input_name, shape, "FP32")
         if self.shared is not None:
+            started = time.perf_counter()
             offset, nbytes = self.shared.fill(slot, indices)
+            self.fill_seconds += time.perf_counter() - started
             inp.set_shared_memory(self.shared.name, nbytes, offset=offset)
         else:
             inp.set_data_from_numpy(np.ascontiguousarray(self.samples[indices]))
@@ -223,7 +226,8 @@ class TritonWorker(_Worker):
         with self._count_lock:
             return {"endpoint": self.url, "requests_sent": self.sent, "requests_answered": len(self.answers),
                     "answered_more_than_once": sum(1 for v in self.answers.values() if v > 1),
-                    "requests_failed": self.failures}
+                    "requests_failed": self.failures,
+                    "client_fill_ms_mean": 1e3 * self.fill_seconds / self.sent if self.shared is not None and self.sent else None}
 
 
 def run_triton(endpoints: list[str], scenario: str, data: str, count: int, batch: int, mode: str, log_dir: str,

@@ -157,16 +157,25 @@ class GpuExecutor:
             for k, (runner, feed) in enumerate(zip(self.runners, feeds[first : first + len(self.runners)])):
                 n = feed(k, runner)
                 runner.launch()
-                group.append((runner, n))
-            for runner, n in group:
+                readout = self._top1_readout(k, runner)
+                if readout is not None:  # the top-1 copy queued behind the forward: one wait per runner
+                    runner.copy_top1(readout)
+                group.append((k, runner, n, readout))
+            for k, runner, n, readout in group:
                 runner.stream.synchronize()
                 rows = None
-                if want_logits or getattr(runner, "top1", None) is None:
+                if want_logits or readout is None:
                     rows = np.asarray(runner.fetch(runner.output_name), dtype=np.float32).reshape(self.chunk, -1)[:n]
                 logits.append(rows)
-                top1.append(runner.fetch_top1()[:n] if getattr(runner, "top1", None) is not None
-                            else np.argmax(rows, axis=1).astype(np.int32))
+                top1.append(np.array(readout[:n]) if readout is not None else np.argmax(rows, axis=1).astype(np.int32))
         return (np.concatenate(logits) if want_logits else None), np.concatenate(top1)
+
+    @staticmethod
+    def _top1_readout(k: int, runner):
+        """The runner's pinned int32 [chunk] top-1 array, or None for a runner without a top-1."""
+        if getattr(runner, "top1", None) is None or not hasattr(runner, "top1_host"):
+            return None
+        return runner.top1_host()
 
     @staticmethod
     def _to_host(part, shape) -> np.ndarray:
