@@ -17,7 +17,7 @@ from onnx import helper
 
 from trtfuse.graph_passes.pipeline import rewrite
 from trtfuse.models.cache import load_cached_model
-from trtfuse.plugins import trt_contract as tc
+from trtfuse.plugins.tensorrt import contract as tc
 from trtfuse.plugins.op_schema import DOMAIN, FUSED_CONV, FUSED_CONV_ADD, NAMESPACE, OPS
 from trtfuse.plugins.tactics import ConvShape
 

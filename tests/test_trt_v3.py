@@ -1,4 +1,4 @@
-"""The IPluginV3 fallback plugins and their creators (plugins/trt_v3.py).
+"""The IPluginV3 fallback plugins and their creators (plugins/tensorrt/v3.py).
 
 On the CPU, with the lean runtime's Python module (`trtfuse[lean]`, in the `test` extra): our creators go
 into the lean plugin registry, are looked up by (name, "1", "trtfuse") as TensorRT's ONNX parser looks them
@@ -20,8 +20,8 @@ from trtfuse.bench.layers import resnet50_layers
 from trtfuse.errors import TrtfuseError
 from trtfuse.graph_passes.pipeline import rewrite
 from trtfuse.models.cache import load_cached_model
-from trtfuse.plugins import trt_contract as tc
-from trtfuse.plugins import trt_v3
+from trtfuse.plugins.tensorrt import contract as tc
+from trtfuse.plugins.tensorrt import v3
 from trtfuse.plugins.op_schema import DOMAIN, FUSED_CONV, NAMESPACE, OPS, PLUGIN_VERSION, SPLIT_K_GEMM
 
 _MODULES = {"lean": ("tensorrt_lean", "tensorrt_lean_bindings"), "full": ("tensorrt",)}
@@ -29,7 +29,7 @@ _MODULES = {"lean": ("tensorrt_lean", "tensorrt_lean_bindings"), "full": ("tenso
 
 def _import(flavour):
     try:
-        return trt_v3.import_trt(_MODULES[flavour])[0], ""
+        return v3.import_trt(_MODULES[flavour])[0], ""
     except TrtfuseError as exc:
         return None, str(exc)
 
@@ -39,7 +39,7 @@ def trt(request):
     module, why = _import(request.param)
     if module is None:
         pytest.skip(f"{request.param} TensorRT Python module does not import here: {why}")
-    trt_v3.register_creators(module)
+    v3.register_creators(module)
     return module
 
 
@@ -85,14 +85,14 @@ def test_creators_are_found_as_the_parser_finds_them(trt):
         assert creator is not None, spec.name
         assert (creator.name, creator.plugin_namespace, creator.plugin_version) == (spec.name, NAMESPACE, "1")
         assert [(f.name, f.type) for f in creator.field_names] == [(a.name, trt.PluginFieldType.INT32) for a in spec.attributes]
-    assert trt_v3.register_creators(trt) is trt_v3.register_creators(trt)  # idempotent: no second registration
+    assert v3.register_creators(trt) is v3.register_creators(trt)  # idempotent: no second registration
 
 
 def test_node_fields_follow_the_onnx_parser(resnet50_all):
     _, nodes, _ = resnet50_all
     for node in nodes:
         spec = OPS[node.op_type]
-        fields = trt_v3.node_fields(spec, node)
+        fields = v3.node_fields(spec, node)
         assert [f[0] for f in fields] == list(spec.attribute_names)  # creator order; no plugin_namespace / aot
         for (name, type_name, data), a in zip(fields, spec.attributes):
             assert type_name == "INT32" and data.dtype == np.int32
@@ -107,7 +107,7 @@ def test_created_plugins_answer_the_contract_for_every_resnet50_node(trt, resnet
     for node in nodes:
         spec = OPS[node.op_type]
         creator = registry.get_creator(spec.name, PLUGIN_VERSION, NAMESPACE)
-        plugin = creator.create_plugin(node.name, trt_v3.fields_from_node(trt, spec, node), trt.TensorRTPhase.BUILD)
+        plugin = creator.create_plugin(node.name, v3.fields_from_node(trt, spec, node), trt.TensorRTPhase.BUILD)
         attrs = tc.ConvAttrs.from_dict({a.name: helper.get_attribute_value(a) for a in node.attribute})
         assert plugin.logic.attrs == attrs, node.name
         assert (plugin.plugin_name, plugin.plugin_namespace, plugin.plugin_version, plugin.num_outputs) == (spec.name, NAMESPACE, "1", 1)
@@ -135,7 +135,7 @@ def test_created_plugins_answer_the_contract_for_every_resnet50_node(trt, resnet
             trial[pos] = _desc(trt, *bad)
             assert not plugin.supports_format_combination(pos, trial, len(spec.inputs)), (node.name, pos, bad)
         # tactics (the AOT ones without a GPU, the launcher's on one), timing-cache id, serialization round trip
-        device = trt_v3._detected_device()
+        device = v3._detected_device()
         offered = tc.launcher_tactics(attrs, device) if device else list(combo.tactics)
         assert plugin.get_valid_tactics() == offered and offered[:len(combo.tactics)] == list(combo.tactics)
         assert plugin.get_workspace_size([], []) == 0
@@ -153,8 +153,8 @@ def test_plugins_with_different_attributes_do_not_share_timings(resnet50_all):
     ids = {}
     for node in nodes:
         spec = OPS[node.op_type]
-        attrs = trt_v3.parse_fields(spec, trt_v3.node_fields(spec, node))
-        ids.setdefault(trt_v3.ConvPluginLogic(spec, attrs).timing_cache_id, set()).add(
+        attrs = v3.parse_fields(spec, v3.node_fields(spec, node))
+        ids.setdefault(v3.ConvPluginLogic(spec, attrs).timing_cache_id, set()).add(
             (spec.name, tuple(sorted((k, str(v)) for k, v in attrs.items()))))
     assert all(len(v) == 1 for v in ids.values()) and len(ids) > 10
 
@@ -169,7 +169,7 @@ def _conv_node(**drop):
 
 def test_a_node_missing_a_field_is_refused_naming_it(trt):
     creator = trt.get_plugin_registry().get_creator("FusedConv", "1", NAMESPACE)
-    fc = trt_v3.fields_from_node(trt, FUSED_CONV, _conv_node(relu=None))
+    fc = v3.fields_from_node(trt, FUSED_CONV, _conv_node(relu=None))
     assert [f.name for f in fc] == ["in_channels", "out_channels", "kernel_shape", "strides", "pads"]
     with pytest.raises(ValueError, match="'relu' is missing"):
         creator.create_plugin("n", fc, trt.TensorRTPhase.BUILD)
@@ -177,36 +177,36 @@ def test_a_node_missing_a_field_is_refused_naming_it(trt):
 
 def test_wrong_field_types_and_counts_are_refused(trt):
     creator = trt.get_plugin_registry().get_creator("FusedConv", "1", NAMESPACE)
-    good = trt_v3.node_fields(FUSED_CONV, _conv_node())
+    good = v3.node_fields(FUSED_CONV, _conv_node())
     as_float = [(n, "FLOAT32", d.astype(np.float32)) if n == "relu" else (n, t, d) for n, t, d in good]
     with pytest.raises(ValueError, match="'relu' is FLOAT32"):
-        creator.create_plugin("n", trt_v3._collection(trt, as_float), trt.TensorRTPhase.BUILD)
+        creator.create_plugin("n", v3._collection(trt, as_float), trt.TensorRTPhase.BUILD)
     two_values = [(n, t, np.array([64, 64], np.int32)) if n == "in_channels" else (n, t, d) for n, t, d in good]
     with pytest.raises(ValueError, match="'in_channels' is INT, got 2"):
-        creator.create_plugin("n", trt_v3._collection(trt, two_values), trt.TensorRTPhase.BUILD)
-    assert creator.create_plugin("n", trt_v3._collection(trt, good), trt.TensorRTPhase.BUILD).logic.attrs.in_channels == 64
+        creator.create_plugin("n", v3._collection(trt, two_values), trt.TensorRTPhase.BUILD)
+    assert creator.create_plugin("n", v3._collection(trt, good), trt.TensorRTPhase.BUILD).logic.attrs.in_channels == 64
 
 
 def test_split_k_gemm_creator_refuses_until_its_kernel_exists(trt):
     node = helper.make_node(SPLIT_K_GEMM.name, ["a", "w", "b"], ["y"], domain=DOMAIN, splits=4,
                             plugin_namespace=NAMESPACE, aot=1)
-    fields = trt_v3.node_fields(SPLIT_K_GEMM, node)
+    fields = v3.node_fields(SPLIT_K_GEMM, node)
     assert fields[0][0] == "splits" and fields[0][2].tolist() == [4]
     creator = trt.get_plugin_registry().get_creator(SPLIT_K_GEMM.name, "1", NAMESPACE)
     with pytest.raises(ValueError, match="no GPU kernel"):
-        creator.create_plugin("n", trt_v3._collection(trt, fields), trt.TensorRTPhase.BUILD)
+        creator.create_plugin("n", v3._collection(trt, fields), trt.TensorRTPhase.BUILD)
 
 
 def test_a_node_no_tactic_fits_is_refused_at_creation():
     attrs = dict(in_channels=8192, out_channels=64, kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), relu=1)
     assert not tc.autotune(FUSED_CONV, tc.ConvAttrs.from_dict(attrs))[0].tactics
     with pytest.raises(ValueError, match="no tactic fits"):
-        trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=None)
-    assert trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=H200).tactics  # our launcher opts in to 227 KB
+        v3.ConvPluginLogic(FUSED_CONV, attrs, device=None)
+    assert v3.ConvPluginLogic(FUSED_CONV, attrs, device=H200).tactics  # our launcher opts in to 227 KB
     with pytest.raises(ValueError, match="under 40960 bytes"):
-        trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=tc.LaunchDevice("sm_90", 40 * 1024, 132))
+        v3.ConvPluginLogic(FUSED_CONV, attrs, device=tc.LaunchDevice("sm_90", 40 * 1024, 132))
     attrs["in_channels"] = 512
-    assert trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=None).tactics
+    assert v3.ConvPluginLogic(FUSED_CONV, attrs, device=None).tactics
 
 
 H200 = tc.LaunchDevice("sm_90", 227 * 1024, 132)
@@ -223,7 +223,7 @@ def _dynamic_desc(trt, dims, lo, hi):
 def test_configured_plugins_on_hopper_offer_the_wgmma_tactics_of_their_profile(trt):
     from trtfuse.plugins.tactics import TACTICS_BY_ID
 
-    ConvPlugin, _ = trt_v3.plugin_classes(trt)
+    ConvPlugin, _ = v3.plugin_classes(trt)
     attrs = tc.ConvAttrs.from_dict(RES4_FIRST_CONV2)
     plugin = ConvPlugin(FUSED_CONV, RES4_FIRST_CONV2, "res4_first_conv2", trt.TensorRTPhase.BUILD, device=H200)
     before = plugin.get_valid_tactics()
@@ -254,7 +254,7 @@ def test_configured_plugins_on_hopper_offer_the_wgmma_tactics_of_their_profile(t
 
 def test_import_trt_names_every_module_it_tried():
     with pytest.raises(TrtfuseError, match="no_such_trt_a: ModuleNotFoundError, no_such_trt_b: ModuleNotFoundError"):
-        trt_v3.import_trt(("no_such_trt_a", "no_such_trt_b"))
+        v3.import_trt(("no_such_trt_a", "no_such_trt_b"))
 
 
 # ---- on a GPU: enqueue as TensorRT calls it ----
@@ -291,7 +291,7 @@ def test_enqueue_with_tensorrt_descs_and_pointers_equals_golden(trt, resnet50_al
     for i, node in enumerate(nodes):
         spec = OPS[node.op_type]
         plugin = registry.get_creator(spec.name, "1", NAMESPACE).create_plugin(
-            node.name, trt_v3.fields_from_node(trt, spec, node), trt.TensorRTPhase.RUNTIME)
+            node.name, v3.fields_from_node(trt, spec, node), trt.TensorRTPhase.RUNTIME)
         tactic = plugin.get_valid_tactics()[i % len(plugin.get_valid_tactics())]  # every tactic, across nodes
         plugin.set_tactic(tactic)
         runtime = plugin.attach_to_context(None)  # TensorRT enqueues on the per-context clone
@@ -329,7 +329,7 @@ def test_every_tactic_a_configured_plugin_offers_equals_golden(trt):
     from trtfuse.plugins.op_schema import FUSED_CONV_ADD
     from trtfuse.plugins.tactics import TACTICS_BY_ID, ConvShape
 
-    ConvPlugin, _ = trt_v3.plugin_classes(trt)
+    ConvPlugin, _ = v3.plugin_classes(trt)
     stream = cd.Stream()
     wgmma_run = set()
     for i, (name, layer, has_res) in enumerate(resnet50_layers(2)):
@@ -365,7 +365,7 @@ def test_every_tactic_a_configured_plugin_offers_equals_golden(trt):
         assert len(wgmma_run) >= 30, sorted(wgmma_run)  # the tiles ResNet-50's layers take, windows and stride-2 ones included
 
 
-# ---- the call order TensorRT documents for an IPluginV3 (plugins/trt_v3.py's docstring), tactic changes included ----
+# ---- the call order TensorRT documents for an IPluginV3 (plugins/tensorrt/v3.py's docstring), tactic changes included ----
 
 class _RecordingPlan:
     def __init__(self, log, dims, tactic):
@@ -385,11 +385,11 @@ def _x_desc(trt, dims):
 
 def test_the_documented_lifecycle_launches_the_tactic_last_set(trt, monkeypatch):
     log = []
-    monkeypatch.setattr(trt_v3.ConvPluginLogic, "plan", lambda self, dims, tactic: _RecordingPlan(log, dims, tactic))
+    monkeypatch.setattr(v3.ConvPluginLogic, "plan", lambda self, dims, tactic: _RecordingPlan(log, dims, tactic))
     registry = trt.get_plugin_registry()
     creator = registry.get_creator("FusedConv", PLUGIN_VERSION, NAMESPACE)
     attrs = dict(in_channels=64, out_channels=64, kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), relu=1)
-    fields = trt_v3._collection(trt, trt_v3.attribute_fields(FUSED_CONV, attrs))
+    fields = v3._collection(trt, v3.attribute_fields(FUSED_CONV, attrs))
     x4, x8 = [4, 64, 14, 14], [8, 64, 14, 14]
     out = [_x_desc(trt, x4)]
     ptrs, outs = [1, 2, 3, 4, 5], [6]

@@ -1,6 +1,6 @@
 """Registration of trtfuse's ops with TensorRT's Quickly Deployable Plugins (`tensorrt.plugin`).
 
-Thin by design: every answer comes from plugins/trt_contract.py (tested without TensorRT); this file
+Thin by design: every answer comes from plugins/tensorrt/contract.py (tested without TensorRT); this file
 only wraps those answers in `trtp` objects. The decorated functions are generated from
 plugins/op_schema.py, so the plugin's declared inputs and attributes are the rewrite's, by
 construction: parameter names and annotations are set from the OpSpec (TensorRT reads a function's
@@ -18,9 +18,9 @@ from typing import List, Tuple, Union
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import TrtfuseError
-from . import trt_contract as tc
-from .op_schema import FUSED_CONV, FUSED_CONV_ADD, OpSpec
+from trtfuse.errors import TrtfuseError
+from trtfuse.plugins.tensorrt import contract as tc
+from trtfuse.plugins.op_schema import FUSED_CONV, FUSED_CONV_ADD, OpSpec
 
 MIN_TENSORRT = (10, 9)
 _registered: set[str] = set()  # plugin ids registered in this process
@@ -119,8 +119,8 @@ def _register_conv(spec: OpSpec, trt, trtp) -> None:
 
     def impl(args):
         # JIT path (a node with aot=0, for debugging): the same kernel through plugins/conv.py on TensorRT's stream.
-        from .conv import ConvLaunch
-        from .tactics import ConvShape
+        from trtfuse.plugins.conv import ConvLaunch
+        from trtfuse.plugins.tactics import ConvShape
 
         attrs = _attrs(spec, args)
         inputs = {t.name: args[t.name] for t in spec.inputs}
@@ -151,7 +151,7 @@ def aot_arch() -> str:
     """The architecture the AOT PTX targets: the build machine's GPU (TensorRT builds an engine for the GPU it
     runs on), or sm_80 without one (PTX for sm_80 JIT-compiles on every later GPU)."""
     try:
-        from .cuda_driver import compute_capability, gpu_available
+        from trtfuse.plugins.cuda_driver import compute_capability, gpu_available
 
         if gpu_available()[0]:
             return compute_capability()
