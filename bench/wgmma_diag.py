@@ -1,5 +1,5 @@
 """Which stage bounds the Hopper wgmma tactic? Times profiling builds of plugins/kernels/wgmma_conv.cu
-(plugins/kernels/wgmma_profiling.cuh) against the real kernel on ResNet-50's long-K layers at batch 256 (device only):
+(bench/probe_kernels/wgmma_profiling.cuh) against the real kernel on ResNet-50's long-K layers at batch 256 (device only):
 
     python3 -m trtfuse.bench.wgmma_diag [--out FILE]
 

@@ -1,4 +1,4 @@
-"""Where does a channel-major ping-pong tile's time go? Runs the timeline build (plugins/kernels/wgmma_timeline.cuh, of
+"""Where does a channel-major ping-pong tile's time go? Runs the timeline build (bench/probe_kernels/wgmma_timeline.cuh, of
 plugins/kernels/wgmma_conv.cu: each consumer warpgroup's thread 0 writes the SM clock at six points of each of its
 tiles; with any profiling build, --replace diag=1) on one layer at batch 256 and prints the median phase lengths in
 clocks, and the SM clock rate they imply against the kernel's time (device only):
