@@ -112,7 +112,7 @@ def test_created_plugins_answer_the_contract_for_every_resnet50_node(trt, resnet
         assert plugin.logic.attrs == attrs, node.name
         assert (plugin.plugin_name, plugin.plugin_namespace, plugin.plugin_version, plugin.num_outputs) == (spec.name, NAMESPACE, "1", 1)
         assert plugin.get_capability_interface(trt.PluginCapabilityType.RUNTIME) is plugin
-        x, y = values[node.input[0]], values[node.output[0]]
+        x, y = values[spec.bind(node.input)["x"]], values[node.output[0]]
         # types
         in_types = [getattr(trt.DataType, "INT8" if values[i].dtype == np.int8 else "FLOAT") for i in node.input]
         assert plugin.get_output_data_types(in_types) == [trt.DataType.INT8] and y.dtype == np.int8
@@ -220,6 +220,12 @@ def _dynamic_desc(trt, dims, lo, hi):
     return d
 
 
+def _dynamic_descs(trt, spec, dims, lo, hi):
+    """configure_plugin's inputs as TensorRT passes them, one per input of `spec`: x's dynamic batch range, then the
+    constants' (their dims unread)."""
+    return [_dynamic_desc(trt, dims, lo, hi)] + [_dynamic_desc(trt, [1, 1], 1, 1) for _ in spec.inputs[1:]]
+
+
 def test_configured_plugins_on_hopper_offer_the_wgmma_tactics_of_their_profile(trt):
     from trtfuse.plugins.tactics import TACTICS_BY_ID
 
@@ -229,7 +235,7 @@ def test_configured_plugins_on_hopper_offer_the_wgmma_tactics_of_their_profile(t
     before = plugin.get_valid_tactics()
     assert before == tc.launcher_tactics(attrs, H200) and all(TACTICS_BY_ID[i].family == "mma" for i in before)
     x = [256, 256, 28, 28]
-    plugin.configure_plugin([_dynamic_desc(trt, x, 4, 256)], [])
+    plugin.configure_plugin(_dynamic_descs(trt, FUSED_CONV, x, 4, 256), [])
     offered = plugin.get_valid_tactics()
     assert offered == tc.launcher_tactics(attrs, H200, (28, 28), (4, 256)) and offered[0] == 67  # choose's pick
     assert set(before) < set(offered) and {65, 66, 67, 68} <= set(offered)
@@ -240,12 +246,12 @@ def test_configured_plugins_on_hopper_offer_the_wgmma_tactics_of_their_profile(t
     fresh.set_tactic(67)
     assert fresh.tactic == 67
     with pytest.raises(ValueError, match="channels"):
-        plugin.configure_plugin([_dynamic_desc(trt, [256, 128, 28, 28], 4, 256)], [])
+        plugin.configure_plugin(_dynamic_descs(trt, FUSED_CONV, [256, 128, 28, 28], 4, 256), [])
     # before Hopper, or without a GPU (the AOT tactics), configuring adds nothing
     for device in (tc.LaunchDevice("sm_80", 163 * 1024, 108), None):
         other = ConvPlugin(FUSED_CONV, RES4_FIRST_CONV2, "n", trt.TensorRTPhase.BUILD, device=device)
         first = other.get_valid_tactics()
-        other.configure_plugin([_dynamic_desc(trt, x, 4, 256)], [])
+        other.configure_plugin(_dynamic_descs(trt, FUSED_CONV, x, 4, 256), [])
         assert all(TACTICS_BY_ID[i].family == "mma" for i in other.get_valid_tactics())
         assert set(other.get_valid_tactics()) == set(first)
         with pytest.raises(ValueError, match="not offered"):
@@ -338,7 +344,7 @@ def test_every_tactic_a_configured_plugin_offers_equals_golden(trt):
         attrs = dict(in_channels=shape.c, out_channels=shape.k, kernel_shape=(shape.r, shape.s), strides=shape.stride,
                      pads=shape.pads, relu=1)
         plugin = ConvPlugin(spec, attrs, name, trt.TensorRTPhase.BUILD)
-        plugin.configure_plugin([_dynamic_desc(trt, [2, shape.c, shape.h, shape.w], 2, 2)], [])
+        plugin.configure_plugin(_dynamic_descs(trt, spec, [2, shape.c, shape.h, shape.w], 2, 2), [])
         offered = plugin.get_valid_tactics()
         problem = ConvProblem.random(shape, has_res, seed=i)
         golden = problem.golden()
@@ -372,7 +378,8 @@ class _RecordingPlan:
         self.log, self.dims, self.tactic = log, dims, tactic
         log.append(("plan", dims, tactic))
 
-    def launch(self, *pointers, residual, residual_scale, relu, stream):
+    def launch_op(self, op, inputs, y, *, relu, stream):
+        assert op.bind(inputs) == {"x": 1, "weight": 2, "scale": 3, "bias": 4, "out_scale": 5} and y == 6  # by name
         self.log.append(("launch", self.dims, self.tactic, stream))
 
 
@@ -381,6 +388,11 @@ def _x_desc(trt, dims):
     d.dims = trt.Dims(dims)
     d.type = trt.DataType.INT8
     return d
+
+
+def _in_descs(trt, x_dims):
+    """One desc per FusedConv input, as TensorRT hands them: x's, then the constants' (their dims unread)."""
+    return [_x_desc(trt, x_dims)] + [_x_desc(trt, [1]) for _ in FUSED_CONV.inputs[1:]]
 
 
 def test_the_documented_lifecycle_launches_the_tactic_last_set(trt, monkeypatch):
@@ -398,11 +410,11 @@ def test_the_documented_lifecycle_launches_the_tactic_last_set(trt, monkeypatch)
     plugin = creator.create_plugin("conv", fields, trt.TensorRTPhase.BUILD)
     tactics = plugin.get_valid_tactics()
     assert len(tactics) >= 2
-    plugin.on_shape_change([_x_desc(trt, x4)], out)
+    plugin.on_shape_change(_in_descs(trt, x4), out)
     for t in tactics:
         plugin.set_tactic(t)
-        plugin.enqueue([_x_desc(trt, x4)], out, ptrs, outs, 0, 11)
-        plugin.enqueue([_x_desc(trt, x4)], out, ptrs, outs, 0, 11)
+        plugin.enqueue(_in_descs(trt, x4), out, ptrs, outs, 0, 11)
+        plugin.enqueue(_in_descs(trt, x4), out, ptrs, outs, 0, 11)
     assert [e[2] for e in log if e[0] == "launch"] == [t for t in tactics for _ in range(2)]
     assert [e[2] for e in log if e[0] == "plan"] == tactics  # one plan per tactic, reused for its second launch
 
@@ -414,12 +426,12 @@ def test_the_documented_lifecycle_launches_the_tactic_last_set(trt, monkeypatch)
     context = runtime.attach_to_context(None)
     assert context.tactic == chosen
     log.clear()
-    context.on_shape_change([_x_desc(trt, x8)], out)
-    context.enqueue([_x_desc(trt, x8)], out, ptrs, outs, 0, 12)
+    context.on_shape_change(_in_descs(trt, x8), out)
+    context.enqueue(_in_descs(trt, x8), out, ptrs, outs, 0, 12)
     context.set_tactic(tactics[0])  # a tactic change without a shape change
-    context.enqueue([_x_desc(trt, x8)], out, ptrs, outs, 0, 12)
-    context.on_shape_change([_x_desc(trt, x4)], out)  # and a shape change keeps the tactic
-    context.enqueue([_x_desc(trt, x4)], out, ptrs, outs, 0, 12)
+    context.enqueue(_in_descs(trt, x8), out, ptrs, outs, 0, 12)
+    context.on_shape_change(_in_descs(trt, x4), out)  # and a shape change keeps the tactic
+    context.enqueue(_in_descs(trt, x4), out, ptrs, outs, 0, 12)
     assert [e[1:3] for e in log if e[0] == "launch"] == [(tuple(x8), chosen), (tuple(x8), tactics[0]), (tuple(x4), tactics[0])]
     # clones (the builder's and each context's) carry the tactic and share no plans with their source
     clone = context.clone()

@@ -86,9 +86,15 @@ def _attrs(spec: OpSpec, args: dict) -> tc.ConvAttrs:
     return tc.ConvAttrs.from_dict({name: args[name] for name in spec.attribute_names})
 
 
+def _tensors(spec: OpSpec, args: dict) -> list:
+    """The op's input tensors (descriptors or device tensors) in node-input order, from the arguments TensorRT
+    passed by name: what OpSpec.bind and ConvLaunch.launch_op take."""
+    return [args[name] for name in spec.input_names]
+
+
 def _x_shape(spec: OpSpec, args: dict) -> tuple:
     """[N, C, H, W] of the activation input as shape expressions: never int(), which placeholders refuse."""
-    x = args[spec.inputs[0].name]
+    x = spec.bind(_tensors(spec, args))["x"]
     return tuple(x.shape_expr[i] for i in range(4))
 
 
@@ -123,17 +129,12 @@ def _register_conv(spec: OpSpec, trt, trtp) -> None:
         from trtfuse.plugins.tactics import ConvShape
 
         attrs = _attrs(spec, args)
-        inputs = {t.name: args[t.name] for t in spec.inputs}
+        tensors = _tensors(spec, args)
         ptr = lambda t: t.__cuda_array_interface__["data"][0]
-        n, c, h, w = (int(d) for d in inputs["x"].shape)
+        n, c, h, w = (int(d) for d in spec.bind(tensors)["x"].shape)
         shape = ConvShape(n, attrs.in_channels, h, w, attrs.out_channels, *attrs.kernel_shape, attrs.strides, attrs.pads)
         plan = ConvLaunch.plan(shape, int(args["tactic"]))
-        has_res = "residual" in inputs
-        plan.launch(ptr(inputs["x"]), ptr(inputs["weight"]), ptr(inputs["scale"]), ptr(inputs["bias"]),
-                    ptr(inputs["out_scale"]), ptr(args["outputs"][0]),
-                    residual=ptr(inputs["residual"]) if has_res else 0,
-                    residual_scale=ptr(inputs["residual_scale"]) if has_res else 0,
-                    relu=bool(attrs.relu), stream=args["stream"])
+        plan.launch_op(spec, [ptr(t) for t in tensors], ptr(args["outputs"][0]), relu=bool(attrs.relu), stream=args["stream"])
 
     aot_return = Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymIntExprs]
     trtp.register(name)(_plugin_function(f"{spec.name}_register", tensor_params + attr_params, register, trtp.TensorDesc))

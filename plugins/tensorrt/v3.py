@@ -215,10 +215,7 @@ class ConvPluginLogic:
         plan = plans.get(key)
         if plan is None:
             plan = plans[key] = self.plan(dims, tactic)
-        has_res = len(self.spec.inputs) > 5
-        plan.launch(*(int(p) for p in inputs[:5]), int(outputs[0]),
-                    residual=int(inputs[5]) if has_res else 0, residual_scale=int(inputs[6]) if has_res else 0,
-                    relu=bool(self.attrs.relu), stream=int(stream))
+        plan.launch_op(self.spec, [int(p) for p in inputs], int(outputs[0]), relu=bool(self.attrs.relu), stream=int(stream))
 
 
 # ---- the TensorRT classes, built once per TensorRT module ----
@@ -265,7 +262,7 @@ def plugin_classes(trt):
             return [getattr(trt.DataType, t) for t in self.logic.output_types()]
 
         def get_output_shapes(self, inputs, shape_inputs, expr_builder):
-            return [trt.DimsExprs(self.logic.output_dims(inputs[0], expr_builder.constant))]
+            return [trt.DimsExprs(self.logic.output_dims(self.logic.spec.bind(inputs)["x"], expr_builder.constant))]
 
         def supports_format_combination(self, pos, in_out, num_inputs):
             desc = in_out[pos].desc
@@ -273,7 +270,7 @@ def plugin_classes(trt):
 
         def configure_plugin(self, inp, out):
             # dims[1] is -1 only if the network lost the static channel count: refuse at build time.
-            dims = inp[0].desc.dims
+            dims = self.logic.spec.bind(inp)["x"].desc.dims
             if dims[1] != self.logic.attrs.in_channels:
                 raise ValueError(f"{self.layer_name}: x has {dims[1]} channels, the node says {self.logic.attrs.in_channels}")
             self.logic.configure((dims[2], dims[3]), (inp[0].min[0], inp[0].max[0]))
@@ -293,7 +290,7 @@ def plugin_classes(trt):
 
         def enqueue(self, input_desc, output_desc, inputs, outputs, workspace, stream):
             # Reads dims only: in the lean module a PluginTensorDesc's format cannot be read from Python.
-            self.logic.enqueue(list(input_desc[0].dims), inputs, outputs, self.tactic, stream, self.plans)
+            self.logic.enqueue(list(self.logic.spec.bind(input_desc)["x"].dims), inputs, outputs, self.tactic, stream, self.plans)
 
         def attach_to_context(self, resource_context):
             return self.clone()
