@@ -270,10 +270,11 @@ def plugin_classes(trt):
 
         def configure_plugin(self, inp, out):
             # dims[1] is -1 only if the network lost the static channel count: refuse at build time.
-            dims = self.logic.spec.bind(inp)["x"].desc.dims
+            x = self.logic.spec.bind(inp)["x"]
+            dims = x.desc.dims
             if dims[1] != self.logic.attrs.in_channels:
                 raise ValueError(f"{self.layer_name}: x has {dims[1]} channels, the node says {self.logic.attrs.in_channels}")
-            self.logic.configure((dims[2], dims[3]), (inp[0].min[0], inp[0].max[0]))
+            self.logic.configure((dims[2], dims[3]), (x.min[0], x.max[0]))
 
         def get_valid_tactics(self):
             return list(self.logic.tactics)
