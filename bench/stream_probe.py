@@ -19,9 +19,10 @@ import ctypes
 import datetime
 import sys
 
+from trtfuse import args as flags
 from ..io import atomic_write_json
-from . import PROBE_KERNEL_DIR
 from ..plugins.tactics import TACTICS_BY_ID, ConvShape
+from . import PROBE_KERNEL_DIR
 
 RES3_CONV3 = ConvShape(256, 128, 28, 28, 512, 1, 1)
 # The pixel-major tiles whose walk the probe replays, by channel blocks per tile: w42 (128 pixels x 256
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     from .kernels import graph_time_ms
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out")
+    flags.out(ap)
     ap.add_argument("--spin", type=int, nargs="+", default=[0, 2500], help="clocks per tile standing in for the main loop")
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)

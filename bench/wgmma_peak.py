@@ -16,6 +16,7 @@ import ctypes
 import datetime
 import sys
 
+from trtfuse import args as flags
 from ..io import atomic_write_json
 from . import PROBE_KERNEL_DIR
 
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
     from ..plugins import cuda_driver as cd
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out")
+    flags.out(ap)
     ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="N:warpgroups:layout[:chains[:rs[:kt[:pitch[:turn]]]]] (parse_variant; layout 0 rows32, 1 window32, "
                     "2 rows128, 3 window64: the stride-2 windows' taps)")
     ap.add_argument("--iters", type=int, default=4000, help="batches of 4 wgmmas per warpgroup")

@@ -32,21 +32,6 @@ PLUGIN_FLAVOURS = ("qdp", "v3")
 DEFAULT_BATCH = (1, 8, 256)
 
 
-def parse_batch(spec: str | None) -> tuple[int, int, int] | None:
-    """"8" -> (8, 8, 8); "1,8,32" -> (min, opt, max); None (not given) stays None."""
-    if spec is None:
-        return None
-    try:
-        values = [int(v) for v in spec.split(",")]
-    except ValueError:
-        raise TrtfuseError(f"--batch takes N or MIN,OPT,MAX, not {spec!r}") from None
-    if len(values) == 1:
-        values *= 3
-    if len(values) != 3 or not (1 <= values[0] <= values[1] <= values[2]):
-        raise TrtfuseError(f"--batch needs 1 <= MIN <= OPT <= MAX, got {spec!r}")
-    return tuple(values)
-
-
 def sidecar_path(engine: str) -> Path:
     """Where `build_engine` records how an engine was built (its plugin flavour) for the runner."""
     return Path(f"{engine}.trtfuse.json")

@@ -201,3 +201,47 @@ def test_the_tensorrt_subpackage_never_shadows_nvidias_module():
     assert not wrong, "; ".join(wrong)
     spec = importlib.util.find_spec("tensorrt")  # None where TensorRT is not installed
     assert spec is None or not Path(spec.origin or "").is_relative_to(ROOT / "plugins")
+
+
+# ---- command-line flags: each common one declared once, in trtfuse.args (core/args.py) ----
+ARGS_MODULE = ROOT / "core" / "args.py"
+# Flags two parsers declare under one name for two different things, each the business of its own parser.
+SAME_NAME_OTHER_MEANING = {
+    "--layers": "`bench kernels`: which layer set (resnet50, seed000, all); bench/wgmma_diag.py: substrings of layer names",
+}
+
+
+def flag_declarations(source: str) -> list[tuple[str, int]]:
+    """(flag or positional name, line) of every `.add_argument(...)` call in `source`."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            out += [(a.value, node.lineno) for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return out
+
+
+def declarations_outside_args() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for path in module_files().values():
+        if path != ARGS_MODULE:
+            for flag, line in flag_declarations(path.read_text()):
+                found.setdefault(flag, []).append(f"{path.relative_to(ROOT)}:{line}")
+    return found
+
+
+def test_common_flags_are_declared_only_in_trtfuse_args():
+    from trtfuse.args import COMMON_FLAGS
+
+    declared_in_args = {flag for flag, _ in flag_declarations(ARGS_MODULE.read_text())}
+    assert COMMON_FLAGS <= declared_in_args, f"listed but not declared in core/args.py: {sorted(COMMON_FLAGS - declared_in_args)}"
+    outside = declarations_outside_args()
+    wrong = [f"{where}: {flag}" for flag, places in sorted(outside.items()) if flag in COMMON_FLAGS for where in places]
+    assert not wrong, "declare these with trtfuse.args' functions instead: " + "; ".join(wrong)
+    # a flag that comes to be declared in a second place is a common flag: it goes into core/args.py too
+    repeated = {flag: places for flag, places in outside.items() if len(places) > 1 and flag not in SAME_NAME_OTHER_MEANING}
+    assert not repeated, f"declared in several places (move them to core/args.py): {repeated}"
+
+
+def test_the_flag_rule_sees_declarations():
+    source = 'p.add_argument("--count", type=int)\nsub.add_argument("-o", "--output", required=True)\nf(x, "--json")\n'
+    assert flag_declarations(source) == [("--count", 1), ("-o", 2), ("--output", 2)]

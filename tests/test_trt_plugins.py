@@ -122,14 +122,15 @@ def test_build_without_tensorrt_is_one_line_exit_2(tmp_path):
 
 @pytest.mark.parametrize("spec,ok", [("8", (8, 8, 8)), ("1,8,32", (1, 8, 32)), ("3,2,1", None), ("x", None)])
 def test_batch_profile_parsing(spec, ok):
-    from trtfuse.errors import TrtfuseError
-    from trtfuse.runtime.trt_build import parse_batch
+    import argparse
+
+    from trtfuse.args import batch_range
 
     if ok:
-        assert parse_batch(spec) == ok
+        assert batch_range(spec) == ok
     else:
-        with pytest.raises(TrtfuseError):
-            parse_batch(spec)
+        with pytest.raises(argparse.ArgumentTypeError):
+            batch_range(spec)
 
 
 def _have_tensorrt():
