@@ -245,3 +245,33 @@ def test_common_flags_are_declared_only_in_trtfuse_args():
 def test_the_flag_rule_sees_declarations():
     source = 'p.add_argument("--count", type=int)\nsub.add_argument("-o", "--output", required=True)\nf(x, "--json")\n'
     assert flag_declarations(source) == [("--count", 1), ("-o", 2), ("--output", 2)]
+
+
+# ---- docs/ARCHITECTURE.md: the walk of one residual block stays short enough to follow ----
+WALK_HEADING = "## The path of one residual block"
+MAX_WALK_FILES = 8
+# a file path or name as the docs write them: folders optional, one of the repository's file kinds at the end
+FILE_NAME = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|cuh|cu|md|jsonl|json|sh|toml|txt)(?![\w-])")
+
+
+def walk_section(text: str) -> str:
+    """The text under the walk's heading, up to the next heading of its level."""
+    assert WALK_HEADING in text, f"docs/ARCHITECTURE.md has no heading {WALK_HEADING!r}"
+    rest = text.split(WALK_HEADING, 1)[1]
+    return re.split(r"^## ", rest, maxsplit=1, flags=re.M)[0]
+
+
+def test_the_architecture_walk_names_at_most_8_files():
+    section = walk_section((ROOT / "docs" / "ARCHITECTURE.md").read_text())
+    files = sorted(set(FILE_NAME.findall(section)))
+    assert len(files) <= MAX_WALK_FILES, f"the walk names {len(files)} files (at most {MAX_WALK_FILES}): {files}"
+    missing = [f for f in files if not (ROOT / f).is_file()]
+    assert not missing, f"the walk names files that are not in the repository (give their paths): {missing}"
+    stated = re.search(r"Files named in this walk: (\d+)\.", section)
+    assert stated and int(stated.group(1)) == len(files), f"the walk should say 'Files named in this walk: {len(files)}.'"
+
+
+def test_the_walk_count_sees_paths_and_names():
+    text = "## The path of one residual block\n`plugins/kernels/wgmma_conv.cu`, plugins/conv.py and wgmma_s8.cuh; " \
+           "`ConvLaunch.plan`, trtfuse-scales-v1, sm_90a.\n## Next\n`calib/data.py`"
+    assert sorted(set(FILE_NAME.findall(walk_section(text)))) == ["plugins/conv.py", "plugins/kernels/wgmma_conv.cu", "wgmma_s8.cuh"]

@@ -3,7 +3,7 @@
 On the CPU, with the lean runtime's Python module (`trtfuse[lean]`, in the `test` extra): our creators go
 into the lean plugin registry, are looked up by (name, "1", "trtfuse") as TensorRT's ONNX parser looks them
 up, and create plugins from the field collection the parser would build from each plugin node of a
-`--fuse all` ResNet-50; the plugins' answers must equal trt_contract's and the shapes the CPU executor
+`--fuse all` ResNet-50; the plugins' answers must equal the contract's (plugins/tensorrt/contract.py) and the shapes the CPU executor
 produces. With the full `tensorrt` module, the same tests run against its registry too.
 On a GPU: the created plugin's `enqueue`, called with real PluginTensorDesc objects, device pointers and a
 stream handle as ints (as TensorRT calls it), must reproduce the golden reference for every node.
@@ -116,7 +116,7 @@ def test_created_plugins_answer_the_contract_for_every_resnet50_node(trt, resnet
         # types
         in_types = [getattr(trt.DataType, "INT8" if values[i].dtype == np.int8 else "FLOAT") for i in node.input]
         assert plugin.get_output_data_types(in_types) == [trt.DataType.INT8] and y.dtype == np.int8
-        # shapes: N symbolic, the rest static, against the CPU executor's output and trt_contract
+        # shapes: N symbolic, the rest static, against the CPU executor's output and the contract
         dims = plugin.logic.output_dims([_Dim(None)] + [_Dim(d) for d in x.shape[1:]], lambda v: v)
         assert dims[1:] == list(y.shape[1:]) and not dims[0].is_constant(), node.name
         assert tuple(dims[1:]) == tc.output_shape(x.shape, attrs)[1:]
