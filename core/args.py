@@ -33,7 +33,6 @@ DATA_HELP = "a folder of JPEG/PNG images (optional val_map.txt labels), a .npy/.
 
 _POSITIVE_INT = positive_int()
 _POSITIVE_FLOAT = positive_float()
-_FLOAT = number_type(float, False)
 
 
 def _non_negative(kind: type):
