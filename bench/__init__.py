@@ -7,6 +7,11 @@ from pathlib import Path
 
 RESULTS_ENV = "TRTFUSE_RESULTS_DIR"
 DEFAULT_RESULTS_DIR = "bench-results"  # under the current folder: never inside the installed package
+# CUDA sources only the bench compiles: the probes (stream_probe.cu, wgmma_peak.cu) and the wgmma kernel's profiling
+# hooks (wgmma_profiling.cuh, wgmma_timeline.cuh). Apart from plugins/kernels/ so that production kernels cannot include
+# them; NVRTC gets both folders for these builds (plugins/nvrtc.py compile_kernel's include_dirs). Not named
+# bench/kernels/: trtfuse.bench.kernels is `trtfuse bench kernels`.
+PROBE_KERNEL_DIR = Path(__file__).parent / "probe_kernels"
 
 
 def default_results_path(name: str) -> Path:

@@ -4,6 +4,8 @@
 
 import importlib
 
+from trtfuse import args as flags
+
 BENCHMARKS = {
     "kernels": ("trtfuse.bench.kernels", "time the fused INT8 conv kernels per ResNet-50 layer (GPU)"),
     "splitk": ("trtfuse.bench.splitk", "time MatMul/Gemm plain vs split-K rewrite on a shape sweep (GPU)"),
@@ -17,9 +19,9 @@ def register(sub) -> None:
     bsub = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
     for name, (module, help_text) in BENCHMARKS.items():
         bp = bsub.add_parser(name, help=help_text)
-        bp.add_argument("--json", action="store_true", help="print the records as JSON instead of a table")
-        bp.add_argument("-o", "--output", help="results file (default: ./bench-results/<name>-<device>.json, a line appended to <name>-history.jsonl beside it; "
-                        "$TRTFUSE_RESULTS_DIR overrides the folder)")
+        flags.json_flag(bp, "print the records as JSON instead of a table")
+        flags.output(bp, "results file (default: ./bench-results/<name>-<device>.json, a line appended to "
+                     "<name>-history.jsonl beside it; $TRTFUSE_RESULTS_DIR overrides the folder)")
         bp.set_defaults(func=lambda args, module=module: importlib.import_module(module).run(args))
         bp.set_defaults(_add_arguments_from=module)
         try:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 
+from trtfuse import args as flags
 from ..io import atomic_write_json
 
 # nvidia-smi's clocks_throttle_reasons.active bits (nvml.h, nvmlClocksEventReasons)
@@ -120,10 +121,10 @@ def main(argv=None) -> int:
                     help="LAYER@TACTIC: a bench/wgmma_diag.py layer name's substring and a tactic id with replaced fields "
                     "('res3 first@74:diag=2')")
     ap.add_argument("--peak", nargs="*", default=[], help="wgmma peak variants N:warpgroups:layout (bench/wgmma_peak.py)")
-    ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--settle", type=float, default=1.0)
+    flags.seconds(ap, 2.0, "seconds each kernel replays (default 2)")
+    flags.settle(ap, 1.0, "seconds into each kernel's run before its samples count as steady (default 1)")
     ap.add_argument("--idle", type=float, default=2.0, help="seconds idle before each kernel's run")
-    ap.add_argument("--out")
+    flags.out(ap)
     args = ap.parse_args(argv)
     torch.cuda.init()
     cd.context()

@@ -17,6 +17,8 @@ import time
 
 import numpy as np
 
+from trtfuse import args as flags
+
 
 def build_fused_resnet50(batch: int, image_size: int = 224, calib: int = 8):
     from ..calib.data import default_images
@@ -101,11 +103,11 @@ def time_offline_pipeline(plans_from, fused, streams: int, seconds: float, rate_
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--batch", type=int, default=256, help="batch size (default 256)")
-    p.add_argument("--streams", type=int, default=2, help="runners (CUDA graphs) in flight (default 2)")
-    p.add_argument("--seconds", type=float, default=5.0, help="timed seconds per figure (default 5)")
+    flags.batch(p, 256, "batch size (default 256)")
+    flags.streams(p, 2, "runners (CUDA graphs) in flight (default 2)", metavar=None)
+    flags.seconds(p, 5.0, "timed seconds per figure (default 5)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch fp16 baseline")
-    p.add_argument("--autotune", action="store_true", help="time every tactic per conv when building the runner")
+    flags.autotune(p, "time every tactic per conv when building the runner")
     p.add_argument("--no-fold-stem", action="store_true", help="run the stem on CHW4 instead of space-to-depth")
 
 
@@ -180,8 +182,8 @@ def run(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=run.__doc__)
     add_arguments(ap)
-    ap.add_argument("-o", "--output", help="results file (default: ./bench-results/e2e-<device>-<date>.json, or $TRTFUSE_RESULTS_DIR)")
-    ap.add_argument("--json", action="store_true")
+    flags.output(ap, "results file (default: ./bench-results/e2e-<device>.json, or $TRTFUSE_RESULTS_DIR)")
+    flags.json_flag(ap, "print the record as JSON")
     return run(ap.parse_args(argv))
 
 

@@ -19,6 +19,7 @@ import tempfile
 
 import numpy as np
 
+from trtfuse import args as flags
 from ..runtime.offline import DEFAULT_STREAMS
 
 
@@ -46,10 +47,10 @@ def measure(batch: int, slots: int, seconds: float, count: int, log_dir: str) ->
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--batch", type=int, default=256, help="samples per batch (default 256)")
+    flags.batch(p, 256, "samples per batch (default 256)")
     p.add_argument("--slots", type=int, default=DEFAULT_STREAMS, help="runner slots, as --streams (default %d)" % DEFAULT_STREAMS)
-    p.add_argument("--seconds", type=float, default=5.0, help="LoadGen min duration: the query holds 220k x S samples (default 5)")
-    p.add_argument("--count", type=int, default=4096, help="samples in the query sample library (default 4096)")
+    flags.seconds(p, 5.0, "LoadGen min duration: the query holds 220k x S samples (default 5)")
+    flags.count(p, 4096, "samples in the query sample library (default 4096)")
 
 
 def run(args) -> int:

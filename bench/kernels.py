@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 
+from trtfuse import args as flags
 from ..errors import TrtfuseError
 from ..ui import print_json, print_table, progress
 
@@ -22,12 +23,12 @@ INT8_PEAK_TOPS = 1979.0  # H100/H200 SXM dense int8 (datasheet)
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 256], help="batch sizes (default 1 8 256)")
+    flags.batch(p, [1, 8, 256], "batch sizes (default 1 8 256)", nargs="+")
     p.add_argument("--layers", choices=["resnet50", "seed000", "all"], default="all")
     p.add_argument("--filter", help="only layers whose name contains this text")
-    p.add_argument("--autotune", action="store_true", help="time every tactic and split count, keep the best")
+    flags.autotune(p, "time every tactic and split count, keep the best")
     p.add_argument("--no-baselines", action="store_true", help="time only our kernels")
-    p.add_argument("--reps", type=int, default=15, help="timed graph replays per figure")
+    flags.reps(p, 15, "timed graph replays per figure")
     p.add_argument("--roofline", help="write a roofline PNG here")
 
 

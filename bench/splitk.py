@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from trtfuse import args as flags
 from trtfuse.errors import TrtfuseError
 from trtfuse.graph_passes.cost_model import DEVICES, DeviceParams, GemmProblem, decide, device_params, fit, padded_k, predict_us
 
@@ -400,7 +401,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tf32", action="store_true", help="let float32 GEMMs use TF32 tensor cores (default: IEEE fp32)")
     parser.add_argument("--quick", action="store_true", help="a 12-shape grid instead of 72 (plus the seed and classifier shapes)")
     parser.add_argument("--splits", default="2,4,8,16,32,64", help="split counts to time, comma-separated (default 2,4,8,16,32,64: all that auto may pick)")
-    parser.add_argument("--reps", type=int, default=400, help="most timed calls per measurement (default 400)")
+    flags.reps(parser, 400, "most timed calls per measurement (default 400)")
     parser.add_argument("--budget", type=float, default=0.15, help="seconds of timing per measurement at most, roughly (default 0.15)")
     parser.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph timings")
     parser.add_argument("--params", help="cost-model parameters: h200, h100 or a JSON file (default: by device name)")

@@ -1,5 +1,5 @@
 """Is the access pattern of the wgmma epilogue what caps the residual 1x1 layers? Times
-plugins/kernels/stream_probe.cu (no math, no tensor cores) on res3 conv3's output tensor at batch 256
+bench/probe_kernels/stream_probe.cu (no math, no tensor cores) on res3 conv3's output tensor at batch 256
 (device only):
 
     python3 -m trtfuse.bench.stream_probe [--out FILE]
@@ -19,8 +19,10 @@ import ctypes
 import datetime
 import sys
 
+from trtfuse import args as flags
 from ..io import atomic_write_json
 from ..plugins.tactics import TACTICS_BY_ID, ConvShape
+from . import PROBE_KERNEL_DIR
 
 RES3_CONV3 = ConvShape(256, 128, 28, 28, 512, 1, 1)
 # The pixel-major tiles whose walk the probe replays, by channel blocks per tile: w42 (128 pixels x 256
@@ -48,7 +50,7 @@ def main(argv=None) -> int:
     from .kernels import graph_time_ms
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out")
+    flags.out(ap)
     ap.add_argument("--spin", type=int, nargs="+", default=[0, 2500], help="clocks per tile standing in for the main loop")
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
@@ -72,7 +74,7 @@ def main(argv=None) -> int:
         rows.append({"variant": label, "ms": round(ms, 4), "tb_per_s": round(2 * nbytes / ms / 1e9, 2)})
         print(f"{label:32s} {ms:8.4f} ms  {2 * nbytes / ms / 1e9:5.2f} TB/s (read + write)", flush=True)
 
-    flat = cd.kernel_module("stream_probe.cu").function("probe_flat")
+    flat = cd.kernel_module("stream_probe.cu", include_dirs=(PROBE_KERNEL_DIR,)).function("probe_flat")
     n16 = ctypes.c_int64(nbytes // 16)
     rp, yp = ctypes.c_uint64(r.data_ptr()), ctypes.c_uint64(y.data_ptr())
     record("flat", lambda: cd.launch(flat, (sms * 4, 1, 1), (512, 1, 1), 0, torch.cuda.current_stream().cuda_stream,
@@ -82,7 +84,8 @@ def main(argv=None) -> int:
         for ahead in (1, 0):
             for store in (8, 16):
                 fn = cd.kernel_module("stream_probe.cu", {"PROBE_AHEAD": ahead, "PROBE_STORE": store,
-                                                          "PROBE_BLOCKS": blocks}).function("probe_tiles", smem)
+                                                          "PROBE_BLOCKS": blocks},
+                                     include_dirs=(PROBE_KERNEL_DIR,)).function("probe_tiles", smem)
                 for spin in args.spin:
                     for per_sm in (1, 2):
                         if blocks == 4 and (store == 16 or per_sm == 2):

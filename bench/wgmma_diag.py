@@ -1,5 +1,5 @@
 """Which stage bounds the Hopper wgmma tactic? Times profiling builds of plugins/kernels/wgmma_conv.cu
-(plugins/kernels/wgmma_profiling.cuh) against the real kernel on ResNet-50's long-K layers at batch 256 (device only):
+(bench/probe_kernels/wgmma_profiling.cuh) against the real kernel on ResNet-50's long-K layers at batch 256 (device only):
 
     python3 -m trtfuse.bench.wgmma_diag [--out FILE]
 
@@ -27,6 +27,7 @@ import shlex
 import sys
 import time
 
+from trtfuse import args as flags
 from ..io import atomic_write_json
 from ..plugins.conv import ConvLaunch
 from ..plugins.tactics import TACTICS_BY_ID, ConvShape, choose
@@ -87,18 +88,16 @@ def main(argv=None) -> int:
     from .wgmma_check import TorchOperands
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out")
+    flags.out(ap)
     ap.add_argument("--residual", action="store_true", help="time the residual 1x1 layers instead")
     ap.add_argument("--only", help="comma-separated variant labels to time (e.g. 'full t42,full t43,diag3 t43')")
     ap.add_argument("--layers", help="comma-separated substrings: time only the layers whose name has one")
     ap.add_argument("--batches", help="comma-separated batch sizes to time each layer at instead of 256 (e.g. wave "
                     "quantization: '198,200,256,264')")
-    ap.add_argument("--replace", default="",
-                    help="comma-separated table tactics with fields replaced, also timed: '70:halo_stages=10:diag=1,61:halo_rows=256'")
-    ap.add_argument("--settle", type=float, default=0.0,
-                    help="seconds the card idles before each variant is timed: a power-bound kernel (res3 first conv2) "
-                    "drops from 1980 MHz after ~100 ms of load, so without it the variant timed later runs slower "
-                    "(bench/clock_probe.py)")
+    flags.replace(ap, "comma-separated table tactics with fields replaced, also timed: '70:halo_stages=10:diag=1,61:halo_rows=256'")
+    flags.settle(ap, 0.0, "seconds the card idles before each variant is timed: a power-bound kernel (res3 first conv2) "
+                 "drops from 1980 MHz after ~100 ms of load, so without it the variant timed later runs slower "
+                 "(bench/clock_probe.py)")
     args = ap.parse_args(argv)
     extra = []
     for spec in (s for s in args.replace.split(",") if s):  # a spec given twice is timed twice: 't74 pdl=1 #2'

@@ -1,5 +1,5 @@
 """How fast do the tensor cores take int8 wgmmas in the conv kernel's operand layouts? Times
-plugins/kernels/wgmma_peak.cu (wgmma alone: no copies, no barriers, no epilogue) on every SM (device only):
+bench/probe_kernels/wgmma_peak.cu (wgmma alone: no copies, no barriers, no epilogue) on every SM (device only):
 
     python3 -m trtfuse.bench.wgmma_peak [--out FILE]
 
@@ -16,7 +16,9 @@ import ctypes
 import datetime
 import sys
 
+from trtfuse import args as flags
 from ..io import atomic_write_json
+from . import PROBE_KERNEL_DIR
 
 PEAK_TOPS = 1979.0  # the datasheet's dense int8 figure: 132 SMs x 8192 ops per clock at 1.83 GHz
 OPS_PER_SM_CLOCK = 8192
@@ -49,7 +51,7 @@ def launcher(torch, cd, variant: str, iters: int):
     module = cd.Module(compile_kernel("wgmma_peak.cu", {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout, "PEAK_CHAINS": chains,
                                                         "PEAK_RS": rs, "PEAK_RS_KT": kt, "PEAK_PITCH": pitch,
                                                         "PEAK_TURN": turn},
-                                      ARCH, "cubin").image)
+                                      ARCH, "cubin", include_dirs=(PROBE_KERNEL_DIR,)).image)
     b_bytes = n * 128 if layout == 2 else (n + 2 * pitch + 2) * 64 if layout == 3 else 4 * (n + 64) * 32
     smem = wgs * 64 * 128 + b_bytes + 1024
     fn = module.function("wgmma_peak", smem)
@@ -70,7 +72,7 @@ def main(argv=None) -> int:
     from ..plugins import cuda_driver as cd
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out")
+    flags.out(ap)
     ap.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, help="N:warpgroups:layout[:chains[:rs[:kt[:pitch[:turn]]]]] (parse_variant; layout 0 rows32, 1 window32, "
                     "2 rows128, 3 window64: the stride-2 windows' taps)")
     ap.add_argument("--iters", type=int, default=4000, help="batches of 4 wgmmas per warpgroup")

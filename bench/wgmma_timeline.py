@@ -1,4 +1,4 @@
-"""Where does a channel-major ping-pong tile's time go? Runs the timeline build (plugins/kernels/wgmma_timeline.cuh, of
+"""Where does a channel-major ping-pong tile's time go? Runs the timeline build (bench/probe_kernels/wgmma_timeline.cuh, of
 plugins/kernels/wgmma_conv.cu: each consumer warpgroup's thread 0 writes the SM clock at six points of each of its
 tiles; with any profiling build, --replace diag=1) on one layer at batch 256 and prints the median phase lengths in
 clocks, and the SM clock rate they imply against the kernel's time (device only):
@@ -24,6 +24,7 @@ import sys
 
 import numpy as np
 
+from trtfuse import args as flags
 from ..io import atomic_write_json
 from ..plugins.conv import ConvLaunch
 from .wgmma_diag import LAYERS, replaced_variant
@@ -74,9 +75,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--layer", default="res3 first")
     ap.add_argument("--tactic", type=int, default=74)
-    ap.add_argument("--replace", default="", help="colon-separated integer fields of the tactic to replace: 'pp_inflight=2'")
+    flags.replace(ap, "colon-separated integer fields of the tactic to replace: 'pp_inflight=2'")
     ap.add_argument("--dump", type=int, help="print one CTA's raw stamps (points 0-5 per tile; per window: wanted, issued, seen, given back)")
-    ap.add_argument("--out")
+    flags.out(ap)
     args = ap.parse_args(argv)
     _, variant = replaced_variant(":".join([str(args.tactic)] + ([args.replace] if args.replace else [])))
     tactic = dataclasses.replace(variant, timeline=1)

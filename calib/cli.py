@@ -5,32 +5,31 @@ from __future__ import annotations
 import argparse
 import os
 
-DATA_HELP = "a folder of JPEG/PNG images (optional val_map.txt labels), a .npy/.npz batch, or 'default' (embedded photos)"
+from trtfuse import args as flags
+from trtfuse.args import DATA_HELP
 
 
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="compute INT8 activation scales for a model (scales JSON for `rewrite --scales`)",
                        description="Run the fp32 model on the CPU over calibration images, histogram every activation "
                                    "the rewrite needs, and pick each tensor's INT8 scale.")
-    p.add_argument("model", help="the fp32 ONNX model (never modified)")
-    p.add_argument("--data", default="default", help=DATA_HELP + " (default: default, calib split)")
-    p.add_argument("--count", type=int, default=512, help="number of calibration images (default 512)")
+    flags.model(p, "the fp32 ONNX model (never modified)")
+    flags.data(p, "default", DATA_HELP + " (default: default, calib split)")
+    flags.count(p, 512, "number of calibration images (default 512)")
     p.add_argument("--method", default="entropy", choices=["max", "percentile", "entropy", "mse"],
                    help="threshold method (default entropy)")
-    p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile (default 99.99)")
-    p.add_argument("--fuse", default="both", choices=["both", "residual", "all"],
-                   help="the rewrite's fuse mode, which decides the tensors it needs; both (default): every tensor "
-                        "`rewrite --fuse residual` or `--fuse all` reads, so one scales file serves either")
+    flags.percentile(p, "for --method percentile (default 99.99)")
+    flags.fuse(p, "both", "the rewrite's fuse mode, which decides the tensors it needs; both (default): every tensor "
+               "`rewrite --fuse residual` or `--fuse all` reads, so one scales file serves either", both=True)
     p.add_argument("--tensors", default="auto", choices=["auto", "rewrite", "broad"],
                    help="tensor set: the rewrite's list (rewrite), every Conv/BN/Add/Relu/pool activation (broad), "
                         "or the rewrite's list when available (auto, default)")
-    p.add_argument("--batch", type=int, default=8,
-                   help="images per ONNX Runtime run (default 8: larger batches cost memory and page faults, not speed)")
-    p.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads (default 2)")
-    p.add_argument("-o", "--output", required=True, help="scales JSON to write")
+    flags.batch(p, 8, "images per ONNX Runtime run (default 8: larger batches cost memory and page faults, not speed)")
+    flags.threads(p, 2, "ONNX Runtime intra-op threads (default 2)")
+    flags.output(p, "scales JSON to write", required=True)
     p.add_argument("--cache", help="also write a TensorRT-style calibration cache text file")
     p.add_argument("--cache-version", default="8601", help="TensorRT version number in the cache header (default 8601)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    flags.json_flag(p)
     p.set_defaults(func=run_calibrate)
 
     e = sub.add_parser("evaluate", help="compare an INT8 rewritten model with its fp32 original",
@@ -40,31 +39,31 @@ def register(sub) -> None:
                                    "its Q/DQ chain, the comparison for a rewrite that fused it with its own scales.")
     e.add_argument("fp32", help="the reference ONNX model: the fp32 original, or the Q/DQ model that was rewritten")
     e.add_argument("int8", help="the rewritten INT8 model (plugin nodes run on trtfuse's CPU executor)")
-    e.add_argument("--data", default="default", help=DATA_HELP + " (default: default, heldout split)")
-    e.add_argument("--count", type=int, default=64, help="number of images (default 64)")
-    e.add_argument("--batch", type=int, default=8, help="images per run (default 8)")
+    flags.data(e, "default", DATA_HELP + " (default: default, heldout split)")
+    flags.count(e, 64, "number of images (default 64)")
+    flags.batch(e, 8, "images per run (default 8)")
     e.add_argument("--no-layers", action="store_true", help="skip the per-layer SQNR table (faster)")
     e.add_argument("--ort-optimization", choices=["all", "basic", "none"], default="all",
                    help="ONNX Runtime graph optimization level for the reference (default all, ORT's own default: "
                         "a Q/DQ model runs on ORT's integer kernels; none: the Q/DQ chain as written)")
-    e.add_argument("-o", "--output", help="write the report as JSON")
-    e.add_argument("--json", action="store_true", help="print the report as JSON")
+    flags.output(e, "write the report as JSON")
+    flags.json_flag(e, "print the report as JSON")
     e.set_defaults(func=run_evaluate)
 
     c = sub.add_parser("calibrate-compare", help="calibrate with every method, rewrite, evaluate, and rank the methods",
                        description="One statistics pass on calibration images, then for each method: scales, "
                                    "`rewrite --scales`, and `evaluate` on held-out images.")
-    c.add_argument("model", help="the fp32 ONNX model (never modified)")
-    c.add_argument("--data", default="default", help="calibration data: " + DATA_HELP + " (default: default, calib split)")
-    c.add_argument("--count", type=int, default=512, help="calibration images (default 512)")
+    flags.model(c, "the fp32 ONNX model (never modified)")
+    flags.data(c, "default", "calibration data: " + DATA_HELP + " (default: default, calib split)")
+    flags.count(c, 512, "calibration images (default 512)")
     c.add_argument("--eval-data", default="default", help="evaluation data (default: default, heldout split)")
     c.add_argument("--eval-count", type=int, default=64, help="evaluation images (default 64)")
     c.add_argument("--methods", default="max,percentile,entropy,mse", help="comma-separated (default all four)")
-    c.add_argument("--percentile", type=float, default=99.99, help="for the percentile method (default 99.99)")
-    c.add_argument("--fuse", default="residual", choices=["residual", "all"], help="the rewrite's fuse mode")
+    flags.percentile(c, "for the percentile method (default 99.99)")
+    flags.fuse(c, "residual", "the rewrite's fuse mode")
     c.add_argument("--out-dir", help="also write each method's scales JSON and rewritten model here")
-    c.add_argument("-o", "--output", help="write the comparison as JSON")
-    c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    flags.output(c, "write the comparison as JSON")
+    flags.json_flag(c, "print the comparison as JSON")
     c.set_defaults(func=run_compare)
 
 

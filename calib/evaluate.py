@@ -127,7 +127,7 @@ def fused_output_map(int8_model, fp32_model) -> dict[str, tuple[str, str]]:
     for node in _plugin_nodes(int8_model):
         spec = op_for_node(node.op_type, node.domain)
         y = node.output[0]
-        out_scale = node.input[spec.input_names.index("out_scale")]
+        out_scale = spec.bind(node.input)["out_scale"]
         original = recorded.get(y)
         if original is None and y in fp32_names:
             original = y

@@ -18,6 +18,8 @@ import argparse
 
 import numpy as np
 
+from trtfuse import args as flags
+
 
 def _sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
     return float(10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / np.sum((ref.astype(np.float64) - got) ** 2)))
@@ -118,9 +120,9 @@ def main(argv=None) -> int:
     from .stats import input_name_and_size
 
     parser = argparse.ArgumentParser(prog="python -m trtfuse.calib.sensitivity", description=__doc__.split("\n\n")[0])
-    parser.add_argument("model")
+    flags.model(parser)
     parser.add_argument("scales")
-    parser.add_argument("--count", type=int, default=32)
+    flags.count(parser, 32, "held-out images (default 32)")
     parser.add_argument("--noise-db", type=float, default=30.0)
     parser.add_argument("--probes", help="comma-separated tensors to perturb (default: input + 4 spread out)")
     args = parser.parse_args(argv)

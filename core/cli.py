@@ -13,6 +13,7 @@ import os
 import sys
 
 from . import __version__
+from . import args as flags
 from .errors import TrtfuseError
 
 # Order here is the order `trtfuse --help` lists them: the workflow order.
@@ -46,8 +47,7 @@ def _add_debug_everywhere(parser: argparse.ArgumentParser) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for sub in set(action.choices.values()):
                 if "--debug" not in sub._option_string_actions:
-                    sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                                     help="show tracebacks for unexpected errors")
+                    flags.debug(sub, after_subcommand=True)
                 _add_debug_everywhere(sub)
 
 
@@ -60,8 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(cpu | cuda) -> build (TensorRT) -> offline (MLPerf LoadGen); bench for benchmarks.",
     )
     parser.add_argument("--version", action="version", version=f"trtfuse {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for unexpected errors (before or "
-                        "after the subcommand)")
+    flags.debug(parser, "show tracebacks for unexpected errors (before or after the subcommand)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(sub)

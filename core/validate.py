@@ -5,7 +5,8 @@ Everything a user can get wrong is checked here, before any work starts, and rep
 
 * `harden(parser)` walks every (sub)parser once it is built: plain `type=int` / `type=float` options
   become checked types (finite numbers; counts, sizes, durations and rates in `POSITIVE` must be > 0),
-  so a command cannot forget a range check and NaN never reaches the code.
+  so a command cannot forget a range check and NaN never reaches the code. The flags several commands
+  share are declared with their checked types already (trtfuse.args), so harden leaves them as they are.
 * path checks (`check_input_file`, `check_output_file`, `check_output_dir`) that commands call up front
   and that `trtfuse.io` repeats at write time.
 """
@@ -20,11 +21,9 @@ from pathlib import Path
 
 from .errors import TrtfuseError
 
-# Option destinations that are counts, sizes, durations or rates: they must be > 0 wherever they appear.
-POSITIVE = {
-    "count", "batch", "streams", "threads", "calib_images", "eval_count", "expected_qps", "min_duration",
-    "seconds", "slots", "reps", "budget", "image_size", "bn_images", "percentile",
-}
+# Destinations of a command's own options that are counts, sizes, durations or rates: they must be > 0. (--count,
+# --batch, --streams, --seconds and the other shared flags get theirs from trtfuse.args.)
+POSITIVE = {"calib_images", "eval_count", "expected_qps", "slots", "budget", "bn_images"}
 
 
 def _number(text: str, kind: type, positive: bool, flag: str):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-FUSE_CHOICES = ("residual", "all")  # = fuse_residual.FUSE_MODES, kept import-free
+from trtfuse import args as flags
 
 
 def register(sub) -> None:
@@ -15,19 +15,17 @@ def register(sub) -> None:
         "first. A quantized (Q/DQ) model is fused with its own scales. Prints every candidate, fused or rejected, "
         "and why.",
     )
-    p.add_argument("model", help="input ONNX model (never modified)")
-    p.add_argument("-o", "--output", required=True, help="rewritten ONNX model to write (atomically)")
-    p.add_argument("--fuse", choices=FUSE_CHOICES, default="residual",
-                   help="residual: residual blocks only (default); all: every conv of the trunk")
-    p.add_argument("--scales", metavar="F", help="activation scales JSON (trtfuse-scales-v1); default: a max pass "
-                   "over default calibration images")
+    flags.model(p, "input ONNX model (never modified)")
+    flags.output(p, "rewritten ONNX model to write (atomically)", required=True)
+    flags.fuse(p, "residual", "residual: residual blocks only (default); all: every conv of the trunk")
+    flags.scales(p, "activation scales JSON (trtfuse-scales-v1); default: a max pass over default calibration images")
     p.add_argument("--requantize", action="store_true",
                    help="quantized (Q/DQ) model: discard its Q/DQ and calibrate anew (--scales or the max pass) "
                    "instead of fusing with the model's own scales")
     p.add_argument("--calib-images", type=int, default=8, metavar="N",
                    help="images for the max pass when --scales is not given (default 8)")
     p.add_argument("--report", metavar="F", help="write the candidate table as JSON")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
+    flags.json_flag(p, "print the summary as JSON instead of tables")
     from .split_k import add_split_k_arguments
 
     add_split_k_arguments(p)

@@ -368,7 +368,8 @@ def _emit_plugin(graph, g: _Gemm, splits: int, opset: int) -> None:
     g.node.outputs.clear()
     e = _Emitter(graph, g.node.name or f"{g.node.op}_{y.name}", opset)
     attrs = {"splits": int(splits), "plugin_namespace": NAMESPACE, "aot": 1}
-    e.op(SPLIT_K_GEMM.name, [g.a, e.const("weight", w), e.const("bias", bias)], attrs, outputs=[y], domain=DOMAIN)
+    inputs = {"a": g.a, "weight": e.const("weight", w), "bias": e.const("bias", bias)}
+    e.op(SPLIT_K_GEMM.name, [inputs[name] for name in SPLIT_K_GEMM.input_names], attrs, outputs=[y], domain=DOMAIN)
 
 
 def split_k(model, splits: SplitMode = "auto", device: str | DeviceParams | None = None, emit: str = "rewrite",

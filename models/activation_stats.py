@@ -15,6 +15,8 @@ import argparse
 
 import numpy as np
 
+from trtfuse import args as flags
+
 
 def block_output_stats(model, images: np.ndarray) -> tuple[list[dict], np.ndarray]:
     """Per-block-output statistics and the logits of `model` (a dynamic- or matching-batch ModelProto)."""
@@ -55,12 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     from trtfuse.ui import print_table
 
     from .cache import load_cached_model
-    from .resnet import ARCHITECTURES
 
     parser = argparse.ArgumentParser(prog="python -m trtfuse.models.activation_stats", description=__doc__.splitlines()[0])
-    parser.add_argument("arch", choices=list(ARCHITECTURES))
+    flags.arch(parser)
     parser.add_argument("--images", type=int, default=16)
-    parser.add_argument("--image-size", type=int, default=224)
+    flags.image_size(parser)
     args = parser.parse_args(argv)
     model = load_cached_model(args.arch, batch=None, image_size=args.image_size)
     stats, logits = block_output_stats(model, default_images(args.images, size=args.image_size, split="heldout"))

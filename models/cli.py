@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-ARCH_CHOICES = ("resnet18", "resnet34", "resnet50", "resnet101")  # = resnet.ARCHITECTURES, kept import-free
+from trtfuse import args as flags
+
 
 
 def register(sub) -> None:
@@ -12,19 +13,19 @@ def register(sub) -> None:
         description="Build ResNet-18/34/50/101 (torchvision v1.5 topology) as ONNX with deterministic synthetic "
         "weights whose BN statistics are re-estimated on natural images. Every variant computes the same function.",
     )
-    p.add_argument("arch", choices=ARCH_CHOICES, help="architecture")
-    p.add_argument("-o", "--output", required=True, help="ONNX file to write (atomically)")
+    flags.arch(p, "architecture")
+    flags.output(p, "ONNX file to write (atomically)", required=True)
     p.add_argument("--opset", type=int, default=13, help="ONNX opset, 13..21 (default 13; 17 is the other common one)")
     batch = p.add_mutually_exclusive_group()
-    batch.add_argument("--batch", type=int, default=1, metavar="N", help="static batch size (default 1)")
+    flags.batch(batch, 1, "static batch size (default 1)", metavar="N")
     batch.add_argument("--dynamic-batch", action="store_true", help='dynamic batch dimension, dim_param "N"')
     p.add_argument("--fold-bn", action="store_true", help="fold BatchNormalization into Conv bias (as torch.onnx export does)")
     p.add_argument("--classifier", choices=("gemm", "matmul"), default="gemm", help="fc as Gemm(transB=1) (default) or MatMul+Add")
     p.add_argument("--pool", choices=("gap", "reducemean"), default="gap", help="GlobalAveragePool+Flatten (default) or ReduceMean over H,W")
-    p.add_argument("--image-size", type=int, default=224, help="input height = width, a multiple of 32, >= 32 (default 224)")
-    p.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    flags.image_size(p, 224, "input height = width, a multiple of 32, >= 32 (default 224)")
+    flags.seed(p)
     p.add_argument("--bn-images", type=int, help="natural images for BN re-estimation (default: the library's, 32)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    flags.json_flag(p)
     p.set_defaults(func=run)
 
 

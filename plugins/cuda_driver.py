@@ -249,16 +249,18 @@ class Module:
 _kernel_modules: dict[tuple, Module] = {}
 
 
-def kernel_module(source: str, defines: dict | None = None, device_ordinal: int | None = None) -> Module:
-    """plugins/kernels/<source> compiled for this GPU (NVRTC, disk-cached) and loaded, once per process."""
+def kernel_module(source: str, defines: dict | None = None, device_ordinal: int | None = None,
+                  include_dirs: tuple = ()) -> Module:
+    """plugins/kernels/<source> (or a source of `include_dirs`: the bench's probes) compiled for this GPU (NVRTC,
+    disk-cached) and loaded, once per process."""
     from .nvrtc import compile_kernel
 
     device = current_device() if device_ordinal is None else device_ordinal
     context(device)
     arch = compute_capability(device)
-    key = (source, tuple(sorted((defines or {}).items())), arch, device)  # a module belongs to one context
+    key = (source, tuple(sorted((defines or {}).items())), arch, device, tuple(map(str, include_dirs)))  # a module belongs to one context
     if key not in _kernel_modules:
-        _kernel_modules[key] = Module(compile_kernel(source, defines or {}, arch, "cubin").image)
+        _kernel_modules[key] = Module(compile_kernel(source, defines or {}, arch, "cubin", include_dirs=include_dirs).image)
     return _kernel_modules[key]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,8 +53,14 @@ def _cache_dir() -> Path:
     return path
 
 
-def _sources() -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted(KERNEL_DIR.glob("*.cu*"))}
+def _sources(folders) -> dict[str, str]:
+    """Every kernel source and header of `folders` by file name (what an #include may reach), the first folder's
+    first: the cache key covers them all, so editing any header recompiles what may include it."""
+    out: dict[str, str] = {}
+    for folder in folders:
+        for p in sorted(Path(folder).glob("*.cu*")):
+            out.setdefault(p.name, p.read_text())
+    return out
 
 
 _RESOURCE_RE = re.compile(
@@ -70,16 +77,20 @@ def parse_resources(log: str) -> dict:
 
 
 def compile_kernel(source: str, defines: dict[str, int], arch: str = "sm_90", target: str = "cubin",
-                   use_cache: bool = True, headers: dict[str, str] | None = None) -> CompiledKernel:
-    """Compile plugins/kernels/<source> with -D defines for `arch` (e.g. "sm_90"); `headers` are generated
-    headers (include name -> text) the source includes, such as a tactic's configuration struct."""
+                   use_cache: bool = True, headers: dict[str, str] | None = None,
+                   include_dirs: Sequence[str | os.PathLike] = ()) -> CompiledKernel:
+    """Compile <source> with -D defines for `arch` (e.g. "sm_90"); `headers` are generated headers (include
+    name -> text) the source includes, such as a tactic's configuration struct. The source and its includes are
+    found in plugins/kernels/ and then in `include_dirs`: the profiling probes and hooks live in the bench's own
+    folder (bench/probe_kernels/), which the bench passes here, so no production build can include them."""
     nvrtc = _nvrtc()
-    sources = _sources()
+    folders = (KERNEL_DIR, *(Path(d) for d in include_dirs))
+    sources = _sources(folders)
     if source not in sources:
-        raise TrtfuseError(f"no kernel source {source} in {KERNEL_DIR}")
+        raise TrtfuseError(f"no kernel source {source} in {', '.join(str(f) for f in folders)}")
     cc = arch.split("_")[1]
     gpu_arch = f"sm_{cc}" if target == "cubin" else f"compute_{cc}"
-    opts = [f"--gpu-architecture={gpu_arch}", "-std=c++17", f"-I{KERNEL_DIR}", "--ptxas-options=-v", "-lineinfo"]
+    opts = [f"--gpu-architecture={gpu_arch}", "-std=c++17", *(f"-I{f}" for f in folders), "--ptxas-options=-v", "-lineinfo"]
     opts += [f"-D{k}={v}" for k, v in sorted(defines.items())]
     generated = sorted((headers or {}).items())
     key_parts = (sorted(sources.items()), source, opts, nvrtc_version()) + ((generated,) if generated else ())
@@ -112,7 +123,7 @@ def compile_kernel(source: str, defines: dict[str, int], arch: str = "sm_90", ta
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     if target == "ptx":  # PTX carries no ptxas report: compile the cubin too for the resource numbers
-        log = compile_kernel(source, defines, arch, "cubin", use_cache, headers).log
+        log = compile_kernel(source, defines, arch, "cubin", use_cache, headers, include_dirs).log
     # Atomic cache write: concurrent processes may compile the same kernel.
     for path, data in ((cache, image), (log_path, log.encode())):
         tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")

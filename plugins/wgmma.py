@@ -63,11 +63,24 @@ def shared_memory_limit(device: int) -> int:
     return cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
 
 
+def include_dirs(tactic: WgmmaTactic) -> tuple:
+    """Folders besides plugins/kernels/ a tactic's build reads: none for a table tactic. A profiling build (`diag` or
+    `timeline` set, which only bench/wgmma_diag.py and bench/wgmma_timeline.py do) includes its hooks,
+    wgmma_profiling.cuh / wgmma_timeline.cuh; they live with the bench (bench/probe_kernels/) so that no production
+    build can reach them, and are found there only for such a build."""
+    if not (tactic.diag or tactic.timeline):
+        return ()
+    from trtfuse.bench import PROBE_KERNEL_DIR  # (here, not at the top: plugins never import the bench otherwise)
+
+    return (PROBE_KERNEL_DIR,)
+
+
 def compile_tactic(tactic: WgmmaTactic, target: str = "cubin", arch: str = ARCH, use_cache: bool = True) -> CompiledKernel:
     """The kernel built for one tactic: wgmma_conv.cu with the tactic's configuration struct as its generated header."""
     from .nvrtc import compile_kernel
 
-    return compile_kernel(SOURCE, {}, arch, target, use_cache, headers={TACTIC_HEADER: tactic.config_header()})
+    return compile_kernel(SOURCE, {}, arch, target, use_cache, headers={TACTIC_HEADER: tactic.config_header()},
+                          include_dirs=include_dirs(tactic))
 
 
 def module_for(tactic: WgmmaTactic) -> cd.Module:

@@ -119,7 +119,7 @@ class WgmmaTactic:
     # CTA's setup and resident weight overlap that grid's last tiles (persistent grids: every CTA is resident).
     # When the CTA lets the next grid launch: 1 at its start, 2 never (at its exit), 3 once its last window is issued
     pdl: int = 0
-    diag: int = 0  # profiling builds only (plugins/kernels/wgmma_profiling.cuh, bench/wgmma_diag.py); never in the table
+    diag: int = 0  # profiling builds only (bench/probe_kernels/wgmma_profiling.cuh, bench/wgmma_diag.py); never in the table
     timeline: int = 0  # profiling only: per-tile SM clocks of the ping-pong consumers (wgmma_timeline.cuh, bench/wgmma_timeline.py)
     family: ClassVar[str] = "wgmma"
     vec: ClassVar[int] = 32  # the activation's channel vector: CHW32

@@ -2,10 +2,14 @@
 `trtfuse build`, `trtfuse offline`."""
 
 from __future__ import annotations
+
+from trtfuse import args as flags
+
 from .offline import DEFAULT_STREAMS
 
 
 BACKENDS = ("cpu", "cuda", "trt")
+LOADGEN_DATA = "DIR|FILE|default|synthetic"  # what `offline` and `server` read as --data (runtime/offline.py load_samples)
 
 
 def register(sub) -> None:
@@ -16,26 +20,25 @@ def register(sub) -> None:
         "and top-1 class per image. With --reference, also run an fp32 model on the same images and report "
         "logit cosine similarity and top-1 agreement.",
     )
-    p.add_argument("model", help="ONNX model; for --backend trt a serialized TensorRT engine (`trtfuse build`)")
-    p.add_argument("--backend", choices=BACKENDS, default="cpu", help="cpu (golden executor; default); cuda (trtfuse's kernels, "
-                   "for --fuse all models); trt (a TensorRT engine, trtfuse's plugins registered)")
+    flags.model(p, "ONNX model; for --backend trt a serialized TensorRT engine (`trtfuse build`)")
+    flags.backend(p, BACKENDS, default="cpu", help="cpu (golden executor; default); cuda (trtfuse's kernels, "
+                  "for --fuse all models); trt (a TensorRT engine, trtfuse's plugins registered)")
     p.add_argument("--engine", choices=("ort", "reference"), default="ort",
                    help="cpu backend: run standard ops with onnxruntime (default) or onnx's ReferenceEvaluator")
-    p.add_argument("--data", default="default", metavar="default|DIR|FILE.npy",
-                   help="default: embedded held-out natural images; a folder of JPEG/PNG images; or a float32 "
-                        "[N, 3, H, W] .npy file")
-    p.add_argument("--count", type=int, default=8, metavar="N", help="number of images (default 8)")
+    flags.data(p, "default", "default: embedded held-out natural images; a folder of JPEG/PNG images; or a float32 "
+               "[N, 3, H, W] .npy file", metavar="default|DIR|FILE.npy")
+    flags.count(p, 8, "number of images (default 8)", metavar="N")
     p.add_argument("--reference", metavar="FP32.onnx", help="also run this model and compare logits")
-    p.add_argument("--json", action="store_true", help="print results as JSON")
+    flags.json_flag(p, "print results as JSON")
     p.set_defaults(func=run)
 
     b = sub.add_parser("build", help="build a TensorRT engine from a rewritten model (needs TensorRT >= 10.9)",
                        description="Parse a rewritten ONNX model with TensorRT's ONNX parser, trtfuse's plugins "
                        "registered first, into a strongly typed network and write a serialized engine.")
-    b.add_argument("model", help="rewritten ONNX model")
-    b.add_argument("-o", "--output", required=True, help="engine file to write (atomically)")
-    b.add_argument("--batch", metavar="N|MIN,OPT,MAX", help="optimization profile batch range of a dynamic-batch model "
-                   "(default 1,8,256); a static-batch model keeps its own batch")
+    flags.model(b, "rewritten ONNX model")
+    flags.output(b, "engine file to write (atomically)", required=True)
+    flags.batch(b, None, "optimization profile batch range of a dynamic-batch model (default 1,8,256); a static-batch "
+                "model keeps its own batch", metavar="N|MIN,OPT,MAX", profile=True)
     b.add_argument("--timing-cache", metavar="F", help="read and update this timing cache")
     b.add_argument("--plugins", choices=("qdp", "v3"), default="qdp",
                    help="qdp: Quickly Deployable Plugins, AOT kernels embedded in the engine (mma.sync tactics); "
@@ -44,7 +47,7 @@ def register(sub) -> None:
     b.add_argument("--version-compatible", action="store_true",
                    help="set BuilderFlag.VERSION_COMPATIBLE: the engine then also runs on the lean runtime "
                    "(tensorrt_lean) and on later TensorRT versions")
-    b.add_argument("--json", action="store_true", help="print the build summary as JSON")
+    flags.json_flag(b, "print the build summary as JSON")
     b.set_defaults(func=build)
 
     o = sub.add_parser("offline", help="MLPerf-style Offline run on MLPerf LoadGen (samples/s, latency, accuracy)",
@@ -54,46 +57,33 @@ def register(sub) -> None:
                        "answers LoadGen. LoadGen's logs go to --log-dir.")
     o.add_argument("--model", help="ONNX model (for --backend cuda: a `rewrite --fuse all` model; "
                    "for --backend trt: a serialized engine from `trtfuse build`); not with --endpoint")
-    add_endpoint_args(o)
-    o.add_argument("--backend", choices=("cuda", "onnxruntime", "trt"), default="cuda")
-    o.add_argument("--data", default="synthetic", metavar="DIR|FILE|default|synthetic",
-                   help="images folder (with val_map.txt for accuracy), .npy/.npz, default photos, or synthetic")
-    o.add_argument("--count", type=int, default=None,
-                   help="samples in the query sample library (default: 2048 on a GPU, 64 with onnxruntime)")
-    o.add_argument("--batch", type=int, default=None,
-                   help="batch size (default: 256 on a GPU; with onnxruntime the model's static batch, else 8)")
-    o.add_argument("--gpus", default="1", metavar="N|all", help="GPUs, one worker each (default 1)")
-    o.add_argument("--streams", type=int, default=DEFAULT_STREAMS, metavar="N",
-                   help="--backend cuda/trt: runners (CUDA graphs on their own streams) per GPU (default %d)" % DEFAULT_STREAMS)
+    flags.endpoints(o)
+    flags.backend(o, ("cuda", "onnxruntime", "trt"), default="cuda")
+    flags.data(o, "synthetic", "images folder (with val_map.txt for accuracy), .npy/.npz, default photos, or synthetic",
+               metavar=LOADGEN_DATA)
+    flags.count(o, None, "samples in the query sample library (default: 2048 on a GPU, 64 with onnxruntime)")
+    flags.batch(o, None, "batch size (default: 256 on a GPU; with onnxruntime the model's static batch, else 8)")
+    flags.gpus(o, "1", "GPUs, one worker each (default 1)", metavar="N|all", allow_all=True)
+    flags.streams(o, DEFAULT_STREAMS, "--backend cuda/trt: runners (CUDA graphs on their own streams) per GPU (default %d)"
+                  % DEFAULT_STREAMS)
     o.add_argument("--mode", choices=("performance", "accuracy"), default="performance")
     o.add_argument("--expected-qps", type=float, default=None,
                    help="LoadGen offline_expected_qps: the query holds 1.1 x this x --min-duration samples (default: "
                         "30000 on a GPU; with onnxruntime the rate measured in a short warm-up, so the run is short and valid)")
-    o.add_argument("--min-duration", type=float, default=None, metavar="S",
-                   help="LoadGen min duration in seconds (default: 10 on a GPU, 4 with onnxruntime)")
-    o.add_argument("--log-dir", default="offline-logs", help="folder for LoadGen's logs (default offline-logs)")
-    o.add_argument("--autotune", action="store_true",
-                   help="--backend cuda: time every tactic per conv on each GPU before the run (else the heuristic)")
+    flags.min_duration(o, None, "LoadGen min duration in seconds (default: 10 on a GPU, 4 with onnxruntime)")
+    flags.loadgen_logs(o, "offline-logs")
+    flags.autotune(o, "--backend cuda: time every tactic per conv on each GPU before the run (else the heuristic)")
     o.add_argument("--compare-torch", action="store_true",
                    help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run")
+    o.add_argument("--scaling", action="store_true",
+                   help="with --gpus N > 1: first run one GPU with the same settings (its expected QPS 1/N of "
+                   "--expected-qps, logs in LOG_DIR/one-gpu), and record scaling_vs_1gpu from the two runs")
     o.add_argument("--compare-pipeline", action="store_true",
                    help="first feed the same workers directly, without LoadGen, for as many samples (samples/s: what "
                    "LoadGen's side of the run costs)")
-    o.add_argument("-o", "--output", help="also write the result JSON here (atomically)")
-    o.add_argument("--json", action="store_true", help="print the result as JSON")
+    flags.output(o, "also write the result JSON here (atomically)")
+    flags.json_flag(o, "print the result as JSON")
     o.set_defaults(func=offline)
-
-
-def add_endpoint_args(p) -> None:
-    """The options that point a LoadGen run at Triton servers instead of an in-process model."""
-    p.add_argument("--endpoint", action="append", metavar="127.0.0.1:PORT",
-                   help="a Triton server's gRPC endpoint (`trtfuse serve`); repeat it: the servers share the load")
-    p.add_argument("--model-name", default="resnet", help="--endpoint: the served model's name (default resnet)")
-    p.add_argument("--max-in-flight", type=int, default=64, metavar="N",
-                   help="--endpoint: requests outstanding per endpoint at most (default 64)")
-    p.add_argument("--shared-memory", choices=("none", "cuda"), default="none",
-                   help="--endpoint: how images reach the servers: in the requests (none, default), or through CUDA "
-                        "shared memory on this machine's GPUs (cuda: a server on the same machine; no image crosses gRPC)")
 
 
 def loadgen_rows(result: dict, keys: list[str]) -> list:
@@ -126,8 +116,6 @@ def offline(args) -> int:
         raise TrtfuseError("--model and --endpoint exclude each other: with --endpoint the servers hold the model")
     if not args.endpoint and not args.model:
         raise TrtfuseError("name the model to run (--model) or the Triton servers to drive (--endpoint)")
-    if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) >= 1):
-        raise TrtfuseError(f"--gpus {args.gpus}: give a number of GPUs (at least 1) or 'all'")
     if args.model:
         check_input_file(args.model, "engine" if args.backend == "trt" else "model")
     if args.output:
@@ -137,6 +125,8 @@ def offline(args) -> int:
     gpu = args.backend in ("cuda", "trt") and not args.endpoint
     if args.compare_torch and not gpu:
         raise TrtfuseError("--compare-torch times PyTorch fp16 on a GPU: it goes with --backend cuda or trt")
+    if args.scaling and not gpu:
+        raise TrtfuseError("--scaling compares GPU counts: it goes with --backend cuda or trt and --model")
     count = args.count or (2048 if gpu else 64)
     min_duration = args.min_duration or (10.0 if gpu else 4.0)
     if args.endpoint:  # every server answers for the model before anything is shown or loaded
@@ -149,8 +139,6 @@ def offline(args) -> int:
         if args.endpoint:
             from trtfuse.runtime.triton_client import run_triton
 
-            if args.max_in_flight < 1:
-                raise TrtfuseError("--max-in-flight must be at least 1")
             # The servers hold the model: a request is --batch images (default 8), the rate LoadGen is told to
             # expect --expected-qps (default: what one CPU-served small model sustains, 200).
             result = run_triton(args.endpoint, "offline", args.data, count, args.batch or 8, args.mode, args.log_dir,
@@ -159,9 +147,26 @@ def offline(args) -> int:
                                 shared_memory=args.shared_memory)
             result["backend"] = "triton"
         else:
+            one_gpu = None
+            if args.scaling:
+                from pathlib import Path
+
+                from trtfuse.plugins import cuda_driver as cd
+
+                n = cd.device_count() if args.gpus == "all" else int(args.gpus)
+                if n < 2:
+                    raise TrtfuseError("--scaling compares one GPU with several: give --gpus 2 or more")
+                one_gpu = run_offline(args.model, args.backend, args.data, count, args.batch, "1", args.mode,
+                                      str(Path(args.log_dir) / "one-gpu"), args.expected_qps and args.expected_qps / n,
+                                      min_duration, progress_cb=bar.update, autotune=args.autotune, streams=args.streams)
             result = run_offline(args.model, args.backend, args.data, count, args.batch, args.gpus, args.mode,
                                  args.log_dir, args.expected_qps, min_duration, progress_cb=bar.update,
                                  autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline)
+            if one_gpu is not None:
+                # the same machine, the same invocation: the 1-GPU figure the N-GPU one is judged against
+                result["one_gpu"] = {k: one_gpu.get(k) for k in ("samples_per_s", "result", "min_duration_s", "log_dir")}
+                if result.get("samples_per_s") and one_gpu.get("samples_per_s"):
+                    result["scaling_vs_1gpu"] = result["samples_per_s"] / one_gpu["samples_per_s"]
     finally:
         bar.close()
     if args.compare_torch:
@@ -184,7 +189,7 @@ def offline(args) -> int:
         print_json(result)
     else:
         keys = ["backend", "endpoints", "batch", "gpus", "streams", "mode", "expected_qps", "samples_per_s",
-                "samples_completed", "pipeline_samples_per_s", "torch_fp16_samples_per_s"]
+                "samples_completed", "scaling_vs_1gpu", "pipeline_samples_per_s", "torch_fp16_samples_per_s"]
         rows = loadgen_rows(result, keys)
         if result.get("invalid_because"):
             rows.append(["INVALID because", result["invalid_because"]])
@@ -197,10 +202,10 @@ def offline(args) -> int:
 
 
 def build(args) -> int:
-    from trtfuse.runtime.trt_build import build_engine, parse_batch
+    from trtfuse.runtime.trt_build import build_engine
     from trtfuse.ui import print_json, print_table
 
-    summary = build_engine(args.model, args.output, parse_batch(args.batch), args.timing_cache, plugins=args.plugins,
+    summary = build_engine(args.model, args.output, args.batch, args.timing_cache, plugins=args.plugins,
                            version_compatible=args.version_compatible)
     if args.json:
         print_json(summary)

@@ -38,7 +38,7 @@ def run_plugin(op_type: str, inputs: list, attrs: dict) -> np.ndarray:
     for value, tspec in zip(inputs, spec.inputs):
         if np.asarray(value).dtype != np.dtype(tspec.dtype):
             raise TrtfuseError(f"{op_type} input {tspec.name!r} must be {tspec.dtype}, got {np.asarray(value).dtype}")
-    named = dict(zip(spec.input_names, inputs))
+    named = spec.bind(inputs)
     return fused_conv_int8(
         named["x"], named["weight"], named["scale"], named["bias"], named["out_scale"],
         named.get("residual"), named.get("residual_scale"),

@@ -28,7 +28,7 @@ from ..plugins import network_ops
 from ..plugins.conv import ConvLaunch
 from ..plugins import stem
 from ..plugins.layout import channel_vector, pack_weight, round_up, unpack_nchwv, unpack_weight
-from ..plugins.op_schema import DOMAIN
+from ..plugins.op_schema import DOMAIN, op_for_node
 from ..plugins.tactics import ConvShape, candidate_tactics
 from .classifier_plan import plan_classifier
 from .top1 import Top1Readout
@@ -166,14 +166,16 @@ class CudaRunner(Top1Readout):
 
     def _fused_conv(self, node) -> None:
         a = _attrs(node)
-        x = self.tensors.get(node.input[0])
+        op = op_for_node(node.op_type, node.domain)
+        names = op.bind(node.input)  # the node's tensors by op_schema's input names
+        x = self.tensors.get(names["x"])
         if x is None:
-            raise TrtfuseError(f"--backend cuda: input {node.input[0]} of {node.name} is not an int8 tensor it computed")
+            raise TrtfuseError(f"--backend cuda: input {names['x']} of {node.name} is not an int8 tensor it computed")
         shape = self._conv_shape(node, x.folded_from or x.shape)
         n = shape.n
         if x.folded_from:
             fc = stem.fold(shape)
-            w = unpack_weight(self.inits[node.input[1]], shape.k, shape.c, (shape.r, shape.s))
+            w = unpack_weight(self.inits[names["weight"]], shape.k, shape.c, (shape.r, shape.s))
             self.consts[node.name + "__folded_weight"] = cd.DeviceBuffer.from_array(pack_weight(stem.fold_weight(w, fc), stem.S2D_VEC))
             weight = self.consts[node.name + "__folded_weight"].ptr
             plan = ConvLaunch.plan(fc.shape)
@@ -181,29 +183,31 @@ class CudaRunner(Top1Readout):
             if channel_vector(shape.c) != x.vec:
                 raise TrtfuseError(f"--backend cuda: {node.name} expects CHW{channel_vector(shape.c)} input")
             plan = ConvLaunch.plan(shape)
-            weight = self._const(node.input[1])
+            weight = self._const(names["weight"])
         oh, ow = shape.out_hw
         out = self.tensors[node.output[0]] = _Tensor((n, shape.k, oh, ow), 32)
-        ptrs = [weight] + [self._const(name) for name in node.input[2:5]]
-        res = res_scale = 0
-        if node.op_type == "FusedConvAdd":
-            r = self.tensors.get(node.input[5])
+        r = None
+        if "residual" in names:
+            r = self.tensors.get(names["residual"])
             if r is None:
-                raise TrtfuseError(f"--backend cuda: residual {node.input[5]} of {node.name} is not an int8 tensor it computed")
-            res, res_scale = r.buf.ptr, self._const(node.input[6])
+                raise TrtfuseError(f"--backend cuda: residual {names['residual']} of {node.name} is not an int8 tensor it computed")
+        # Device pointers in node-input order (bind keeps it): activations are buffers this runner computed, the
+        # weight may be the stem's folded one, the rest are the node's constants.
+        computed = {"x": x.buf.ptr, "weight": weight, "residual": r.buf.ptr if r is not None else 0}
+        ptrs = [computed[k] if k in computed else self._const(tensor) for k, tensor in names.items()]
 
         def make_step(plan):
             ws = None
             if plan.workspace_bytes:
                 ws = cd.DeviceBuffer(plan.workspace_bytes)
                 ws.fill(0)  # split-K leaves it zeroed after every launch
-            return lambda s: plan.launch(x.buf.ptr, *ptrs, out.buf.ptr, residual=res, residual_scale=res_scale,
-                                         relu=bool(a["relu"]), workspace=ws.ptr if ws else 0, stream=s), ws
+            return lambda s: plan.launch_op(op, ptrs, out.buf.ptr, relu=bool(a["relu"]), workspace=ws.ptr if ws else 0,
+                                            stream=s), ws
 
         if self._given_plans is not None:
             plan = self._given_plans[node.name]
         elif self.autotune:
-            plan = self._fastest(plan, make_step, [x, out] + ([self.tensors[node.input[5]]] if res else []))
+            plan = self._fastest(plan, make_step, [x, out] + ([r] if r is not None else []))
         step, ws = make_step(plan)
         if ws is not None:
             self.consts[node.name + "__workspace"] = ws

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 
-from .cli import add_endpoint_args, loadgen_rows
+from trtfuse import args as flags
+
+from .cli import LOADGEN_DATA, loadgen_rows
 
 
 def _preferred(text: str | None) -> list[int]:
@@ -19,15 +21,6 @@ def _preferred(text: str | None) -> list[int]:
         raise TrtfuseError(f"--preferred-batch {text!r}: comma-separated batch sizes, e.g. 8,16") from None
 
 
-def _add_batching(p, max_batch: int) -> None:
-    p.add_argument("--max-batch", type=int, default=max_batch, metavar="N",
-                   help=f"max_batch_size: images per batch at most, requests batched together included (default {max_batch})")
-    p.add_argument("--preferred-batch", metavar="N,N", help="dynamic batching's preferred batch sizes (default: none)")
-    p.add_argument("--max-queue-delay-us", type=int, default=100, metavar="US",
-                   help="dynamic batching's max queue delay in microseconds (default 100)")
-    p.add_argument("--name", default="resnet", help="the model's name in the repository (default resnet)")
-
-
 def register(sub) -> None:
     s = sub.add_parser("serve", help="serve a model on Triton Inference Server (KServe v2 HTTP/gRPC, metrics)",
                        description="Write a model repository whose model runs trtfuse's executor behind Triton's "
@@ -35,17 +28,14 @@ def register(sub) -> None:
                        "a cache) on 127.0.0.1 with dynamic batching and one model instance per GPU, and serve until "
                        "Ctrl-C / SIGTERM (or --duration): then Triton refuses new requests, answers those it holds "
                        "and exits.")
-    s.add_argument("model", help="ONNX model (--backend cuda: a `rewrite --fuse all` model); --backend trt: an engine")
-    s.add_argument("--backend", choices=("cuda", "onnxruntime", "trt"), required=True)
-    s.add_argument("--gpus", type=int, default=None, metavar="N",
-                   help="cuda/trt: GPUs, one model instance each (default 1)")
-    s.add_argument("--streams", type=int, default=2, metavar="N",
-                   help="cuda/trt: runners (CUDA graphs on their own streams) inside each instance (default 2)")
+    flags.model(s, "ONNX model (--backend cuda: a `rewrite --fuse all` model); --backend trt: an engine")
+    flags.backend(s, ("cuda", "onnxruntime", "trt"), required=True)
+    flags.gpus(s, None, "cuda/trt: GPUs, one model instance each (default 1)")
+    flags.streams(s, 2, "cuda/trt: runners (CUDA graphs on their own streams) inside each instance (default 2)")
     s.add_argument("--instances", type=int, default=1, metavar="N",
                    help="cuda/trt: model instances per GPU, each its own process (default 1)")
-    s.add_argument("--threads", type=int, default=0, metavar="N",
-                   help="onnxruntime: intra-op threads (default: onnxruntime's choice)")
-    _add_batching(s, 64)
+    flags.threads(s, 0, "onnxruntime: intra-op threads (default: onnxruntime's choice)", metavar="N")
+    flags.triton_batching(s, 64)
     s.add_argument("--port", type=int, metavar="P", help="HTTP port (default: a free one); gRPC and metrics default "
                    "to P+1 and P+2")
     s.add_argument("--grpc-port", type=int, metavar="P")
@@ -57,7 +47,7 @@ def register(sub) -> None:
     s.add_argument("--log", metavar="FILE", help="Triton's log (default: a temporary file, removed)")
     s.add_argument("--shm-mb", type=int, metavar="MB", help="the Python backend's shared-memory pool per instance, "
                    "start and growth step (default: two full batches of input images, at least 16)")
-    s.add_argument("--json", action="store_true", help="one JSON line when ready, one when stopped")
+    flags.json_flag(s, "one JSON line when ready, one when stopped")
     s.set_defaults(func=serve)
 
     e = sub.add_parser("export-triton", help="write a Triton model repository (tensorrt_plan, or trtfuse's executors)",
@@ -66,20 +56,20 @@ def register(sub) -> None:
                        "tensorrt_plan; an engine is copied to 1/model.plan, for an ONNX model the command to build it "
                        "there is printed. --backend cuda|onnxruntime: trtfuse's executor behind the Python backend "
                        "(what `trtfuse serve` runs).")
-    e.add_argument("model", help="ONNX model or TensorRT engine")
-    e.add_argument("-o", "--output", required=True, metavar="REPO", help="model repository folder (created if need be)")
-    e.add_argument("--backend", choices=("trt", "cuda", "onnxruntime"), default="trt")
-    e.add_argument("--gpus", type=int, default=1, metavar="N", help="one model instance per GPU, GPUs 0..N-1 (default 1)")
-    e.add_argument("--streams", type=int, default=2, metavar="N", help="cuda: runners per instance (default 2)")
-    _add_batching(e, 256)
-    e.add_argument("--json", action="store_true", help="print the summary as JSON")
+    flags.model(e, "ONNX model or TensorRT engine")
+    flags.output(e, "model repository folder (created if need be)", required=True, metavar="REPO")
+    flags.backend(e, ("trt", "cuda", "onnxruntime"), default="trt")
+    flags.gpus(e, 1, "one model instance per GPU, GPUs 0..N-1 (default 1)")
+    flags.streams(e, 2, "cuda: runners per instance (default 2)")
+    flags.triton_batching(e, 256)
+    flags.json_flag(e)
     e.set_defaults(func=export_triton)
 
     v = sub.add_parser("server", help="MLPerf LoadGen Server scenario against Triton endpoints (p99 latency bound)",
                        description="Run LoadGen's Server scenario (Poisson arrivals, one sample per query) against one "
                        "or several Triton servers over gRPC; VALID when the p99 latency is within the bound "
                        "(MLPerf ResNet-50: 15 ms). --find-peak searches the highest VALID target QPS.")
-    add_endpoint_args(v)
+    flags.endpoints(v)
     v.add_argument("--target-qps", type=float, default=100.0, help="LoadGen server_target_qps (default 100)")
     v.add_argument("--latency-bound-ms", type=float, default=15.0, help="p99 latency bound (default 15, MLPerf ResNet-50)")
     v.add_argument("--find-peak", action="store_true",
@@ -88,12 +78,12 @@ def register(sub) -> None:
     v.add_argument("--peak-by", choices=("valid", "p99"), default="valid",
                    help="--find-peak: a run passes when LoadGen says VALID (default; its early stopping needs some "
                    "hundreds of queries per run) or when the measured p99 is within the bound")
-    v.add_argument("--data", default="synthetic", metavar="DIR|FILE|default|synthetic")
-    v.add_argument("--count", type=int, default=1024, help="samples in the query sample library (default 1024)")
-    v.add_argument("--min-duration", type=float, default=10.0, metavar="S", help="LoadGen min duration per run (default 10)")
-    v.add_argument("--log-dir", default="server-logs", help="folder for LoadGen's logs (default server-logs)")
-    v.add_argument("-o", "--output", help="also write the result JSON here (atomically)")
-    v.add_argument("--json", action="store_true", help="print the result as JSON")
+    flags.data(v, "synthetic", None, metavar=LOADGEN_DATA)
+    flags.count(v, 1024, "samples in the query sample library (default 1024)")
+    flags.min_duration(v, 10.0, "LoadGen min duration per run (default 10)")
+    flags.loadgen_logs(v, "server-logs")
+    flags.output(v, "also write the result JSON here (atomically)")
+    flags.json_flag(v, "print the result as JSON")
     v.set_defaults(func=server)
 
 
@@ -164,8 +154,6 @@ def serve(args) -> int:
     from trtfuse.runtime import triton_repo, triton_server
     from trtfuse.ui import print_table, progress
 
-    if args.streams < 1:
-        raise TrtfuseError("--streams must be at least 1")
     if args.shm_mb is not None and args.shm_mb < 1:
         raise TrtfuseError("--shm-mb must be at least 1")
     if args.duration is not None and args.duration <= 0:
@@ -248,13 +236,9 @@ def export_triton(args) -> int:
     from trtfuse.runtime import triton_repo
     from trtfuse.ui import print_json, print_table
 
-    if args.gpus < 0:
-        raise TrtfuseError("--gpus must be >= 0")
     gpus = list(range(args.gpus))
     common = dict(name=args.name, max_batch=args.max_batch, preferred=_preferred(args.preferred_batch),
                   queue_delay_us=args.max_queue_delay_us)
-    if args.max_queue_delay_us < 0:
-        raise TrtfuseError("--max-queue-delay-us must be >= 0")
     if args.backend == "trt":
         if not gpus:
             raise TrtfuseError("--backend trt: a tensorrt_plan model runs on GPUs, --gpus must be at least 1")

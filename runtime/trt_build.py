@@ -5,16 +5,16 @@ plugins first, a strongly typed network (the Q/DQ and int8 plugin types
 decide precision; TensorRT 11 has no other mode), the ONNX parser, one optimization profile over the
 batch range, an optional timing cache, and a serialized engine written atomically.
 
-Two plugin flavours (`--plugins`): "qdp", the Quickly Deployable Plugins (plugins/trt_plugins.py), whose
+Two plugin flavours (`--plugins`): "qdp", the Quickly Deployable Plugins (plugins/tensorrt/qdp.py), whose
 AOT kernels TensorRT embeds in the engine (mma.sync tactics under 48 KB of shared memory); or "v3", the
-Python IPluginV3 plugins (plugins/trt_v3.py), which launch through trtfuse's own launcher and so offer
-TensorRT every tactic the GPU runs, the Hopper wgmma ones included (trt_contract.launcher_tactics), at the
+Python IPluginV3 plugins (plugins/tensorrt/v3.py), which launch through trtfuse's own launcher and so offer
+TensorRT every tactic the GPU runs, the Hopper wgmma ones included (contract.launcher_tactics), at the
 price of needing trtfuse wherever the engine runs. The flavour is written next to the engine
 (`<engine>.trtfuse.json`) so `trtfuse run/offline --backend trt` registers the same one.
 
 `--version-compatible` sets BuilderFlag.VERSION_COMPATIBLE: only such an engine can be run by the lean
 runtime (`tensorrt_lean`), and the runner then allows the engine's embedded host code. For the AOT kernels the
-record also names the PTX ISA and target they were emitted at (trt_contract.AOT_PTX_ISA), which decide the
+record also names the PTX ISA and target they were emitted at (contract.AOT_PTX_ISA), which decide the
 oldest driver that can load the engine.
 """
 
@@ -30,21 +30,6 @@ PLUGIN_FLAVOURS = ("qdp", "v3")
 
 
 DEFAULT_BATCH = (1, 8, 256)
-
-
-def parse_batch(spec: str | None) -> tuple[int, int, int] | None:
-    """"8" -> (8, 8, 8); "1,8,32" -> (min, opt, max); None (not given) stays None."""
-    if spec is None:
-        return None
-    try:
-        values = [int(v) for v in spec.split(",")]
-    except ValueError:
-        raise TrtfuseError(f"--batch takes N or MIN,OPT,MAX, not {spec!r}") from None
-    if len(values) == 1:
-        values *= 3
-    if len(values) != 3 or not (1 <= values[0] <= values[1] <= values[2]):
-        raise TrtfuseError(f"--batch needs 1 <= MIN <= OPT <= MAX, got {spec!r}")
-    return tuple(values)
 
 
 def sidecar_path(engine: str) -> Path:
@@ -122,7 +107,7 @@ def build_engine(model_path: str, output: str, batch: tuple[int, int, int] | Non
 
 def _build_engine(model_path, output, batch, timing_cache, workspace_mib, plugins, version_compatible) -> dict:
     from ..plugins.op_schema import DOMAIN
-    from ..plugins.trt_plugins import import_tensorrt, register_all
+    from trtfuse.plugins.tensorrt.qdp import import_tensorrt, register_all
 
     if plugins not in PLUGIN_FLAVOURS:
         raise TrtfuseError(f"--plugins takes {' or '.join(PLUGIN_FLAVOURS)}, not {plugins!r}")
@@ -135,9 +120,9 @@ def _build_engine(model_path, output, batch, timing_cache, workspace_mib, plugin
     if plugins == "qdp":
         register_all()
     else:
-        from ..plugins import trt_v3
+        from trtfuse.plugins.tensorrt import v3
 
-        trt_v3.register_creators(trt)
+        v3.register_creators(trt)
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
@@ -173,8 +158,8 @@ def _build_engine(model_path, output, batch, timing_cache, workspace_mib, plugin
     if dynamic:
         record["batch_range"] = batch_range  # the profile's batch dim, min and max
     if plugins == "qdp":
-        from ..plugins import trt_contract as tc
-        from ..plugins.trt_plugins import aot_arch
+        from trtfuse.plugins.tensorrt import contract as tc
+        from trtfuse.plugins.tensorrt.qdp import aot_arch
 
         arch = aot_arch()
         record["aot_ptx"] = {"target": arch, "isa": tc.aot_ptx_isa(arch) or "NVRTC's own"}

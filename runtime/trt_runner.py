@@ -3,7 +3,7 @@
 Deserializes with the full runtime (`tensorrt`), or the lean runtime when only it is installed (it runs
 version-compatible engines only: `trtfuse build --version-compatible`). What must be registered first follows
 the build record next to the engine (runtime/trt_build.py): nothing for the Quickly Deployable Plugins, whose
-AOT kernels are embedded in the engine (no Python runs for them); the IPluginV3 creators (plugins/trt_v3.py)
+AOT kernels are embedded in the engine (no Python runs for them); the IPluginV3 creators (plugins/tensorrt/v3.py)
 for `--plugins v3` and for an engine without a record.
 One execution context per runner, device buffers from plugins/cuda_driver.py, `execute_async_v3` on the
 runner's stream, optionally captured once into a CUDA graph and replayed. The runner has the same
@@ -105,7 +105,7 @@ def logits_classes(shape: tuple, dtype: str, batch: int) -> int | None:
 def register_plugins(trt, module_name: str, record: dict) -> str:
     """trtfuse's plugins in `trt`'s registry before deserializing, as the engine's build `record` needs them;
     returns what was registered: "none" (AOT kernels embedded) or "v3"."""
-    from ..plugins import trt_v3
+    from trtfuse.plugins.tensorrt import v3
 
     flavour = record.get("plugins")
     if module_name != "tensorrt" and record and not record.get("version_compatible"):
@@ -115,7 +115,7 @@ def register_plugins(trt, module_name: str, record: dict) -> str:
     if flavour == "qdp":
         return "none"  # AOT plugins: TensorRT runs the PTX embedded in the engine, nothing to register
     try:
-        trt_v3.register_creators(trt)
+        v3.register_creators(trt)
     except TrtfuseError:
         raise
     except Exception as exc:
@@ -130,7 +130,7 @@ class TrtEngine:
 
     def __init__(self, path: str, device: int = 0):
         from ..plugins import cuda_driver as cd
-        from ..plugins.trt_v3 import import_trt
+        from trtfuse.plugins.tensorrt.v3 import import_trt
 
         try:
             data = Path(path).read_bytes()

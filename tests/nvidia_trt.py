@@ -469,10 +469,10 @@ def main(argv=None) -> int:
     import onnx
 
     trt, trtp = load_tensorrt()
-    from trtfuse.plugins import trt_plugins
+    from trtfuse.plugins.tensorrt import qdp
 
-    trt_plugins.register_all()
-    trt_plugins.register_all()  # idempotent: a second call must not re-register
+    qdp.register_all()
+    qdp.register_all()  # idempotent: a second call must not re-register
     images = np.load(args.images)
     report = {"tensorrt": trt.__version__, "plugin_module": trtp.__file__, "faked": list(FAKED), "models": {}}
     for path in args.models:

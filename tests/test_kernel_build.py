@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 
+from trtfuse.bench import PROBE_KERNEL_DIR
 from trtfuse.bench.layers import resnet50_layers, seed000_layers
 from trtfuse.plugins.conv import ENTRY, ENTRY_F32, ENTRY_F32_SPLIT_K, ENTRY_SPLIT_K, ConvLaunch, ConvParamsStruct
 from trtfuse.plugins.nvrtc import ARCHS, compile_kernel
@@ -116,6 +117,25 @@ def test_wgmma_profiling_builds_compile(diag):
     assert not k.spills() and "serialized" not in k.log, k.log
 
 
+def test_timeline_build_compiles():
+    # bench/wgmma_timeline.py's build (its hooks in bench/probe_kernels/wgmma_timeline.cuh) of a channel-major ping-pong tactic
+    tactic = dataclasses.replace(next(t for t in WGMMA_TACTICS if t.pingpong and not t.pixel_major), timeline=1)
+    k = compile_tactic(tactic, "cubin")
+    assert not k.spills() and "serialized" not in k.log, k.log
+
+
+def test_probes_compile_only_with_the_bench_folder():
+    # The probes live in bench/probe_kernels/: a build that names only plugins/kernels/ (every production build) cannot
+    # find them, nor the profiling hooks a production tactic would include.
+    from trtfuse.errors import TrtfuseError
+    from trtfuse.plugins.wgmma import include_dirs
+
+    with pytest.raises(TrtfuseError, match="no kernel source wgmma_peak.cu"):
+        compile_kernel("wgmma_peak.cu", {}, "sm_90a", "cubin")
+    assert all(include_dirs(t) == () for t in WGMMA_TACTICS)
+    assert include_dirs(dataclasses.replace(WGMMA_TACTICS[0], diag=1)) == (PROBE_KERNEL_DIR,)
+
+
 @pytest.mark.parametrize("variant", ["208:2:1", "128:1:0:2", "208:1:0:1:1", "128:1:0:2:1", "128:2:0:1:1:36", "128:1:3:1:1:36:29", "208:2:3", "128:2:3:1:1:36:29:1", "208:2:3:1:0:36:29:1"])
 def test_wgmma_peak_variants_compile(variant):
     # bench/wgmma_peak.py's ceilings (incl. two accumulator chains and operand A from registers) are only worth their
@@ -125,16 +145,16 @@ def test_wgmma_peak_variants_compile(variant):
     n, wgs, layout, chains, rs, kt, pitch, turn = parse_variant(variant)
     defines = {"PEAK_N": n, "PEAK_WGS": wgs, "PEAK_B": layout, "PEAK_CHAINS": chains, "PEAK_RS": rs, "PEAK_RS_KT": kt, "PEAK_PITCH": pitch,
                "PEAK_TURN": turn}
-    k = compile_kernel("wgmma_peak.cu", defines, "sm_90a", "cubin")
+    k = compile_kernel("wgmma_peak.cu", defines, "sm_90a", "cubin", include_dirs=(PROBE_KERNEL_DIR,))
     assert set(k.resources) == {"wgmma_peak"} and not k.spills() and "serialized" not in k.log, k.log
-    ptx = compile_kernel("wgmma_peak.cu", defines, "sm_90a", "ptx").image.decode(errors="replace")
+    ptx = compile_kernel("wgmma_peak.cu", defines, "sm_90a", "ptx", include_dirs=(PROBE_KERNEL_DIR,)).image.decode(errors="replace")
     operand_a = "{%r" if rs else "%rd"  # four A registers, or a descriptor, after the accumulator list
     assert any(operand_a in line.split("}, ", 1)[1] for line in ptx.splitlines() if f"m64n{n}k32.s32.s8.s8" in line)
 
 
 @pytest.mark.parametrize("defines", [{}, {"PROBE_AHEAD": 0, "PROBE_STORE": 16}, {"PROBE_BLOCKS": 4}])
 def test_stream_probe_compiles(defines):
-    k = compile_kernel("stream_probe.cu", defines, "sm_90", "cubin")
+    k = compile_kernel("stream_probe.cu", defines, "sm_90", "cubin", include_dirs=(PROBE_KERNEL_DIR,))
     assert set(k.resources) == {"probe_flat", "probe_tiles"} and not k.spills()
 
 

@@ -445,6 +445,6 @@ def test_cli_argument_errors_exit_2(argv, capsys):
 
 
 def test_cli_arch_choices_are_the_library_architectures():
-    from trtfuse.models.cli import ARCH_CHOICES
+    from trtfuse.args import ARCHITECTURES as ARCH_CHOICES
 
     assert tuple(ARCH_CHOICES) == tuple(ARCHITECTURES)

@@ -363,3 +363,37 @@ def test_bench_harness_measures_the_harness_ceiling(tmp_path, capsys):
     capsys.readouterr()
     assert main(["bench", "harness", "--slots", "0"]) == 2
     assert "at least 1" in capsys.readouterr().err
+
+
+def test_offline_scaling_runs_one_gpu_first_and_records_the_ratio(small_model, tmp_path, monkeypatch):
+    """--scaling: the 1-GPU run of the same invocation first (its expected QPS 1/N, its own log folder), then N
+    GPUs; the record carries scaling_vs_1gpu and the 1-GPU verdict. The runs are stood in for (no GPU here); what
+    is checked is what the command asks of them and what it records."""
+    import trtfuse.plugins.cuda_driver as cd
+    import trtfuse.runtime.offline as offline_mod
+
+    calls = []
+
+    def fake_run(model, backend, data, count, batch, gpus, mode, log_dir, expected_qps, min_duration, **kw):
+        calls.append((gpus, log_dir, expected_qps))
+        rate = {"1": 70000.0, "4": 266000.0}[gpus]
+        return {"gpus": int(gpus), "samples_per_s": rate, "result": "VALID", "min_duration_s": min_duration,
+                "log_dir": log_dir}
+
+    monkeypatch.setattr(offline_mod, "run_offline", fake_run)
+    monkeypatch.setattr(cd, "device_name", lambda *a: "stand-in GPU")
+    out = tmp_path / "r.json"
+    rc = main(["offline", "--model", str(small_model), "--backend", "cuda", "--gpus", "4", "--scaling",
+               "--expected-qps", "280000", "--min-duration", "300", "--log-dir", str(tmp_path / "logs"), "-o", str(out)])
+    assert rc == 0
+    assert calls == [("1", str(tmp_path / "logs" / "one-gpu"), 70000.0), ("4", str(tmp_path / "logs"), 280000.0)]
+    rec = json.loads(out.read_text())
+    assert rec["scaling_vs_1gpu"] == pytest.approx(3.8) and rec["one_gpu"]["result"] == "VALID"
+    assert rec["min_duration_s"] == 300 and rec["gpus"] == 4
+
+
+def test_offline_scaling_needs_several_gpus_and_a_gpu_backend(small_model, tmp_path, capsys):
+    for extra in (["--backend", "onnxruntime"], ["--backend", "cuda", "--gpus", "1"]):
+        rc = main(["offline", "--model", str(small_model), "--scaling", "--log-dir", str(tmp_path / "l"), *extra])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and "--scaling" in err

@@ -18,7 +18,7 @@ from trtfuse.graph_passes.pipeline import rewrite
 from trtfuse.graph_passes.plugin_node import quantize_weight
 from trtfuse.graph_passes.scales import SCALES_FORMAT, load_scales, validate_scales
 from trtfuse.plugins import layout
-from trtfuse.plugins.op_schema import DOMAIN, NAMESPACE, OPS
+from trtfuse.plugins.op_schema import DOMAIN, FUSED_CONV_ADD, NAMESPACE, OPS
 from trtfuse.runtime.cpu_executor import CpuExecutor
 
 
@@ -102,13 +102,15 @@ def test_plugin_nodes_match_schema_exactly():
             else:  # activations: int8 from a Q node or another plugin node
                 src = producers[name]
                 assert src.op_type in ("QuantizeLinear", "FusedConv", "FusedConvAdd"), (node.name, tspec.name)
-        w = inits[node.input[1]]
+        named = spec.bind(node.input)
+        w = inits[named["weight"]]
         assert w.shape == (layout.round_up(k, 32), layout.gemm_k(c, (r, s))[1])
-        for i in (2, 3):
-            assert inits[node.input[i]].shape == (layout.round_up(k, 32),) and not inits[node.input[i]][k:].any()
-        assert inits[node.input[4]].shape == (1,)
+        for per_channel in ("scale", "bias"):
+            v = inits[named[per_channel]]
+            assert v.shape == (layout.round_up(k, 32),) and not v[k:].any()
+        assert inits[named["out_scale"]].shape == (1,)
         if node.op_type == "FusedConvAdd":
-            assert inits[node.input[6]].shape == (1,)
+            assert inits[named["residual_scale"]].shape == (1,)
 
 
 def test_all_mode_chains_int8_and_quantizes_only_at_boundaries():
@@ -126,8 +128,8 @@ def test_residual_from_float_and_from_plugin():
     adds = [n for n in out.graph.node if n.op_type == "FusedConvAdd"]
     producers = {o: n.op_type for n in out.graph.node for o in n.output}
     # block 0's residual is the float graph input (quantized); block 1's is block 0's int8 output
-    assert producers[adds[0].input[5]] == "QuantizeLinear"
-    assert producers[adds[1].input[5]] == "FusedConvAdd"
+    assert producers[FUSED_CONV_ADD.bind(adds[0].input)["residual"]] == "QuantizeLinear"
+    assert producers[FUSED_CONV_ADD.bind(adds[1].input)["residual"]] == "FusedConvAdd"
 
 
 @pytest.mark.parametrize("kwargs,reason", [

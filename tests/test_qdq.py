@@ -15,7 +15,7 @@ from trtfuse.graph_passes.pipeline import run_pipeline, summary_reason
 from trtfuse.graph_passes.report import FUSED, REJECTED
 from trtfuse.models.cache import load_cached_model
 from trtfuse.plugins.layout import unpack_weight
-from trtfuse.plugins.op_schema import DOMAIN
+from trtfuse.plugins.op_schema import DOMAIN, OPS
 
 SIZE = 32
 
@@ -83,11 +83,12 @@ def test_ort_quantize_static_fuses_every_block_with_the_models_own_weights_and_s
         dq = dq_of[conv.input[1]]
         w_q, w_s = qi[dq.input[0]], qi[dq.input[1]]
         k, c, r, s = w_q.shape
-        got = unpack_weight(oi[node.input[1]], k, c, (r, s))
+        named = OPS[node.op_type].bind(node.input)
+        got = unpack_weight(oi[named["weight"]], k, c, (r, s))
         # the model's own integers (a BN folded afterwards may flip a channel's sign)
         assert np.array_equal(np.abs(got), np.abs(w_q))
         x_scale = _q_scale_of(q, conv.input[0].replace("_DequantizeLinear_Output", ""))
-        scale = oi[node.input[2]][:k]
+        scale = oi[named["scale"]][:k]
         if fold_bn:
             assert np.array_equal(got, w_q)
             np.testing.assert_allclose(scale, x_scale * w_s, rtol=2e-7)

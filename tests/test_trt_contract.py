@@ -17,7 +17,7 @@ from onnx import helper
 
 from trtfuse.graph_passes.pipeline import rewrite
 from trtfuse.models.cache import load_cached_model
-from trtfuse.plugins import trt_contract as tc
+from trtfuse.plugins.tensorrt import contract as tc
 from trtfuse.plugins.op_schema import DOMAIN, FUSED_CONV, FUSED_CONV_ADD, NAMESPACE, OPS
 from trtfuse.plugins.tactics import ConvShape
 
@@ -57,12 +57,12 @@ def test_register_and_autotune_for_every_resnet50_node(rewritten_resnet50):
 
     model, images = rewritten_resnet50
     nodes = _plugin_nodes(model)
-    names = sorted({n.input[0] for n in nodes} | {n.output[0] for n in nodes})
+    names = sorted({OPS[n.op_type].bind(n.input)["x"] for n in nodes} | {n.output[0] for n in nodes})
     values = dict(zip(names, run_model(model, {model.graph.input[0].name: images}, names)))
     for node in nodes:
         spec = OPS[node.op_type]
         attrs = tc.ConvAttrs.from_dict({a.name: helper.get_attribute_value(a) for a in node.attribute})
-        x, y = values[node.input[0]], values[node.output[0]]
+        x, y = values[spec.bind(node.input)["x"]], values[node.output[0]]
         assert x.dtype == np.int8 and y.dtype == np.int8
         assert tc.output_shape(x.shape, attrs) == y.shape, node.name
         (combo,) = tc.autotune(spec, attrs)

@@ -22,10 +22,10 @@ import pytest
 
 from trtfuse.graph_passes.pipeline import rewrite
 from trtfuse.models.cache import load_cached_model
-from trtfuse.plugins import trt_contract as tc
+from trtfuse.plugins.tensorrt import contract as tc
 from trtfuse.plugins.op_schema import OPS
 from trtfuse.plugins.tactics import TACTICS_BY_ID
-from trtfuse.plugins.trt_plugins import aot_arch
+from trtfuse.plugins.tensorrt.qdp import aot_arch
 
 REPO = Path(__file__).resolve().parents[1]
 HARNESS = REPO / "tests" / "nvidia_trt.py"

@@ -1,4 +1,4 @@
-"""The tensorrt.plugin layer (plugins/trt_plugins.py) and `trtfuse build`, without TensorRT's builder.
+"""The tensorrt.plugin layer (plugins/tensorrt/qdp.py) and `trtfuse build`, without TensorRT's builder.
 
 What NVIDIA's `tensorrt.plugin` makes of our registration is tested under NVIDIA's own code in
 tests/test_trt_nvidia.py; here, the pieces it rests on (attribute declarations, keyword calls, shape
@@ -14,8 +14,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from trtfuse.plugins import trt_contract as tc
-from trtfuse.plugins import trt_plugins
+from trtfuse.plugins.tensorrt import contract as tc
+from trtfuse.plugins.tensorrt import qdp
 from trtfuse.plugins.op_schema import FUSED_CONV, FUSED_CONV_ADD
 
 
@@ -24,7 +24,7 @@ def test_every_attribute_is_declared_an_int32_array():
     # the parser's one-element INT32 array; an array annotation is read the same way by every version
     # (tests/test_trt_nvidia.py runs the registration under NVIDIA's code of 10.9, 10.15 and 11.4).
     for spec in (FUSED_CONV, FUSED_CONV_ADD):
-        params = trt_plugins._attr_params(spec)
+        params = qdp._attr_params(spec)
         assert [p.name for p in params] == list(spec.attribute_names)
         assert all(p.annotation == npt.NDArray[np.int32] for p in params)
 
@@ -32,7 +32,7 @@ def test_every_attribute_is_declared_an_int32_array():
 def test_generated_functions_take_positional_and_keyword_arguments():
     seen = []
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=int) for n in ("a", "b", "c")]
-    fn = trt_plugins._plugin_function("f", params, lambda args: seen.append(dict(args)) or len(seen), float)
+    fn = qdp._plugin_function("f", params, lambda args: seen.append(dict(args)) or len(seen), float)
     assert str(inspect.signature(fn)) == "(a: int, b: int, c: int) -> float"
     assert fn(1, 2, 3) == 1 and fn(1, c=3, b=2) == 2 and fn(a=1, b=2, c=3) == 3
     assert seen == [{"a": 1, "b": 2, "c": 3}] * 3
@@ -122,19 +122,20 @@ def test_build_without_tensorrt_is_one_line_exit_2(tmp_path):
 
 @pytest.mark.parametrize("spec,ok", [("8", (8, 8, 8)), ("1,8,32", (1, 8, 32)), ("3,2,1", None), ("x", None)])
 def test_batch_profile_parsing(spec, ok):
-    from trtfuse.errors import TrtfuseError
-    from trtfuse.runtime.trt_build import parse_batch
+    import argparse
+
+    from trtfuse.args import batch_range
 
     if ok:
-        assert parse_batch(spec) == ok
+        assert batch_range(spec) == ok
     else:
-        with pytest.raises(TrtfuseError):
-            parse_batch(spec)
+        with pytest.raises(argparse.ArgumentTypeError):
+            batch_range(spec)
 
 
 def _have_tensorrt():
     try:
-        trt_plugins.import_tensorrt()
+        qdp.import_tensorrt()
         return True, ""
     except Exception as exc:
         return False, str(exc)
@@ -240,8 +241,8 @@ def small_model(tmp_path):
 def _build_with(monkeypatch, builder, model, **kwargs):
     from trtfuse.runtime import trt_build
 
-    monkeypatch.setattr(trt_plugins, "import_tensorrt", lambda: (builder.trt, None))
-    monkeypatch.setattr(trt_plugins, "register_all", lambda: builder.calls.append(("register_all",)))
+    monkeypatch.setattr(qdp, "import_tensorrt", lambda: (builder.trt, None))
+    monkeypatch.setattr(qdp, "register_all", lambda: builder.calls.append(("register_all",)))
     out = str(model.parent / "m.engine")
     return trt_build.build_engine(str(model), out, **kwargs), out
 
@@ -257,7 +258,7 @@ def test_build_sets_version_compatible_and_records_it_with_the_ptx_isa(monkeypat
     assert ("profile", "input", [1, 3, 32, 32], [8, 3, 32, 32], [256, 3, 32, 32]) in builder.calls
     record = build_record(engine)
     assert record["version_compatible"] is True and record["plugins"] == "qdp"
-    arch = trt_plugins.aot_arch()  # the build machine's GPU, sm_80 without one
+    arch = qdp.aot_arch()  # the build machine's GPU, sm_80 without one
     assert record["aot_ptx"] == {"target": arch, "isa": tc.AOT_PTX_ISA[arch]}
     assert summary["version_compatible"] is True and f"PTX ISA {tc.AOT_PTX_ISA[arch]}" in summary["aot_ptx"]
     # the network's I/O and the profile's batch range, for `trtfuse export-triton ENGINE`

@@ -51,7 +51,7 @@ def test_output_shapes_must_resolve():
 
 
 def test_engine_io_reads_modes_types_shapes_vectorization_and_profile():
-    from trtfuse.plugins.trt_v3 import import_trt
+    from trtfuse.plugins.tensorrt.v3 import import_trt
 
     try:
         trt, _ = import_trt()
@@ -116,7 +116,7 @@ def test_run_trt_errors_for_missing_and_onnx_files(tmp_path):
 
 def test_run_trt_without_a_gpu_is_one_line_exit_2(engine_file):
     from trtfuse.plugins.cuda_driver import gpu_available
-    from trtfuse.plugins.trt_v3 import import_trt
+    from trtfuse.plugins.tensorrt.v3 import import_trt
 
     if gpu_available()[0]:
         pytest.skip("a GPU is present: the no-GPU path cannot be shown")
@@ -180,7 +180,7 @@ def test_an_aot_engine_registers_nothing_and_v3_failures_are_one_line():
 
 
 def test_the_lean_runtime_takes_only_version_compatible_engines():
-    from trtfuse.plugins.trt_v3 import import_trt
+    from trtfuse.plugins.tensorrt.v3 import import_trt
     from trtfuse.runtime.trt_runner import register_plugins
 
     try:

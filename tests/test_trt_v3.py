@@ -1,9 +1,9 @@
-"""The IPluginV3 fallback plugins and their creators (plugins/trt_v3.py).
+"""The IPluginV3 fallback plugins and their creators (plugins/tensorrt/v3.py).
 
 On the CPU, with the lean runtime's Python module (`trtfuse[lean]`, in the `test` extra): our creators go
 into the lean plugin registry, are looked up by (name, "1", "trtfuse") as TensorRT's ONNX parser looks them
 up, and create plugins from the field collection the parser would build from each plugin node of a
-`--fuse all` ResNet-50; the plugins' answers must equal trt_contract's and the shapes the CPU executor
+`--fuse all` ResNet-50; the plugins' answers must equal the contract's (plugins/tensorrt/contract.py) and the shapes the CPU executor
 produces. With the full `tensorrt` module, the same tests run against its registry too.
 On a GPU: the created plugin's `enqueue`, called with real PluginTensorDesc objects, device pointers and a
 stream handle as ints (as TensorRT calls it), must reproduce the golden reference for every node.
@@ -20,8 +20,8 @@ from trtfuse.bench.layers import resnet50_layers
 from trtfuse.errors import TrtfuseError
 from trtfuse.graph_passes.pipeline import rewrite
 from trtfuse.models.cache import load_cached_model
-from trtfuse.plugins import trt_contract as tc
-from trtfuse.plugins import trt_v3
+from trtfuse.plugins.tensorrt import contract as tc
+from trtfuse.plugins.tensorrt import v3
 from trtfuse.plugins.op_schema import DOMAIN, FUSED_CONV, NAMESPACE, OPS, PLUGIN_VERSION, SPLIT_K_GEMM
 
 _MODULES = {"lean": ("tensorrt_lean", "tensorrt_lean_bindings"), "full": ("tensorrt",)}
@@ -29,7 +29,7 @@ _MODULES = {"lean": ("tensorrt_lean", "tensorrt_lean_bindings"), "full": ("tenso
 
 def _import(flavour):
     try:
-        return trt_v3.import_trt(_MODULES[flavour])[0], ""
+        return v3.import_trt(_MODULES[flavour])[0], ""
     except TrtfuseError as exc:
         return None, str(exc)
 
@@ -39,7 +39,7 @@ def trt(request):
     module, why = _import(request.param)
     if module is None:
         pytest.skip(f"{request.param} TensorRT Python module does not import here: {why}")
-    trt_v3.register_creators(module)
+    v3.register_creators(module)
     return module
 
 
@@ -85,14 +85,14 @@ def test_creators_are_found_as_the_parser_finds_them(trt):
         assert creator is not None, spec.name
         assert (creator.name, creator.plugin_namespace, creator.plugin_version) == (spec.name, NAMESPACE, "1")
         assert [(f.name, f.type) for f in creator.field_names] == [(a.name, trt.PluginFieldType.INT32) for a in spec.attributes]
-    assert trt_v3.register_creators(trt) is trt_v3.register_creators(trt)  # idempotent: no second registration
+    assert v3.register_creators(trt) is v3.register_creators(trt)  # idempotent: no second registration
 
 
 def test_node_fields_follow_the_onnx_parser(resnet50_all):
     _, nodes, _ = resnet50_all
     for node in nodes:
         spec = OPS[node.op_type]
-        fields = trt_v3.node_fields(spec, node)
+        fields = v3.node_fields(spec, node)
         assert [f[0] for f in fields] == list(spec.attribute_names)  # creator order; no plugin_namespace / aot
         for (name, type_name, data), a in zip(fields, spec.attributes):
             assert type_name == "INT32" and data.dtype == np.int32
@@ -107,16 +107,16 @@ def test_created_plugins_answer_the_contract_for_every_resnet50_node(trt, resnet
     for node in nodes:
         spec = OPS[node.op_type]
         creator = registry.get_creator(spec.name, PLUGIN_VERSION, NAMESPACE)
-        plugin = creator.create_plugin(node.name, trt_v3.fields_from_node(trt, spec, node), trt.TensorRTPhase.BUILD)
+        plugin = creator.create_plugin(node.name, v3.fields_from_node(trt, spec, node), trt.TensorRTPhase.BUILD)
         attrs = tc.ConvAttrs.from_dict({a.name: helper.get_attribute_value(a) for a in node.attribute})
         assert plugin.logic.attrs == attrs, node.name
         assert (plugin.plugin_name, plugin.plugin_namespace, plugin.plugin_version, plugin.num_outputs) == (spec.name, NAMESPACE, "1", 1)
         assert plugin.get_capability_interface(trt.PluginCapabilityType.RUNTIME) is plugin
-        x, y = values[node.input[0]], values[node.output[0]]
+        x, y = values[spec.bind(node.input)["x"]], values[node.output[0]]
         # types
         in_types = [getattr(trt.DataType, "INT8" if values[i].dtype == np.int8 else "FLOAT") for i in node.input]
         assert plugin.get_output_data_types(in_types) == [trt.DataType.INT8] and y.dtype == np.int8
-        # shapes: N symbolic, the rest static, against the CPU executor's output and trt_contract
+        # shapes: N symbolic, the rest static, against the CPU executor's output and the contract
         dims = plugin.logic.output_dims([_Dim(None)] + [_Dim(d) for d in x.shape[1:]], lambda v: v)
         assert dims[1:] == list(y.shape[1:]) and not dims[0].is_constant(), node.name
         assert tuple(dims[1:]) == tc.output_shape(x.shape, attrs)[1:]
@@ -135,7 +135,7 @@ def test_created_plugins_answer_the_contract_for_every_resnet50_node(trt, resnet
             trial[pos] = _desc(trt, *bad)
             assert not plugin.supports_format_combination(pos, trial, len(spec.inputs)), (node.name, pos, bad)
         # tactics (the AOT ones without a GPU, the launcher's on one), timing-cache id, serialization round trip
-        device = trt_v3._detected_device()
+        device = v3._detected_device()
         offered = tc.launcher_tactics(attrs, device) if device else list(combo.tactics)
         assert plugin.get_valid_tactics() == offered and offered[:len(combo.tactics)] == list(combo.tactics)
         assert plugin.get_workspace_size([], []) == 0
@@ -153,8 +153,8 @@ def test_plugins_with_different_attributes_do_not_share_timings(resnet50_all):
     ids = {}
     for node in nodes:
         spec = OPS[node.op_type]
-        attrs = trt_v3.parse_fields(spec, trt_v3.node_fields(spec, node))
-        ids.setdefault(trt_v3.ConvPluginLogic(spec, attrs).timing_cache_id, set()).add(
+        attrs = v3.parse_fields(spec, v3.node_fields(spec, node))
+        ids.setdefault(v3.ConvPluginLogic(spec, attrs).timing_cache_id, set()).add(
             (spec.name, tuple(sorted((k, str(v)) for k, v in attrs.items()))))
     assert all(len(v) == 1 for v in ids.values()) and len(ids) > 10
 
@@ -169,7 +169,7 @@ def _conv_node(**drop):
 
 def test_a_node_missing_a_field_is_refused_naming_it(trt):
     creator = trt.get_plugin_registry().get_creator("FusedConv", "1", NAMESPACE)
-    fc = trt_v3.fields_from_node(trt, FUSED_CONV, _conv_node(relu=None))
+    fc = v3.fields_from_node(trt, FUSED_CONV, _conv_node(relu=None))
     assert [f.name for f in fc] == ["in_channels", "out_channels", "kernel_shape", "strides", "pads"]
     with pytest.raises(ValueError, match="'relu' is missing"):
         creator.create_plugin("n", fc, trt.TensorRTPhase.BUILD)
@@ -177,36 +177,36 @@ def test_a_node_missing_a_field_is_refused_naming_it(trt):
 
 def test_wrong_field_types_and_counts_are_refused(trt):
     creator = trt.get_plugin_registry().get_creator("FusedConv", "1", NAMESPACE)
-    good = trt_v3.node_fields(FUSED_CONV, _conv_node())
+    good = v3.node_fields(FUSED_CONV, _conv_node())
     as_float = [(n, "FLOAT32", d.astype(np.float32)) if n == "relu" else (n, t, d) for n, t, d in good]
     with pytest.raises(ValueError, match="'relu' is FLOAT32"):
-        creator.create_plugin("n", trt_v3._collection(trt, as_float), trt.TensorRTPhase.BUILD)
+        creator.create_plugin("n", v3._collection(trt, as_float), trt.TensorRTPhase.BUILD)
     two_values = [(n, t, np.array([64, 64], np.int32)) if n == "in_channels" else (n, t, d) for n, t, d in good]
     with pytest.raises(ValueError, match="'in_channels' is INT, got 2"):
-        creator.create_plugin("n", trt_v3._collection(trt, two_values), trt.TensorRTPhase.BUILD)
-    assert creator.create_plugin("n", trt_v3._collection(trt, good), trt.TensorRTPhase.BUILD).logic.attrs.in_channels == 64
+        creator.create_plugin("n", v3._collection(trt, two_values), trt.TensorRTPhase.BUILD)
+    assert creator.create_plugin("n", v3._collection(trt, good), trt.TensorRTPhase.BUILD).logic.attrs.in_channels == 64
 
 
 def test_split_k_gemm_creator_refuses_until_its_kernel_exists(trt):
     node = helper.make_node(SPLIT_K_GEMM.name, ["a", "w", "b"], ["y"], domain=DOMAIN, splits=4,
                             plugin_namespace=NAMESPACE, aot=1)
-    fields = trt_v3.node_fields(SPLIT_K_GEMM, node)
+    fields = v3.node_fields(SPLIT_K_GEMM, node)
     assert fields[0][0] == "splits" and fields[0][2].tolist() == [4]
     creator = trt.get_plugin_registry().get_creator(SPLIT_K_GEMM.name, "1", NAMESPACE)
     with pytest.raises(ValueError, match="no GPU kernel"):
-        creator.create_plugin("n", trt_v3._collection(trt, fields), trt.TensorRTPhase.BUILD)
+        creator.create_plugin("n", v3._collection(trt, fields), trt.TensorRTPhase.BUILD)
 
 
 def test_a_node_no_tactic_fits_is_refused_at_creation():
     attrs = dict(in_channels=8192, out_channels=64, kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), relu=1)
     assert not tc.autotune(FUSED_CONV, tc.ConvAttrs.from_dict(attrs))[0].tactics
     with pytest.raises(ValueError, match="no tactic fits"):
-        trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=None)
-    assert trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=H200).tactics  # our launcher opts in to 227 KB
+        v3.ConvPluginLogic(FUSED_CONV, attrs, device=None)
+    assert v3.ConvPluginLogic(FUSED_CONV, attrs, device=H200).tactics  # our launcher opts in to 227 KB
     with pytest.raises(ValueError, match="under 40960 bytes"):
-        trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=tc.LaunchDevice("sm_90", 40 * 1024, 132))
+        v3.ConvPluginLogic(FUSED_CONV, attrs, device=tc.LaunchDevice("sm_90", 40 * 1024, 132))
     attrs["in_channels"] = 512
-    assert trt_v3.ConvPluginLogic(FUSED_CONV, attrs, device=None).tactics
+    assert v3.ConvPluginLogic(FUSED_CONV, attrs, device=None).tactics
 
 
 H200 = tc.LaunchDevice("sm_90", 227 * 1024, 132)
@@ -220,16 +220,22 @@ def _dynamic_desc(trt, dims, lo, hi):
     return d
 
 
+def _dynamic_descs(trt, spec, dims, lo, hi):
+    """configure_plugin's inputs as TensorRT passes them, one per input of `spec`: x's dynamic batch range, then the
+    constants' (their dims unread)."""
+    return [_dynamic_desc(trt, dims, lo, hi)] + [_dynamic_desc(trt, [1, 1], 1, 1) for _ in spec.inputs[1:]]
+
+
 def test_configured_plugins_on_hopper_offer_the_wgmma_tactics_of_their_profile(trt):
     from trtfuse.plugins.tactics import TACTICS_BY_ID
 
-    ConvPlugin, _ = trt_v3.plugin_classes(trt)
+    ConvPlugin, _ = v3.plugin_classes(trt)
     attrs = tc.ConvAttrs.from_dict(RES4_FIRST_CONV2)
     plugin = ConvPlugin(FUSED_CONV, RES4_FIRST_CONV2, "res4_first_conv2", trt.TensorRTPhase.BUILD, device=H200)
     before = plugin.get_valid_tactics()
     assert before == tc.launcher_tactics(attrs, H200) and all(TACTICS_BY_ID[i].family == "mma" for i in before)
     x = [256, 256, 28, 28]
-    plugin.configure_plugin([_dynamic_desc(trt, x, 4, 256)], [])
+    plugin.configure_plugin(_dynamic_descs(trt, FUSED_CONV, x, 4, 256), [])
     offered = plugin.get_valid_tactics()
     assert offered == tc.launcher_tactics(attrs, H200, (28, 28), (4, 256)) and offered[0] == 67  # choose's pick
     assert set(before) < set(offered) and {65, 66, 67, 68} <= set(offered)
@@ -240,12 +246,12 @@ def test_configured_plugins_on_hopper_offer_the_wgmma_tactics_of_their_profile(t
     fresh.set_tactic(67)
     assert fresh.tactic == 67
     with pytest.raises(ValueError, match="channels"):
-        plugin.configure_plugin([_dynamic_desc(trt, [256, 128, 28, 28], 4, 256)], [])
+        plugin.configure_plugin(_dynamic_descs(trt, FUSED_CONV, [256, 128, 28, 28], 4, 256), [])
     # before Hopper, or without a GPU (the AOT tactics), configuring adds nothing
     for device in (tc.LaunchDevice("sm_80", 163 * 1024, 108), None):
         other = ConvPlugin(FUSED_CONV, RES4_FIRST_CONV2, "n", trt.TensorRTPhase.BUILD, device=device)
         first = other.get_valid_tactics()
-        other.configure_plugin([_dynamic_desc(trt, x, 4, 256)], [])
+        other.configure_plugin(_dynamic_descs(trt, FUSED_CONV, x, 4, 256), [])
         assert all(TACTICS_BY_ID[i].family == "mma" for i in other.get_valid_tactics())
         assert set(other.get_valid_tactics()) == set(first)
         with pytest.raises(ValueError, match="not offered"):
@@ -254,7 +260,7 @@ def test_configured_plugins_on_hopper_offer_the_wgmma_tactics_of_their_profile(t
 
 def test_import_trt_names_every_module_it_tried():
     with pytest.raises(TrtfuseError, match="no_such_trt_a: ModuleNotFoundError, no_such_trt_b: ModuleNotFoundError"):
-        trt_v3.import_trt(("no_such_trt_a", "no_such_trt_b"))
+        v3.import_trt(("no_such_trt_a", "no_such_trt_b"))
 
 
 # ---- on a GPU: enqueue as TensorRT calls it ----
@@ -291,7 +297,7 @@ def test_enqueue_with_tensorrt_descs_and_pointers_equals_golden(trt, resnet50_al
     for i, node in enumerate(nodes):
         spec = OPS[node.op_type]
         plugin = registry.get_creator(spec.name, "1", NAMESPACE).create_plugin(
-            node.name, trt_v3.fields_from_node(trt, spec, node), trt.TensorRTPhase.RUNTIME)
+            node.name, v3.fields_from_node(trt, spec, node), trt.TensorRTPhase.RUNTIME)
         tactic = plugin.get_valid_tactics()[i % len(plugin.get_valid_tactics())]  # every tactic, across nodes
         plugin.set_tactic(tactic)
         runtime = plugin.attach_to_context(None)  # TensorRT enqueues on the per-context clone
@@ -329,7 +335,7 @@ def test_every_tactic_a_configured_plugin_offers_equals_golden(trt):
     from trtfuse.plugins.op_schema import FUSED_CONV_ADD
     from trtfuse.plugins.tactics import TACTICS_BY_ID, ConvShape
 
-    ConvPlugin, _ = trt_v3.plugin_classes(trt)
+    ConvPlugin, _ = v3.plugin_classes(trt)
     stream = cd.Stream()
     wgmma_run = set()
     for i, (name, layer, has_res) in enumerate(resnet50_layers(2)):
@@ -338,7 +344,7 @@ def test_every_tactic_a_configured_plugin_offers_equals_golden(trt):
         attrs = dict(in_channels=shape.c, out_channels=shape.k, kernel_shape=(shape.r, shape.s), strides=shape.stride,
                      pads=shape.pads, relu=1)
         plugin = ConvPlugin(spec, attrs, name, trt.TensorRTPhase.BUILD)
-        plugin.configure_plugin([_dynamic_desc(trt, [2, shape.c, shape.h, shape.w], 2, 2)], [])
+        plugin.configure_plugin(_dynamic_descs(trt, spec, [2, shape.c, shape.h, shape.w], 2, 2), [])
         offered = plugin.get_valid_tactics()
         problem = ConvProblem.random(shape, has_res, seed=i)
         golden = problem.golden()
@@ -365,14 +371,15 @@ def test_every_tactic_a_configured_plugin_offers_equals_golden(trt):
         assert len(wgmma_run) >= 30, sorted(wgmma_run)  # the tiles ResNet-50's layers take, windows and stride-2 ones included
 
 
-# ---- the call order TensorRT documents for an IPluginV3 (plugins/trt_v3.py's docstring), tactic changes included ----
+# ---- the call order TensorRT documents for an IPluginV3 (plugins/tensorrt/v3.py's docstring), tactic changes included ----
 
 class _RecordingPlan:
     def __init__(self, log, dims, tactic):
         self.log, self.dims, self.tactic = log, dims, tactic
         log.append(("plan", dims, tactic))
 
-    def launch(self, *pointers, residual, residual_scale, relu, stream):
+    def launch_op(self, op, inputs, y, *, relu, stream):
+        assert op.bind(inputs) == {"x": 1, "weight": 2, "scale": 3, "bias": 4, "out_scale": 5} and y == 6  # by name
         self.log.append(("launch", self.dims, self.tactic, stream))
 
 
@@ -383,13 +390,18 @@ def _x_desc(trt, dims):
     return d
 
 
+def _in_descs(trt, x_dims):
+    """One desc per FusedConv input, as TensorRT hands them: x's, then the constants' (their dims unread)."""
+    return [_x_desc(trt, x_dims)] + [_x_desc(trt, [1]) for _ in FUSED_CONV.inputs[1:]]
+
+
 def test_the_documented_lifecycle_launches_the_tactic_last_set(trt, monkeypatch):
     log = []
-    monkeypatch.setattr(trt_v3.ConvPluginLogic, "plan", lambda self, dims, tactic: _RecordingPlan(log, dims, tactic))
+    monkeypatch.setattr(v3.ConvPluginLogic, "plan", lambda self, dims, tactic: _RecordingPlan(log, dims, tactic))
     registry = trt.get_plugin_registry()
     creator = registry.get_creator("FusedConv", PLUGIN_VERSION, NAMESPACE)
     attrs = dict(in_channels=64, out_channels=64, kernel_shape=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), relu=1)
-    fields = trt_v3._collection(trt, trt_v3.attribute_fields(FUSED_CONV, attrs))
+    fields = v3._collection(trt, v3.attribute_fields(FUSED_CONV, attrs))
     x4, x8 = [4, 64, 14, 14], [8, 64, 14, 14]
     out = [_x_desc(trt, x4)]
     ptrs, outs = [1, 2, 3, 4, 5], [6]
@@ -398,11 +410,11 @@ def test_the_documented_lifecycle_launches_the_tactic_last_set(trt, monkeypatch)
     plugin = creator.create_plugin("conv", fields, trt.TensorRTPhase.BUILD)
     tactics = plugin.get_valid_tactics()
     assert len(tactics) >= 2
-    plugin.on_shape_change([_x_desc(trt, x4)], out)
+    plugin.on_shape_change(_in_descs(trt, x4), out)
     for t in tactics:
         plugin.set_tactic(t)
-        plugin.enqueue([_x_desc(trt, x4)], out, ptrs, outs, 0, 11)
-        plugin.enqueue([_x_desc(trt, x4)], out, ptrs, outs, 0, 11)
+        plugin.enqueue(_in_descs(trt, x4), out, ptrs, outs, 0, 11)
+        plugin.enqueue(_in_descs(trt, x4), out, ptrs, outs, 0, 11)
     assert [e[2] for e in log if e[0] == "launch"] == [t for t in tactics for _ in range(2)]
     assert [e[2] for e in log if e[0] == "plan"] == tactics  # one plan per tactic, reused for its second launch
 
@@ -414,12 +426,12 @@ def test_the_documented_lifecycle_launches_the_tactic_last_set(trt, monkeypatch)
     context = runtime.attach_to_context(None)
     assert context.tactic == chosen
     log.clear()
-    context.on_shape_change([_x_desc(trt, x8)], out)
-    context.enqueue([_x_desc(trt, x8)], out, ptrs, outs, 0, 12)
+    context.on_shape_change(_in_descs(trt, x8), out)
+    context.enqueue(_in_descs(trt, x8), out, ptrs, outs, 0, 12)
     context.set_tactic(tactics[0])  # a tactic change without a shape change
-    context.enqueue([_x_desc(trt, x8)], out, ptrs, outs, 0, 12)
-    context.on_shape_change([_x_desc(trt, x4)], out)  # and a shape change keeps the tactic
-    context.enqueue([_x_desc(trt, x4)], out, ptrs, outs, 0, 12)
+    context.enqueue(_in_descs(trt, x8), out, ptrs, outs, 0, 12)
+    context.on_shape_change(_in_descs(trt, x4), out)  # and a shape change keeps the tactic
+    context.enqueue(_in_descs(trt, x4), out, ptrs, outs, 0, 12)
     assert [e[1:3] for e in log if e[0] == "launch"] == [(tuple(x8), chosen), (tuple(x8), tactics[0]), (tuple(x4), tactics[0])]
     # clones (the builder's and each context's) carry the tactic and share no plans with their source
     clone = context.clone()

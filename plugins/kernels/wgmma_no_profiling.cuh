@@ -1,5 +1,5 @@
 // The production kernel's profiling hooks: none. Every flag is off, so each hook's branch folds away; the profiling
-// builds (bench/wgmma_diag.py, bench/wgmma_timeline.py) include wgmma_profiling.cuh / wgmma_timeline.cuh instead.
+// builds (bench/wgmma_diag.py, bench/wgmma_timeline.py) include bench/probe_kernels/wgmma_profiling.cuh / wgmma_timeline.cuh instead.
 #pragma once
 
 namespace trtfuse {

@@ -1,6 +1,6 @@
 """What each trtfuse plugin declares to TensorRT, as plain Python that needs no TensorRT.
 
-`plugins/trt_plugins.py` turns these answers into `tensorrt.plugin` objects (register / autotune /
+`plugins/tensorrt/qdp.py` turns these answers into `tensorrt.plugin` objects (register / autotune /
 aot_impl / impl). Everything TensorRT would ask of a plugin is computed here, from plugins/op_schema.py
 (the one list of inputs and attributes) and plugins/tactics.py, so it is tested without the builder:
 
@@ -9,7 +9,7 @@ aot_impl / impl). Everything TensorRT would ask of a plugin is computed here, fr
   "INT8", "FP32"; "CHW32", "CHW4", "LINEAR") and the tactic ids;
 * aot_impl: the kernel's PTX and entry name, the launch grid/block/shared memory, and the int32 extra
   arguments in the order the kernel takes them (node inputs, then these, then the output);
-* the IPluginV3 plugins (plugins/trt_v3.py), whose `enqueue` launches through our own launcher
+* the IPluginV3 plugins (plugins/tensorrt/v3.py), whose `enqueue` launches through our own launcher
   (plugins/conv.py `ConvLaunch`) and so is not held to the AOT limits: `launcher_tactics`, the AOT
   tactics plus the persistent and large-tile mma.sync ones and, on sm_90, the wgmma tactics.
 
@@ -29,9 +29,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .layout import channel_vector, round_up
-from .op_schema import FUSED_CONV, FUSED_CONV_ADD, NAMESPACE, OpSpec
-from .tactics import TACTICS, TACTICS_BY_ID, WGMMA_TACTICS, ConvShape, Tactic, choose, wgmma_enabled
+from trtfuse.plugins.layout import channel_vector, round_up
+from trtfuse.plugins.op_schema import FUSED_CONV, FUSED_CONV_ADD, NAMESPACE, OpSpec
+from trtfuse.plugins.tactics import TACTICS, TACTICS_BY_ID, WGMMA_TACTICS, ConvShape, Tactic, choose, wgmma_enabled
 
 AOT_SOURCE = "fused_conv.cu"
 AOT_ENTRY = {FUSED_CONV.name: "trtfuse_fused_conv_aot", FUSED_CONV_ADD.name: "trtfuse_fused_conv_add_aot"}
@@ -127,7 +127,7 @@ class LaunchDevice:
 
 def detect_launch_device() -> LaunchDevice | None:
     """The first GPU's LaunchDevice, or None without one (plugins then offer the AOT tactics alone)."""
-    from . import cuda_driver as cd
+    from trtfuse.plugins import cuda_driver as cd
 
     ok, _ = cd.gpu_available()
     if not ok:
@@ -261,7 +261,7 @@ def retarget_ptx(ptx: bytes, isa: str) -> bytes:
 def aot_ptx(tactic_id: int, arch: str = "sm_90") -> bytes:
     """The PTX TensorRT embeds in the engine for this tactic (one image holds both AOT entries), at the ISA of
     AOT_PTX_ISA for `arch`."""
-    from .nvrtc import compile_kernel
+    from trtfuse.plugins.nvrtc import compile_kernel
 
     ptx = compile_kernel(AOT_SOURCE, TACTICS_BY_ID[tactic_id].defines(), arch, "ptx").image
     isa = aot_ptx_isa(arch)

@@ -1,6 +1,6 @@
 """Registration of trtfuse's ops with TensorRT's Quickly Deployable Plugins (`tensorrt.plugin`).
 
-Thin by design: every answer comes from plugins/trt_contract.py (tested without TensorRT); this file
+Thin by design: every answer comes from plugins/tensorrt/contract.py (tested without TensorRT); this file
 only wraps those answers in `trtp` objects. The decorated functions are generated from
 plugins/op_schema.py, so the plugin's declared inputs and attributes are the rewrite's, by
 construction: parameter names and annotations are set from the OpSpec (TensorRT reads a function's
@@ -18,9 +18,9 @@ from typing import List, Tuple, Union
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import TrtfuseError
-from . import trt_contract as tc
-from .op_schema import FUSED_CONV, FUSED_CONV_ADD, OpSpec
+from trtfuse.errors import TrtfuseError
+from trtfuse.plugins.tensorrt import contract as tc
+from trtfuse.plugins.op_schema import FUSED_CONV, FUSED_CONV_ADD, OpSpec
 
 MIN_TENSORRT = (10, 9)
 _registered: set[str] = set()  # plugin ids registered in this process
@@ -86,9 +86,15 @@ def _attrs(spec: OpSpec, args: dict) -> tc.ConvAttrs:
     return tc.ConvAttrs.from_dict({name: args[name] for name in spec.attribute_names})
 
 
+def _tensors(spec: OpSpec, args: dict) -> list:
+    """The op's input tensors (descriptors or device tensors) in node-input order, from the arguments TensorRT
+    passed by name: what OpSpec.bind and ConvLaunch.launch_op take."""
+    return [args[name] for name in spec.input_names]
+
+
 def _x_shape(spec: OpSpec, args: dict) -> tuple:
     """[N, C, H, W] of the activation input as shape expressions: never int(), which placeholders refuse."""
-    x = args[spec.inputs[0].name]
+    x = spec.bind(_tensors(spec, args))["x"]
     return tuple(x.shape_expr[i] for i in range(4))
 
 
@@ -119,21 +125,16 @@ def _register_conv(spec: OpSpec, trt, trtp) -> None:
 
     def impl(args):
         # JIT path (a node with aot=0, for debugging): the same kernel through plugins/conv.py on TensorRT's stream.
-        from .conv import ConvLaunch
-        from .tactics import ConvShape
+        from trtfuse.plugins.conv import ConvLaunch
+        from trtfuse.plugins.tactics import ConvShape
 
         attrs = _attrs(spec, args)
-        inputs = {t.name: args[t.name] for t in spec.inputs}
+        tensors = _tensors(spec, args)
         ptr = lambda t: t.__cuda_array_interface__["data"][0]
-        n, c, h, w = (int(d) for d in inputs["x"].shape)
+        n, c, h, w = (int(d) for d in spec.bind(tensors)["x"].shape)
         shape = ConvShape(n, attrs.in_channels, h, w, attrs.out_channels, *attrs.kernel_shape, attrs.strides, attrs.pads)
         plan = ConvLaunch.plan(shape, int(args["tactic"]))
-        has_res = "residual" in inputs
-        plan.launch(ptr(inputs["x"]), ptr(inputs["weight"]), ptr(inputs["scale"]), ptr(inputs["bias"]),
-                    ptr(inputs["out_scale"]), ptr(args["outputs"][0]),
-                    residual=ptr(inputs["residual"]) if has_res else 0,
-                    residual_scale=ptr(inputs["residual_scale"]) if has_res else 0,
-                    relu=bool(attrs.relu), stream=args["stream"])
+        plan.launch_op(spec, [ptr(t) for t in tensors], ptr(args["outputs"][0]), relu=bool(attrs.relu), stream=args["stream"])
 
     aot_return = Tuple[Union[str, bytes], Union[str, bytes], trtp.KernelLaunchParams, trtp.SymIntExprs]
     trtp.register(name)(_plugin_function(f"{spec.name}_register", tensor_params + attr_params, register, trtp.TensorDesc))
@@ -151,7 +152,7 @@ def aot_arch() -> str:
     """The architecture the AOT PTX targets: the build machine's GPU (TensorRT builds an engine for the GPU it
     runs on), or sm_80 without one (PTX for sm_80 JIT-compiles on every later GPU)."""
     try:
-        from .cuda_driver import compute_capability, gpu_available
+        from trtfuse.plugins.cuda_driver import compute_capability, gpu_available
 
         if gpu_available()[0]:
             return compute_capability()

@@ -12,7 +12,7 @@ How TensorRT calls them (TensorRT's IPluginV3One* API reference and developer gu
 `set_tactic` chooses the kernel of the *subsequent* enqueue; `on_shape_change` only says the dims changed.
 tests/test_trt_v3.py replays these sequences against the lean runtime's real base classes.
 
-The fallback to plugins/trt_plugins.py (Quickly Deployable Plugins): `tensorrt.plugin` imports the full
+The fallback to plugins/tensorrt/qdp.py (Quickly Deployable Plugins): `tensorrt.plugin` imports the full
 `tensorrt` module, so it cannot run on the lean runtime (`tensorrt-lean-cu13`, module `tensorrt_lean`,
 or its bindings wheel's `tensorrt_lean_bindings`) nor where the full module lacks it. These classes
 subclass whichever module they are given, so the same code registers into the full runtime's registry or
@@ -20,7 +20,7 @@ the lean one's (two libraries, two registries).
 
 Written from NVIDIA's samples/python/python_plugin (the IPluginV3OneCore/Build/Runtime pattern) and
 onnx-tensorrt's plugin importer (how fields are built from a node's attributes). Every answer comes from
-plugins/trt_contract.py and every field from plugins/op_schema.py: no list of attributes lives here.
+plugins/tensorrt/contract.py and every field from plugins/op_schema.py: no list of attributes lives here.
 
 What the ONNX parser does with a trtfuse node (onnx-tensorrt, onnxOpImporters.cpp `loadFields`): it
 walks the creator's `field_names`, in order, and for each one the node carries it passes the attribute,
@@ -36,15 +36,15 @@ import importlib
 
 import numpy as np
 
-from ..errors import TrtfuseError
-from . import trt_contract as tc
-from .op_schema import NAMESPACE, OPS, PLUGIN_VERSION, SPLIT_K_GEMM, OpSpec
-from .tactics import WGMMA_TACTICS, wgmma_enabled
+from trtfuse.errors import TrtfuseError
+from trtfuse.plugins.tensorrt import contract as tc
+from trtfuse.plugins.op_schema import NAMESPACE, OPS, PLUGIN_VERSION, SPLIT_K_GEMM, OpSpec
+from trtfuse.plugins.tactics import WGMMA_TACTICS, wgmma_enabled
 
 # Module names to try, best first: the full runtime, then the lean runtime as the `tensorrt-lean-cu13`
 # sdist wraps it, then the lean bindings wheel imported directly.
 TRT_MODULES = ("tensorrt", "tensorrt_lean", "tensorrt_lean_bindings")
-# TensorRT's DataType member for each op_schema dtype (trt_contract speaks QDP strings: "FP32").
+# TensorRT's DataType member for each op_schema dtype (contract speaks QDP strings: "FP32").
 _DATA_TYPE = {"int8": "INT8", "float32": "FLOAT"}
 _QDP_TYPE_TO_DATA_TYPE = {"INT8": "INT8", "FP32": "FLOAT"}
 # Integer field types accepted when parsing: the parser sends INT32; other int widths are read exactly too
@@ -141,7 +141,7 @@ def _detected_device():
 class ConvPluginLogic:
     """What a FusedConv / FusedConvAdd plugin answers, given its op and attributes; no TensorRT types.
 
-    Its tactics are trt_contract's `launcher_tactics` on the GPU it is created on (`enqueue` launches through
+    Its tactics are contract's `launcher_tactics` on the GPU it is created on (`enqueue` launches through
     ConvLaunch, not TensorRT's AOT path): before `configure` the shape-free ones (every mma.sync tactic the device
     runs), after it also the wgmma tactics handling the node at every batch of the profile. Without a GPU, the AOT
     tactics. `set_tactic` accepts any tactic the device runs (at runtime TensorRT sets the one it chose without
@@ -185,7 +185,7 @@ class ConvPluginLogic:
         return [x_dims[0], constant(k), constant(oh), constant(ow)]
 
     def supports(self, pos: int, type_name: str, format_name: str) -> bool:
-        """supports_format_combination for in_out[pos]: exactly trt_contract's type and format."""
+        """supports_format_combination for in_out[pos]: exactly contract's type and format."""
         return self.types[pos] == type_name and self.formats[pos] == format_name
 
     def check_tactic(self, tactic: int) -> int:
@@ -195,8 +195,8 @@ class ConvPluginLogic:
 
     def plan(self, x_dims, tactic: int):
         """The ConvLaunch for runtime dims of x (plain ints)."""
-        from .conv import ConvLaunch
-        from .tactics import ConvShape
+        from trtfuse.plugins.conv import ConvLaunch
+        from trtfuse.plugins.tactics import ConvShape
 
         n, c, h, w = (int(d) for d in x_dims)
         if c != self.attrs.in_channels:
@@ -215,10 +215,7 @@ class ConvPluginLogic:
         plan = plans.get(key)
         if plan is None:
             plan = plans[key] = self.plan(dims, tactic)
-        has_res = len(self.spec.inputs) > 5
-        plan.launch(*(int(p) for p in inputs[:5]), int(outputs[0]),
-                    residual=int(inputs[5]) if has_res else 0, residual_scale=int(inputs[6]) if has_res else 0,
-                    relu=bool(self.attrs.relu), stream=int(stream))
+        plan.launch_op(self.spec, [int(p) for p in inputs], int(outputs[0]), relu=bool(self.attrs.relu), stream=int(stream))
 
 
 # ---- the TensorRT classes, built once per TensorRT module ----
@@ -265,7 +262,7 @@ def plugin_classes(trt):
             return [getattr(trt.DataType, t) for t in self.logic.output_types()]
 
         def get_output_shapes(self, inputs, shape_inputs, expr_builder):
-            return [trt.DimsExprs(self.logic.output_dims(inputs[0], expr_builder.constant))]
+            return [trt.DimsExprs(self.logic.output_dims(self.logic.spec.bind(inputs)["x"], expr_builder.constant))]
 
         def supports_format_combination(self, pos, in_out, num_inputs):
             desc = in_out[pos].desc
@@ -273,10 +270,11 @@ def plugin_classes(trt):
 
         def configure_plugin(self, inp, out):
             # dims[1] is -1 only if the network lost the static channel count: refuse at build time.
-            dims = inp[0].desc.dims
+            x = self.logic.spec.bind(inp)["x"]
+            dims = x.desc.dims
             if dims[1] != self.logic.attrs.in_channels:
                 raise ValueError(f"{self.layer_name}: x has {dims[1]} channels, the node says {self.logic.attrs.in_channels}")
-            self.logic.configure((dims[2], dims[3]), (inp[0].min[0], inp[0].max[0]))
+            self.logic.configure((dims[2], dims[3]), (x.min[0], x.max[0]))
 
         def get_valid_tactics(self):
             return list(self.logic.tactics)
@@ -293,7 +291,7 @@ def plugin_classes(trt):
 
         def enqueue(self, input_desc, output_desc, inputs, outputs, workspace, stream):
             # Reads dims only: in the lean module a PluginTensorDesc's format cannot be read from Python.
-            self.logic.enqueue(list(input_desc[0].dims), inputs, outputs, self.tactic, stream, self.plans)
+            self.logic.enqueue(list(self.logic.spec.bind(input_desc)["x"].dims), inputs, outputs, self.tactic, stream, self.plans)
 
         def attach_to_context(self, resource_context):
             return self.clone()
