@@ -51,6 +51,7 @@ from .graph_utils import (
     static_4d_reason,
 )
 from .plugin_node import conv_plugin_node
+from .qdq import float16_conv_constants
 from .report import FUSED, KEPT, REJECTED, Candidate
 
 FUSE_MODES = ("residual", "all")
@@ -75,7 +76,11 @@ class FusionGroup:
         return list(dict.fromkeys(names))
 
 
-def _conv_reject_reason(conv) -> str | None:
+# QuantizeLinear takes a float16 input (with a float16 scale) from opset 19: a float16 conv input fuses there.
+FLOAT16_QDQ_OPSET = 19
+
+
+def _conv_reject_reason(conv, opset: int | None = None) -> str | None:
     weight = constant_array(optional_input(conv, 1))
     if weight is None:
         return "conv weight is not a constant"
@@ -97,8 +102,14 @@ def _conv_reject_reason(conv) -> str | None:
         reason = static_4d_reason(tensor, what)
         if reason:
             return reason
-    if conv.inputs[0].dtype not in (None, np.float32):
-        return f"conv input is {np.dtype(conv.inputs[0].dtype).name}, not float32"
+    dtype = conv.inputs[0].dtype
+    if dtype is not None and np.dtype(dtype) == np.float16:
+        # The op reads int8 either way; float16 only changes the boundary Q/DQ nodes' scale type.
+        if opset is not None and opset < FLOAT16_QDQ_OPSET:
+            return (f"conv input is float16 at opset {opset}: QuantizeLinear takes float16 from opset "
+                    f"{FLOAT16_QDQ_OPSET}")
+    elif dtype not in (None, np.float32):
+        return f"conv input is {np.dtype(dtype).name}, not float32 or float16"
     return None
 
 
@@ -141,12 +152,16 @@ def _relu_after(graph, tensor):
     return None
 
 
+def _opset(graph) -> int | None:
+    return getattr(graph, "opset", None)
+
+
 def _try_add(graph, add, main_index: int, mode: str):
     """(group, None) or (None, reason) for Add with its input `main_index` as the branch conv."""
     conv = producer(add.inputs[main_index])
     other = add.inputs[1 - main_index]
     kind, proj = _shortcut_kind(conv, other)
-    reason = _conv_reject_reason(conv)
+    reason = _conv_reject_reason(conv, _opset(graph))
     if reason is None and not has_single_consumer(graph, conv.outputs[0], add):
         reason = "conv output has other readers besides the Add"
     reason = reason or _add_reject_reason(add)
@@ -231,7 +246,7 @@ def find_fusion_groups(graph, mode: str, report: list | None = None, qdq=None) -
             if conv.name in projection_convs:
                 report.append(Candidate("fuse", kind, [conv.name], KEPT, "projection conv is fused only with --fuse all"))
             continue
-        reason = _conv_reject_reason(conv)
+        reason = _conv_reject_reason(conv, _opset(graph))
         relu = _relu_after(graph, conv.outputs[0])
         nodes = [conv.name] + ([relu.name] if relu is not None else [])
         if reason:
@@ -274,6 +289,10 @@ def prepare_for_fusion(model):
     return fold_batchnorm(model)
 
 
+def _is_float16(tensor) -> bool:
+    return tensor.dtype is not None and np.dtype(tensor.dtype) == np.float16
+
+
 def _scalar(name: str, value, dtype) -> object:
     import onnx_graphsurgeon as gs
 
@@ -301,6 +320,21 @@ def fuse_conv_blocks(model, scales: dict[str, float], fuse_mode: str = "residual
                            f"the scales file was calibrated for another fuse mode; rerun `trtfuse calibrate MODEL "
                            f"--fuse {fuse_mode} -o SCALES.json` (the default, --fuse both, covers every mode)")
 
+    # A float16 tensor is quantized and dequantized with a float16 scale (a DequantizeLinear outputs its
+    # scale's type): its scale is taken at float16 precision for the plugin node too, so both sides use one
+    # value. A quantized model's float16 scale is exactly that value already; a calibrated one is rounded.
+    scales = dict(scales)
+    float16_tensors = {t.name for g in groups for t in (g.x, g.residual, g.output) if t is not None and _is_float16(t)}
+    for name in float16_tensors:
+        s16 = np.float16(scales[name])
+        if not np.isfinite(s16) or s16 <= 0:
+            raise TrtfuseError(f"scale {scales[name]:.6g} of float16 tensor {name!r} has no positive float16 value")
+        scales[name] = float(s16)
+
+    def scale_constant(name: str, suffix: str):
+        dtype = np.float16 if name in float16_tensors else np.float32
+        return _scalar(f"{name}__{suffix}", scales[name], dtype)
+
     int8_of: dict[str, object] = {}
     for group in groups:
         y = group.output
@@ -313,9 +347,8 @@ def fuse_conv_blocks(model, scales: dict[str, float], fuse_mode: str = "residual
             return int8_of[tensor.name]
         if tensor.name not in quantized:
             q = gs.Variable(f"{tensor.name}__quant", dtype=np.int8, shape=tensor.shape)
-            s = scales[tensor.name]
             graph.nodes.append(gs.Node("QuantizeLinear", name=f"{tensor.name}__quantize",
-                                       inputs=[tensor, _scalar(f"{tensor.name}__qscale", s, np.float32),
+                                       inputs=[tensor, scale_constant(tensor.name, "qscale"),
                                                _scalar(f"{tensor.name}__qzero", 0, np.int8)], outputs=[q]))
             quantized[tensor.name] = q
         return quantized[tensor.name]
@@ -349,11 +382,11 @@ def fuse_conv_blocks(model, scales: dict[str, float], fuse_mode: str = "residual
     for group in groups:
         y = group.output
         if consumers(y) or is_graph_output(graph, y):
-            s = scales[y.name]
             graph.nodes.append(gs.Node("DequantizeLinear", name=f"{y.name}__dequantize",
-                                       inputs=[int8_of[y.name], _scalar(f"{y.name}__dqscale", s, np.float32),
+                                       inputs=[int8_of[y.name], scale_constant(y.name, "dqscale"),
                                                _scalar(f"{y.name}__dqzero", 0, np.int8)], outputs=[y]))
-    out = export_graph(graph, template=model)
+    # a float16 conv left unfused gets its weight and bias back in float16 (qdq.float16_conv_constants)
+    out = float16_conv_constants(export_graph(graph, template=model))
     fused_map = {int8_of[g.output.name].name: g.output.name for g in groups}
     if fused_map:  # which fp32 tensor each plugin output stands for (calibration compares them per layer)
         entry = next((p for p in out.metadata_props if p.key == FUSED_OUTPUTS_KEY), None) or out.metadata_props.add()

@@ -15,6 +15,10 @@ pytorch-quantization / torch QAT export write it:
   * any other DequantizeLinear of a constant (an ORT int32 bias quantized at x_scale * w_scale, BN
     parameters) becomes its float value.
 
+Float16 Q/DQ models (ModelOpt's default high_precision_dtype="fp16") read the same way: float16 scales are
+recorded as the float32 numbers they are (exactly), a dequantized conv weight is float32 (exact), and any
+other dequantized constant keeps its DequantizeLinear's float16 output type.
+
 The result is a float model plus `QdqInfo`; the fusion pass then fuses with the recorded scales (no
 calibration). `--requantize` runs the same stripping but drops `QdqInfo`, so the scales are calibrated
 anew. Nodes the rewrite does not fuse run in float in the rewritten model (the model's Q/DQ around them
@@ -159,6 +163,13 @@ def strip_qdq(model) -> tuple[object, QdqInfo]:
         if info_range is None:
             continue
         z = 0 if zp is None else _broadcast(zp.astype(np.int64), axis, value.ndim)
+        # ONNX: saturate(round_half_to_even(x / scale) + zp). For a float16 weight and scale (a ModelOpt fp16
+        # model) ONNX Runtime computes x / scale in float32 on the upcast values. Dividing in float64 gives the
+        # same integers: with x = A * 2^p and scale = B * 2^r (|A|, B < 2^11), a quotient that is not exactly a
+        # half-integer misses the nearest one by at least 2^-12 (or 1/|A| of itself), i.e. by more than 2^-19 of
+        # itself up to 128, while rounding the quotient moves it by at most 2^-24 (float32) or 2^-53 (float64)
+        # of itself; exact half-integers up to 128 are exact in both. tests/test_exporters.py compares the
+        # integers with onnxruntime's own QuantizeLinear on the float16 fixture's weights.
         q = np.rint(value.astype(np.float64) / _broadcast(scale.astype(np.float64), axis, value.ndim)) + z
         q = np.clip(q, info_range.min, info_range.max).astype(dtype)
         out = node.outputs[0]
@@ -175,8 +186,15 @@ def strip_qdq(model) -> tuple[object, QdqInfo]:
         if scale is None:
             continue
         z = 0 if zp is None else _broadcast(zp.astype(np.int64), axis, q.ndim)
-        value = ((q.astype(np.int64) - z) * _broadcast(scale.astype(np.float64), axis, q.ndim)).astype(np.float32)
+        value = (q.astype(np.int64) - z) * _broadcast(scale.astype(np.float64), axis, q.ndim)
         out = node.outputs[0]
+        conv_weight = any(r.op == "Conv" and len(r.inputs) > 1 and r.inputs[1] is out for r in out.outputs)
+        # A DequantizeLinear outputs its scale's type (float16 in a ModelOpt fp16 model): the constant keeps it
+        # so its readers stay type-consistent. A conv weight is the exception: it stays float32, where
+        # W_int8 * s_w is exact (8 + 11 significant bits), so the fusion pass re-derives the model's very
+        # integers and scales from it; fuse_conv_blocks gives a float16 conv it leaves unfused its weight back
+        # in float16 (the rounded product, which is what the model's DequantizeLinear computes).
+        value = value.astype(np.float32 if conv_weight or scale.dtype != np.float16 else np.float16)
         for reader in list(out.outputs):
             if reader.op == "Conv" and len(reader.inputs) > 1 and reader.inputs[1] is out:
                 problem = _weight_problem(q, zp, np.dtype(q.dtype), axis, scale)
@@ -215,7 +233,7 @@ def strip_qdq(model) -> tuple[object, QdqInfo]:
         if problem is not None:
             info.problems[t.name] = problem
         if _clips_negatives(zp, dtype):
-            relu_out = gs.Variable(f"{t.name}__relu", dtype=np.float32)
+            relu_out = gs.Variable(f"{t.name}__relu", dtype=t.dtype or np.float32)
             graph.nodes.append(gs.Node("Relu", name=f"{qnode.name}__relu", inputs=[t], outputs=[relu_out]))
             for table in (info.scales, info.problems):  # the Q's values are the clipped ones
                 if t.name in table:
@@ -237,3 +255,68 @@ def strip_qdq(model) -> tuple[object, QdqInfo]:
     for name in info.problems:
         info.scales.pop(name, None)
     return export_graph(graph, template=model), info
+
+
+def float16_conv_constants(model):
+    """`model` with every float32 weight and bias of a Conv whose input is float16 turned float16.
+
+    strip_qdq keeps a dequantized conv weight in float32 (W_int8 * s_w exactly, for the fusion); a float16
+    conv that is then run as a float node (left unfused, or in the max pass that calibrates a float16 model)
+    needs them in its input's type, as ONNX's Conv binds one type to all three. The float16 values are the
+    rounded products, what the model's own DequantizeLinear computes. Returns `model` itself when no conv
+    needs it."""
+    import onnx
+    from onnx import numpy_helper
+
+    if not any(n.op_type == "Conv" for n in model.graph.node) or not has_float16(model):
+        return model
+    types = elem_types(model)
+    float16_convs = [n for n in model.graph.node if n.op_type == "Conv" and n.input
+                     and types.get(n.input[0]) == onnx.TensorProto.FLOAT16]
+    inits = {i.name: i for i in model.graph.initializer}
+    todo = [(n, j) for n in float16_convs for j in (1, 2)
+            if len(n.input) > j and n.input[j] in inits and inits[n.input[j]].data_type == onnx.TensorProto.FLOAT]
+    if not todo:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    inits = {i.name: i for i in out.graph.initializer}
+    nodes = {id(n): c for n, c in zip(model.graph.node, out.graph.node)}
+    for node, j in todo:
+        name = node.input[j]
+        new = f"{name}__float16"
+        if new not in inits:
+            inits[new] = numpy_helper.from_array(numpy_helper.to_array(inits[name]).astype(np.float16), new)
+            out.graph.initializer.append(inits[new])
+        nodes[id(node)].input[j] = new
+    used = {i for n in out.graph.node for i in n.input}
+    keep = [i for i in out.graph.initializer if i.name in used or any(o.name == i.name for o in out.graph.output)]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(keep)
+    return out
+
+
+def has_float16(model) -> bool:
+    """Whether any float16 tensor can occur: a float16 initializer, graph input or Cast to float16 (a cheap
+    look that spares a float model the shape inference of elem_types)."""
+    import onnx
+
+    f16 = onnx.TensorProto.FLOAT16
+    return (any(i.data_type == f16 for i in model.graph.initializer)
+            or any(i.type.tensor_type.elem_type == f16 for i in model.graph.input)
+            or any(n.op_type == "Cast" and any(a.name == "to" and a.i == f16 for a in n.attribute) for n in model.graph.node))
+
+
+def elem_types(model) -> dict[str, int]:
+    """Tensor name -> ONNX element type, from the graph's declarations and shape inference."""
+    import onnx
+
+    try:
+        typed = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # an inference failure leaves the declared types
+        typed = model
+    types = {i.name: i.data_type for i in typed.graph.initializer}
+    for vi in list(typed.graph.input) + list(typed.graph.value_info) + list(typed.graph.output):
+        if vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    return types

@@ -92,11 +92,16 @@ def run_fp32_batches(model, tensor_names, images: np.ndarray):
 
     from .graph_utils import copy_model
 
-    m = copy_model(model)
+    from .qdq import elem_types, float16_conv_constants, has_float16
+
+    # a stripped float16 Q/DQ model: its convs' float32 weights go float16 to run; its float16 tensors are
+    # read as float16 outputs (their peaks are taken in float64 below either way)
+    m = copy_model(float16_conv_constants(model))
+    types = elem_types(m) if has_float16(m) else {}
     existing = {o.name for o in m.graph.output}
     for name in tensor_names:
         if name not in existing:
-            m.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+            m.graph.output.append(onnx.helper.make_tensor_value_info(name, types.get(name, onnx.TensorProto.FLOAT), None))
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     input_name, dims = model_input_spec(model)
     batch = dims[0] if dims and dims[0] else len(images)
@@ -113,5 +118,5 @@ def max_activation_scales(model, tensor_names, images: np.ndarray) -> dict[str, 
     peak = {name: 0.0 for name in tensor_names}
     for outs in run_fp32_batches(model, tensor_names, images):
         for name, value in outs.items():
-            peak[name] = max(peak[name], float(np.max(np.abs(value))) if value.size else 0.0)
+            peak[name] = max(peak[name], float(np.max(np.abs(value.astype(np.float64)))) if value.size else 0.0)
     return {name: (p if p > 0 else 1.0) / 127.0 for name, p in peak.items()}

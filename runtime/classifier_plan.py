@@ -196,3 +196,22 @@ def _gemm(node, g: _Graph, channels: int):
     weight = w if alpha == 1.0 else w * alpha
     bias = b if beta == 1.0 else b * beta
     return np.ascontiguousarray(weight.astype(np.float32)), np.ascontiguousarray(bias.astype(np.float32))
+
+
+def float16_refusal(model: onnx.ModelProto) -> str | None:
+    """Why the GPU runner cannot run a float16 Q/DQ model's rewrite (None: nothing float16 around the fused
+    convs), one line naming the first node and its op. Its kernels quantize float32 images and compute the
+    pool + classifier in float32: a Cast at the input or the tail, or a (De)QuantizeLinear with a float16
+    scale (a float16 tensor before or after the int8 trunk), has no kernel of that type."""
+    inits = {i.name: i for i in model.graph.initializer}
+    for node in model.graph.node:
+        name = node.name or "?"
+        if node.op_type == "Cast":
+            to = next((a.i for a in node.attribute if a.name == "to"), 0)
+            return (f"--backend cuda cannot run node {name} (Cast to {onnx.TensorProto.DataType.Name(to).lower()}): "
+                    "its kernels read float32 images and give float32 logits; run this float16 model with --backend cpu")
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 1 and node.input[1] in inits:
+            if inits[node.input[1]].data_type == onnx.TensorProto.FLOAT16:
+                return (f"--backend cuda cannot run node {name} ({node.op_type} with a float16 scale): its kernels "
+                        "quantize and dequantize float32 only; run this float16 model with --backend cpu")
+    return None

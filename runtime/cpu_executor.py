@@ -65,7 +65,9 @@ def _quantize_per_tensor(self, x, y_scale, y_zero_point=None, **_):
 
 def _dequantize_per_tensor(self, x, x_scale, x_zero_point=None, **_):
     scale, zp, _dtype = _per_tensor(x_scale, x_zero_point)
-    return (((np.asarray(x).astype(np.int32) - zp).astype(np.float32) * scale),)
+    # the output has the scale's type (float16 in a float16 Q/DQ model), computed in float32 like onnxruntime
+    y = (np.asarray(x).astype(np.int32) - zp).astype(np.float32) * scale
+    return (y.astype(np.float16 if np.asarray(x_scale).dtype == np.float16 else np.float32),)
 
 
 def _reference_op_classes():
@@ -78,7 +80,8 @@ def _reference_op_classes():
 
         classes.append(type(spec.name, (OpRun,), {"op_domain": DOMAIN, "_run": _run}))
     # onnx's reference ops implement (De)QuantizeLinear from opset 19 only; the rewrite emits them at
-    # opset 13/17 with per-tensor scales, whose semantics never changed: these two cover exactly that.
+    # opset 13/17 with per-tensor scales, whose semantics never changed: these two cover exactly that
+    # (and a float16 model's opset-19 float16 scales).
     classes.append(type("QuantizeLinear", (OpRun,), {"op_domain": "", "_run": _quantize_per_tensor}))
     classes.append(type("DequantizeLinear", (OpRun,), {"op_domain": "", "_run": _dequantize_per_tensor}))
     return classes

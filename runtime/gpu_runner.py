@@ -5,7 +5,8 @@ writes for ResNets): QuantizeLinear of the input, FusedConv / FusedConvAdd, the 
 DequantizeLinear -> MaxPool -> QuantizeLinear, and the tail DequantizeLinear -> the classifier as any
 exporter writes it: GlobalAveragePool or ReduceMean over H, W (keepdims 1 or 0) -> Flatten / Reshape /
 Squeeze -> Gemm or MatMul (+ Add) [-> Softmax] (runtime/classifier_plan.py plans it without a GPU).
-Static or dynamic batch (the runner's batch is its own). Anything else is refused, naming the node and op.
+Static or dynamic batch (the runner's batch is its own). Anything else is refused, naming the node and op;
+so is a float16 Q/DQ model's rewrite (its input Cast and float16-scale Q/DQ: classifier_plan.float16_refusal).
 
 Static shapes; every buffer is allocated once; the whole forward is one CUDA graph (captured through
 the driver API), replayed per batch. Several runners (one per stream) give several graphs in flight.
@@ -30,7 +31,7 @@ from ..plugins import stem
 from ..plugins.layout import channel_vector, pack_weight, round_up, unpack_nchwv, unpack_weight
 from ..plugins.op_schema import DOMAIN, op_for_node
 from ..plugins.tactics import ConvShape, candidate_tactics
-from .classifier_plan import plan_classifier
+from .classifier_plan import float16_refusal, plan_classifier
 from .top1 import Top1Readout
 
 
@@ -113,6 +114,9 @@ class CudaRunner(Top1Readout):
 
     def _compile(self) -> None:
         g = self.model.graph
+        refusal = float16_refusal(self.model)
+        if refusal:
+            raise TrtfuseError(refusal)
         if len(g.input) != 1 or len(g.output) != 1:
             raise TrtfuseError("--backend cuda runs models with one input and one output")
         inp = g.input[0]

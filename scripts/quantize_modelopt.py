@@ -6,7 +6,7 @@ default calibration images saved with numpy.save).
     python scripts/quantize_modelopt.py IN.onnx OUT.onnx CALIB.npy [fp32|fp16]
 
 The last argument is ModelOpt's high_precision_dtype: its default, fp16, also converts the float parts of the
-model to float16 (the rewrite then rejects every conv: its input is float16).
+model to float16 (the rewrite fuses it too, its float16 scales upcast: docs/passes.md, "Quantized (Q/DQ) models").
 """
 
 import sys

@@ -87,6 +87,22 @@ def test_unknown_engine_and_missing_input():
         CpuExecutor(model).run({})
 
 
+@pytest.mark.parametrize("engine", ["ort", "reference"])
+def test_float16_quantize_dequantize_keep_their_scale_type(engine):
+    # a float16 Q/DQ model's rewrite: Q of a float16 tensor, DQ with a float16 scale giving float16 (opset 19)
+    s = numpy_helper.from_array(np.array(0.0625, np.float16), "s")
+    z = numpy_helper.from_array(np.array(0, np.int8), "z")
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
+        "qdq16", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4])], [s, z])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    x = np.array([0.03125, -1.0, 9.0, 0.1], np.float16)
+    y = CpuExecutor(model, engine).run({"x": x})["y"]
+    assert y.dtype == np.float16
+    np.testing.assert_array_equal(y, np.array([0.0, -1.0, 7.9375, 0.125], np.float16))  # half to even, saturate 127
+
+
 def _image_net(tmp_path):
     """A 3-channel 32x32 residual net with a small classifier-like output, saved + rewritten."""
     model = residual_net(stem=True, c_in=8, c_mid=8, c_out=8, h=32, w=32, dynamic_batch=True)
