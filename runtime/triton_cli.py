@@ -122,24 +122,26 @@ def _served_counts(metrics: str, model: str) -> dict:
     return out
 
 
+def _batch_bytes(exported: dict) -> int:
+    """Bytes of one full batch of the served model's fp32 input images."""
+    import math
+
+    return exported["max_batch_size"] * 4 * math.prod(exported["input_shape"][1:])
+
+
 def _shm_bytes(exported: dict, shm_mb: int | None) -> int:
     """The Python backend's shared-memory pool (start and growth step): --shm-mb, else room for two full
     batches of input images (the batch's tensors pass through it), at least 16 MiB."""
     if shm_mb is not None:
         return shm_mb << 20
-    import math
-
-    per_image = 4 * math.prod(exported["input_shape"][1:])  # fp32 images
-    return max(16 << 20, 2 * exported["max_batch_size"] * per_image)
+    return max(16 << 20, 2 * _batch_bytes(exported))
 
 
 def _cuda_pool_bytes(exported: dict, instances_per_gpu: int) -> int:
     """Triton's CUDA memory pool per GPU, through which GPU input tensors (images a client put in CUDA shared
     memory) reach the Python backend's stubs: room for four full batches of fp32 images per instance, at least
     Triton's default 64 MiB."""
-    import math
-
-    return max(64 << 20, 4 * instances_per_gpu * exported["max_batch_size"] * 4 * math.prod(exported["input_shape"][1:]))
+    return max(64 << 20, 4 * instances_per_gpu * _batch_bytes(exported))
 
 
 def serve(args) -> int:

@@ -157,7 +157,7 @@ class GpuExecutor:
             for k, (runner, feed) in enumerate(zip(self.runners, feeds[first : first + len(self.runners)])):
                 n = feed(k, runner)
                 runner.launch()
-                readout = self._top1_readout(k, runner)
+                readout = self._top1_readout(runner)
                 if readout is not None:  # the top-1 copy queued behind the forward: one wait per runner
                     runner.copy_top1(readout)
                 group.append((k, runner, n, readout))
@@ -171,7 +171,7 @@ class GpuExecutor:
         return (np.concatenate(logits) if want_logits else None), np.concatenate(top1)
 
     @staticmethod
-    def _top1_readout(k: int, runner):
+    def _top1_readout(runner):
         """The runner's pinned int32 [chunk] top-1 array, or None for a runner without a top-1."""
         if getattr(runner, "top1", None) is None or not hasattr(runner, "top1_host"):
             return None
