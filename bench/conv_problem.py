@@ -108,3 +108,46 @@ def compare(out: np.ndarray, ref: np.ndarray) -> dict:
 def passes_lsb_rule(stats: dict) -> bool:
     """docs/ops.md: >= 99.9% of elements exact and none off by more than 1."""
     return stats["exact_fraction"] >= 0.999 and stats["max_abs_diff"] <= 1
+
+
+class DeviceStemPool:
+    """A space-to-depth stem problem (ConvProblem of the original 7x7/2 conv, no residual) on the GPU as the fused
+    stem + max-pool kernel runs it (plugins/stem.py: launch_stem_pool); golden() is the conv's golden then the
+    3x3/2 max-pool."""
+
+    def __init__(self, problem: ConvProblem):
+        from ..plugins import cuda_driver as cd
+        from ..plugins import stem
+
+        self.p = problem
+        folded = problem.folded()
+        self.x = cd.DeviceBuffer.from_array(pack_nchwv(folded.x, folded.shape.vec))
+        self.w = cd.DeviceBuffer.from_array(pack_weight(folded.w, folded.shape.vec))
+        self.scale = cd.DeviceBuffer.from_array(problem.scale)
+        self.bias = cd.DeviceBuffer.from_array(problem.bias)
+        self.out_scale = cd.DeviceBuffer.from_array(problem.out_scale)
+        ph, pw = stem.pooled_hw(problem.shape)
+        self.y_shape = (problem.shape.n, round_up(problem.shape.k, 32) // 32, ph, pw, 32)
+        self.y = cd.DeviceBuffer(int(np.prod(self.y_shape)))
+
+    def run(self, stream=None) -> None:
+        from ..plugins import stem
+
+        stem.launch_stem_pool(self.p.shape, self.x.ptr, self.w.ptr, self.scale.ptr, self.bias.ptr, self.out_scale.ptr,
+                              self.y.ptr, relu=self.p.relu, stream=stream)
+
+    def run_checked(self) -> tuple[np.ndarray, np.ndarray]:
+        """Poison y, launch, synchronize; return (logical int8 output, raw CHW32 output)."""
+        from ..plugins import cuda_driver as cd
+
+        self.y.fill(POISON)
+        self.run()
+        cd.check(cd._driver().cuCtxSynchronize())
+        raw = self.y.download(self.y_shape, np.int8)
+        return unpack_chw32(raw, self.p.shape.k), raw
+
+    def golden(self) -> np.ndarray:
+        from ..plugins import stem
+        from ..plugins.reference import maxpool_int8
+
+        return maxpool_int8(self.p.golden(), *stem.POOL_WINDOW)

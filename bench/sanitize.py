@@ -1,5 +1,5 @@
 """Small fused-conv launches for compute-sanitizer (memcheck, racecheck): every tactic, split-K,
-residual and padding paths, each checked against the golden reference.
+residual and padding paths, the stem + max-pool kernel, each checked against the golden reference.
 
     compute-sanitizer --tool memcheck python3 -m trtfuse.bench.sanitize
 """
@@ -28,6 +28,7 @@ def main() -> int:
         bad += not ok
         print(f"tactic {tid} splits {splits} {shape}: {'ok' if ok else 'MISMATCH'} {stats}")
     bad += not maxpool_cases()
+    bad += not stem_pool_cases()
     return 1 if bad else 0
 
 
@@ -61,6 +62,21 @@ def maxpool_cases() -> bool:
         same = np.array_equal(device_maxpool(x, k, stride, pad)[0], ref.maxpool_int8(x, k, stride, pad))
         ok &= same
         print(f"maxpool k{k} s{stride} p{pad}: {'ok' if same else 'MISMATCH'}")
+    return ok
+
+
+def stem_pool_cases() -> bool:
+    """The fused stem + max-pool (plugins/stem.py) on small images: one whole tile, partial tiles, more tiles than
+    resident CTAs (the persistent loop)."""
+    from .conv_problem import DeviceStemPool
+
+    ok = True
+    for n, h, w in ((1, 32, 56), (2, 9, 13), (300, 9, 13)):
+        p = ConvProblem.random(ConvShape(n, 3, h, w, 64, 7, 7, (2, 2), (3, 3, 3, 3)), False, seed=1)
+        dev = DeviceStemPool(p)
+        stats = compare(dev.run_checked()[0], dev.golden())
+        ok &= passes_lsb_rule(stats)
+        print(f"stem_pool {n}x3x{h}x{w}: {'ok' if passes_lsb_rule(stats) else 'MISMATCH'} {stats}")
     return ok
 
 

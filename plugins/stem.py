@@ -87,3 +87,84 @@ def fold_weight(w: np.ndarray, fc: FoldedConv) -> np.ndarray:
                     if 0 <= so < s:
                         out[:, (2 * a + b) * c:(2 * a + b + 1) * c, r2, s2] = w[:, :, ro, so]
     return out
+
+
+# ---- the stem with its max-pool: plugins/kernels/stem_pool.cu ----------------------------------------------
+
+POOL_SOURCE = "stem_pool.cu"
+POOL_ENTRY = "trtfuse_stem_pool"
+POOL_WINDOW = (3, 2, 1)  # (kernel, stride, padding): the one max-pool the kernel's tile is built for
+POOL_TILE = (8, 14)  # pooled rows x columns per CTA tile (stem_pool.cu's TPH, TPW)
+POOL_THREADS = 256
+POOL_SMEM_BYTES = 2 * 10240 + 31 * 16 * 80 + 512  # two patches + conv tile + per-channel factors (stem_pool.cu's SMEM_BYTES)
+POOL_WGMMA_WEIGHT_BYTES = 8 * 64 * 32  # sm_90a: the weights in shared memory as wgmma's B (the kernel traps if short)
+_pool_modules: dict = {}
+
+
+def pool_variant(arch: str) -> tuple[str, dict, int]:
+    """(NVRTC arch, defines, dynamic shared bytes) of the stem + max-pool kernel on a GPU of compute capability `arch`:
+    wgmma (sm_90a) on Hopper, mma.sync elsewhere."""
+    if arch == "sm_90":
+        return "sm_90a", {"STEM_POOL_WGMMA": 1}, POOL_SMEM_BYTES + POOL_WGMMA_WEIGHT_BYTES
+    return arch, {}, POOL_SMEM_BYTES
+
+
+def _pool_function():
+    from . import cuda_driver as cd
+    from .nvrtc import compile_kernel
+
+    device = cd.current_device()
+    if device not in _pool_modules:
+        arch, defines, smem = pool_variant(cd.compute_capability(device))
+        module = cd.Module(compile_kernel(POOL_SOURCE, defines, arch, "cubin").image)
+        _pool_modules[device] = (module, smem)
+    module, smem = _pool_modules[device]
+    return module.function(POOL_ENTRY, smem), smem
+
+
+def pool_refusal(shape: ConvShape, pool: tuple[int, int, int]) -> str | None:
+    """Why the stem conv `shape` (the original, unfolded) followed by max-pool (kernel, stride, pad) cannot run as
+    one stem_pool kernel, or None if it can: the kernel is built for the folded 4x4 conv of a 7x7/2 stem with 64
+    output channels and the 3x3/2 pad-1 pool (ResNet's), its tile sizes fixed at compile time."""
+    if not applies(shape):
+        return "the conv is not a space-to-depth stem (stride 2, at most 4 input channels)"
+    folded = fold(shape).shape
+    if (folded.r, folded.s) != (4, 4):
+        return f"the folded conv is {folded.r}x{folded.s}, the kernel runs 4x4 (a 7x7 or 8x8 stem)"
+    if shape.k != 64:
+        return f"the conv has {shape.k} output channels, the kernel computes 64"
+    if tuple(pool) != POOL_WINDOW:
+        return f"the max-pool is kernel {pool[0]} stride {pool[1]} pad {pool[2]}, the kernel pools 3x3/2 pad 1"
+    return None
+
+
+def pooled_hw(shape: ConvShape) -> tuple[int, int]:
+    k, s, p = POOL_WINDOW
+    oh, ow = shape.out_hw
+    return (oh + 2 * p - k) // s + 1, (ow + 2 * p - k) // s + 1
+
+
+def launch_stem_pool(shape: ConvShape, x: int, folded_weight: int, scale: int, bias: int, out_scale: int, y: int,
+                     *, relu: bool = True, stream=None) -> None:
+    """The stem conv `shape` (unfolded; its input x already folded by quantize_s2d, weight by fold_weight and
+    pack_weight) + requantize (+ ReLU) + the 3x3/2 max-pool into y: int8 CHW32 [N, 64, PH, PW]."""
+    import ctypes
+
+    from . import cuda_driver as cd
+    from .conv_params import ConvParamsStruct
+
+    why = pool_refusal(shape, POOL_WINDOW)
+    if why:
+        raise ValueError(why)
+    f = fold(shape).shape
+    oh, ow = f.out_hw
+    ph, pw = pooled_hw(shape)
+    p = ConvParamsStruct(x=x, w=folded_weight, scale=scale, bias=bias, out_scale=out_scale, y=y, N=f.n, C=f.c, H=f.h,
+                         W=f.w, K=f.k, OH=oh, OW=ow, R=f.r, S=f.s, stride_h=1, stride_w=1, pad_top=f.pads[0],
+                         pad_left=f.pads[1], relu=int(relu), splits=1)
+    fn, smem = _pool_function()
+    tiles = f.n * -(-ph // POOL_TILE[0]) * -(-pw // POOL_TILE[1])
+    resident = cd.max_active_blocks(fn, POOL_THREADS, smem) * cd.device_attribute("MULTIPROCESSOR_COUNT")
+    args = [p, ctypes.c_int32(ph), ctypes.c_int32(pw)]
+    cd.launch(fn, (min(tiles, max(1, resident)), 1, 1), (POOL_THREADS, 1, 1), smem, stream,
+              [ctypes.addressof(a) for a in args])

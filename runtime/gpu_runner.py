@@ -8,6 +8,10 @@ Squeeze -> Gemm or MatMul (+ Add) [-> Softmax] (runtime/classifier_plan.py plans
 Static or dynamic batch (the runner's batch is its own). Anything else is refused, naming the node and op;
 so is a float16 Q/DQ model's rewrite (its input Cast and float16-scale Q/DQ: classifier_plan.float16_refusal).
 
+The space-to-depth stem and the max-pool after it run as one kernel (plugins/kernels/stem_pool.cu) that writes
+only the pooled tensor, when the pool keeps the stem's scale and its shape is ResNet's (stem.pool_refusal);
+otherwise, or with fuse_stem_pool=False, as two.
+
 Static shapes; every buffer is allocated once; the whole forward is one CUDA graph (captured through
 the driver API), replayed per batch. Several runners (one per stream) give several graphs in flight.
 When the graph output is the classifier's fp32 logits [N, classes], the graph ends with their row-wise
@@ -61,12 +65,19 @@ def _attrs(node) -> dict:
 
 class CudaRunner(Top1Readout):
     def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True, fold_stem: bool = True,
-                 autotune: bool = False, plans_from: "CudaRunner | None" = None, quantized_input: bool = False):
+                 autotune: bool = False, plans_from: "CudaRunner | None" = None, quantized_input: bool = False,
+                 fuse_stem_pool: bool = True):
         ok, why = cd.gpu_available()
         if not ok:
             raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
         cd.context()
         self.model, self.batch, self.fold_stem, self.autotune = model, batch, fold_stem, autotune
+        # fuse_stem_pool: the space-to-depth stem and the max-pool after it run as one kernel (plugins/stem.py,
+        # stem_pool.cu) that writes only the pooled tensor; the stem's own output is then never materialized.
+        self.fuse_stem_pool = fuse_stem_pool
+        self._stem = None  # (step index, node, original conv shape, folded weight pointer) of the folded stem conv
+        self.fused_stem: str | None = None  # the stem conv's node name once it runs with its max-pool
+        self.fused_away: set[str] = set()  # tensors a fused kernel keeps on chip: fetch() cannot return them
         self._timer = cd.Timer() if autotune else None
         self._given_plans = dict(plans_from.plans) if plans_from is not None else None  # another runner's (tuned) choices
         self.inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
@@ -216,6 +227,8 @@ class CudaRunner(Top1Readout):
         if ws is not None:
             self.consts[node.name + "__workspace"] = ws
         self.plans.append((node.name, plan))
+        if x.folded_from:
+            self._stem = (len(self.steps), node, shape, weight, ptrs, bool(a["relu"]))
         self.steps.append((node.name, step))
 
     def _fastest(self, heuristic_plan: ConvLaunch, make_step, tensors) -> ConvLaunch:
@@ -272,8 +285,12 @@ class CudaRunner(Top1Readout):
             q = self._only_consumer(op.output[0], "QuantizeLinear", op)
             oh, ow = (h + 2 * pads[0] - k[0]) // st[0] + 1, (w + 2 * pads[0] - k[0]) // st[0] + 1
             pooled = _Tensor((n, c, oh, ow), 32)
+            same_scale = np.isclose(self._scalar(node.input[1]), self._scalar(q.input[1]), rtol=0, atol=0)
+            if same_scale and self._fuse_stem_with_pool(node, (k[0], st[0], pads[0]), pooled):
+                self.tensors[q.output[0]] = pooled
+                return {id(op), id(q)}
             self.steps.append((op.name or "maxpool", lambda s: network_ops.maxpool(x.buf.ptr, n, c, h, w, k[0], st[0], pads[0], pooled.buf.ptr, stream=s)))
-            if np.isclose(self._scalar(node.input[1]), self._scalar(q.input[1]), rtol=0, atol=0):
+            if same_scale:
                 self.tensors[q.output[0]] = pooled
             else:  # max commutes with a monotonic quantizer, not with a change of scale: requantize
                 from ..plugins.elementwise import add_relu_requant
@@ -301,6 +318,25 @@ class CudaRunner(Top1Readout):
             return {id(nd) for nd in plan.nodes}
         raise TrtfuseError(f"--backend cuda cannot run node {op.name or '?'} ({op.op_type}) after a DequantizeLinear")
 
+    def _fuse_stem_with_pool(self, dq, pool: tuple[int, int, int], pooled: _Tensor) -> bool:
+        """Replace the folded stem conv's step by the stem + max-pool kernel writing `pooled`, when `dq` dequantizes
+        the stem's output for this max-pool alone (and the pool keeps its scale: the caller checks) and the kernel
+        takes the shapes (stem.pool_refusal). False leaves the two steps as they are."""
+        if not self.fuse_stem_pool or self._stem is None:
+            return False
+        index, conv, shape, weight, ptrs, relu = self._stem
+        if dq.input[0] != conv.output[0] or len(self.consumers.get(conv.output[0], [])) != 1:
+            return False
+        if stem.pool_refusal(shape, pool) is not None:
+            return False
+        names = op_for_node(conv.op_type, conv.domain).bind(ptrs)
+        self.steps[index] = (conv.name + " + max-pool", lambda s: stem.launch_stem_pool(
+            shape, names["x"], weight, names["scale"], names["bias"], names["out_scale"], pooled.buf.ptr, relu=relu, stream=s))
+        self.fused_stem = conv.name
+        self.fused_away.add(conv.output[0])
+        del self.tensors[conv.output[0]]
+        return True
+
     def _add_top1(self) -> None:
         out = self.tensors[self.output_name]
         if out.vec or out.dtype != np.float32 or len(out.shape) != 2:
@@ -325,8 +361,9 @@ class CudaRunner(Top1Readout):
         self.graph_exec = cd.capture_graph(self.stream.handle, self._launch_all)
 
     def plan_names(self) -> dict[str, str]:
-        """Each conv's launch plan as "tactic name/s<split-K slices>" (the results files' `plans`)."""
-        return {name: f"{p.tactic.name}/s{p.splits}" for name, p in self.plans}
+        """Each conv's launch plan as "tactic name/s<split-K slices>" (the results files' `plans`); the stem fused with
+        its max-pool as "stem_pool"."""
+        return {name: "stem_pool" if name == self.fused_stem else f"{p.tactic.name}/s{p.splits}" for name, p in self.plans}
 
     def launch(self) -> None:
         """Run the forward on the runner's stream on whatever the input buffer holds (asynchronous)."""
@@ -368,4 +405,6 @@ class CudaRunner(Top1Readout):
 
     def fetch(self, name: str) -> np.ndarray:
         """A tensor of the last forward, copied on this runner's stream (other runners keep running)."""
+        if name in self.fused_away:
+            raise TrtfuseError(f"--backend cuda: {name} stays on chip inside a fused kernel; run with fuse_stem_pool=False to fetch it")
         return self.tensors[name].download(self.stream.handle)

@@ -16,8 +16,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _ok, reason=f"needs a CUDA
 
 
 @pytest.mark.parametrize("arch,size,options", [("resnet50", 64, {}), ("resnet18", 96, {}),
-                                               ("resnet18", 64, {"fold_stem": False}), ("resnet18", 64, {"autotune": True})],
-                         ids=["resnet50", "resnet18", "resnet18-chw4-stem", "resnet18-autotune"])
+                                               ("resnet18", 64, {"fold_stem": False}), ("resnet18", 64, {"autotune": True}),
+                                               ("resnet18", 96, {"fuse_stem_pool": False})],
+                         ids=["resnet50", "resnet18", "resnet18-chw4-stem", "resnet18-autotune", "resnet18-stem-unfused"])
 def test_fuse_all_resnet_matches_cpu_golden(arch, size, options):
     from trtfuse.runtime.cpu_executor import run_model
     from trtfuse.runtime.gpu_runner import CudaRunner
@@ -27,7 +28,15 @@ def test_fuse_all_resnet_matches_cpu_golden(arch, size, options):
     fused, _ = rewrite(model, "all", calib_images=images)
     runner = CudaRunner(fused, 2, **options)
     logits = runner.run(images)
-    names = [n.output[0] for n in fused.graph.node if n.domain == DOMAIN]
+    # every int8 tensor the runner computed: the plugin nodes' outputs (less the stem's, when it stays on chip
+    # inside the stem + max-pool kernel) and the pooled tensor after the stem
+    names = [n.output[0] for n in fused.graph.node if n.domain == DOMAIN and n.output[0] not in runner.fused_away]
+    names += [n.output[0] for n in fused.graph.node if n.op_type == "QuantizeLinear" and n.input[0] in
+              {m.output[0] for m in fused.graph.node if m.op_type == "MaxPool"}]
+    assert bool(runner.fused_away) == (options.get("fuse_stem_pool", True) and options.get("fold_stem", True))
+    for name in runner.fused_away:
+        with pytest.raises(TrtfuseError, match="on chip"):
+            runner.fetch(name)
     cpu = run_model(fused, {fused.graph.input[0].name: images}, names + [fused.graph.output[0].name])
     for name, want in zip(names, cpu):
         got = runner.fetch(name)

@@ -1,0 +1,240 @@
+// The network's stem in one kernel: the space-to-depth 7x7/2 conv (a stride-1 4x4 conv over the image folded
+// into 16 channels, plugins/stem.py) + BN + ReLU + requantize, then the 3x3/2 max-pool, writing only the pooled
+// int8 CHW32 output. The 112x112x64 conv output (4x the pooled bytes) never leaves the SM.
+//
+// A CTA owns a tile of TPH x TPW pooled pixels of one image, all 64 channels, and loops over such tiles
+// (persistent: its weights are loaded into registers once):
+//   1. input patch  global -> shared: the folded pixels the tile's conv window reads, zero outside the image
+//                   (the conv's padding), 16 bytes per pixel by cp.async, double buffered: the next tile's patch
+//                   is in flight while this tile computes;
+//   2. conv         shared -> tensor cores: implicit GEMM, M = the tile's CR x CC conv pixels (the pooled tile
+//                   plus the pool window's halo, recomputed by the neighbouring tile), N = 64, K = 16 taps x 16
+//                   channels. ldmatrix gathers the im2col rows straight from the patch (one pixel's tap is one
+//                   16-byte row) into A fragments in registers. On sm_90a (STEM_POOL_WGMMA) each warpgroup feeds
+//                   them to wgmma m64n64k32 with the weights in shared memory, 64 pixels x 64 channels per block;
+//                   elsewhere a warp runs mma.sync m16n8k32 on 32 channels (its B fragments in registers) and
+//                   every 4th m16 tile of pixels;
+//   3. epilogue     registers -> shared: docs/ops.md's requantize (requantize_word, as every conv), conv pixels
+//                   outside the image written as -128 so they never win the max;
+//   4. pool         shared -> global: 3x3/2 max over the staged conv tile, 16-byte vectors, a warp storing
+//                   contiguous CHW32 rows.
+// Max commutes with the quantizer (both monotonic), so pooling the requantized int8 equals quantizing the max
+// of the conv's fp32 values: the output is bit-identical to the conv kernel followed by the max-pool kernel.
+#include "conv_epilogue.cuh"
+#if STEM_POOL_WGMMA
+#include "sm90_primitives.cuh"
+#include "wgmma_s8.cuh"
+#endif
+
+namespace trtfuse {
+namespace stem_pool {
+
+constexpr int TPH = 8, TPW = 14;                    // pooled pixels per tile (56 = 7 x 8 = 4 x 14)
+constexpr int PK = 3, PS = 2, PP = 1;               // the max-pool window, stride and padding
+constexpr int CR = (TPH - 1) * PS + PK;             // 17 conv rows per tile
+constexpr int CC = (TPW - 1) * PS + PK;             // 29 conv columns
+constexpr int PIX = CR * CC, MTILES = (PIX + 15) / 16;
+constexpr int R = 4, S = 4, VEC = 16;               // the folded conv: 4x4 taps of 16 channels
+constexpr int KSTEPS = R * S * VEC / 32;            // m16n8k32 steps: two taps each
+constexpr int IR = CR + R - 1, IC = CC + S - 1;     // input patch rows, columns
+constexpr int CH = 64, CSTRIDE = CH + 16;           // conv tile row: 64 channels + 16 bytes (conflict-free stores)
+constexpr int WARPS = 8, THREADS = 32 * WARPS;
+constexpr int CHANNEL_WARPS = CH / 32, PIXEL_WARPS = WARPS / CHANNEL_WARPS;
+constexpr int PATCH_BYTES = IR * IC * VEC;
+constexpr int CONV_BYTES = MTILES * 16 * CSTRIDE;
+constexpr int FACTOR_BYTES = 2 * CH * 4;            // per-channel a, b of the requantize
+#if STEM_POOL_WGMMA
+constexpr int WEIGHT_BYTES = KSTEPS * CH * 32;      // wgmma's B: per k32 step 64 rows x 32 bytes, 32-byte swizzle
+#else
+constexpr int WEIGHT_BYTES = 0;                     // mma.sync keeps its B fragments in registers
+#endif
+constexpr int SMEM_BYTES = WEIGHT_BYTES + 2 * PATCH_BYTES + CONV_BYTES + FACTOR_BYTES;
+
+// Column c of n8 tile ni holds channel channel_of(ni, c) of the warp's 32 (fused_conv.cu's WarpMma order): a
+// thread's accumulators of n8 tiles 2j, 2j + 1 are then 4 consecutive channels, one requantized word.
+__device__ __forceinline__ constexpr int channel_of(int ni, int c) { return (ni / 2) * 16 + (c / 2) * 4 + (ni % 2) * 2 + c % 2; }
+
+}  // namespace stem_pool
+
+// One word of the conv tile: 4 consecutive channels c .. c + 3 of conv pixel m (m < PIX), requantized, or -128 where
+// the pixel lies outside the conv's output (the pool's padding: it must never win the max).
+__device__ __forceinline__ void store_word(int8_t* conv, int m, int c, const int (&acc)[4], const float* factor_a,
+                                           const float* factor_b, bool inside, float relu_min) {
+  using namespace stem_pool;
+  const float a[4] = {factor_a[c], factor_a[c + 1], factor_a[c + 2], factor_a[c + 3]};
+  const float b[4] = {factor_b[c], factor_b[c + 1], factor_b[c + 2], factor_b[c + 3]};
+  const uint32_t y = requantize_word<false>(acc, a, b, 0u, 0.0f, relu_min);
+  *reinterpret_cast<uint32_t*>(conv + m * CSTRIDE + c) = inside ? y : 0x80808080u;
+}
+
+// Where lane's ldmatrix row of the m16 tile starting at pixel m0 begins in the patch: pixel m0 + (lane % 8) +
+// 8 * ((lane / 8) % 2), at tap 0 (lanes 0..15) or tap 1 (lanes 16..31); rows past PIX read the last pixel (never kept).
+__device__ __forceinline__ uint32_t a_row_address(const int8_t* patch, int m0, int lane) {
+  using namespace stem_pool;
+  const int pix = min(m0 + (lane % 8) + ((lane / 8) % 2) * 8, PIX - 1);
+  return smem_u32(patch + ((pix / CC) * IC + pix % CC + (lane / 16)) * VEC);
+}
+
+// The A fragment of k32 step ks: taps 2 ks and 2 ks + 1 (same filter row: S is even) of the lane's pixel row.
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], uint32_t row_address, int ks) {
+  using namespace stem_pool;
+  const int tap = 2 * ks;
+  ldmatrix_x4(a, row_address + ((tap / S) * IC + tap % S) * VEC);
+}
+
+// p describes the folded conv (C = 16, R = S = 4, stride 1, K = 64, OH x OW its output); PH x PW the pooled output.
+extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem_pool(const ConvParams p, int PH, int PW) {
+  using namespace stem_pool;
+  extern __shared__ __align__(1024) int8_t smem[];
+  uint32_t smem_given;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_given));
+  if (smem_given < SMEM_BYTES) __trap();  // the launcher's byte count (plugins/stem.py) must cover the tiles
+  int8_t* const weights = smem;  // (wgmma only; 1024-byte aligned for the swizzle)
+  int8_t* const patches = smem + WEIGHT_BYTES;  // two input patches: this tile's and the next one's
+  int8_t* const conv = patches + 2 * PATCH_BYTES;
+  float* const factor_a = reinterpret_cast<float*>(conv + CONV_BYTES);
+  float* const factor_b = factor_a + CH;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  constexpr int KG = R * S * VEC;  // weight row bytes
+
+#if STEM_POOL_WGMMA
+  // B of k32 step ks: row n = 8 ni + c holds channel channel_of(ni, c), its 32 bytes as two 16-byte chunks, the chunk
+  // index XOR-ed with bit 2 of the row (CU_TENSOR_MAP_SWIZZLE_32B's pattern, which desc_kmajor_sw32 describes).
+  for (int v = tid; v < KSTEPS * CH * 2; v += THREADS) {
+    const int ks = v / (CH * 2), n = (v / 2) % CH, chunk = v % 2;
+    cp_async_16(smem_u32(weights + ks * CH * 32 + n * 32 + ((chunk ^ ((n >> 2) & 1)) * 16)),
+                p.w + channel_of(n / 8, n % 8) * KG + ks * 32 + chunk * 16, true);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  sm90::fence_proxy_async_shared();  // written through the generic proxy, read by wgmma (async proxy)
+#else
+  // This warp's 32 channels of every k-step, for the CTA's life: b[ks][ni] is the m16n8k32 B fragment.
+  const int channel_warp = warp % CHANNEL_WARPS, pixel_warp = warp / CHANNEL_WARPS;
+  uint32_t b[KSTEPS][4][2];
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+      const int8_t* row = p.w + (channel_warp * 32 + channel_of(ni, g)) * KG + ks * 32 + q * 4;
+      b[ks][ni][0] = __ldg(reinterpret_cast<const uint32_t*>(row));
+      b[ks][ni][1] = __ldg(reinterpret_cast<const uint32_t*>(row + 16));
+    }
+#endif
+  {
+    const float out_scale = *p.out_scale, out_scale_inv = __frcp_rn(out_scale);
+    for (int c = tid; c < CH; c += THREADS) {
+      factor_a[c] = fold_scale(p.scale[c], out_scale, out_scale_inv);
+      factor_b[c] = fold_scale(p.bias[c], out_scale, out_scale_inv);
+    }
+  }
+  const float relu_min = relu_floor(p.relu != 0);
+  const int tiles_h = (PH + TPH - 1) / TPH, tiles_w = (PW + TPW - 1) / TPW;
+  const int tiles = p.N * tiles_h * tiles_w;
+
+  // The input patch of tile `tile` into patch buffer `buf` (cp.async, not waited for).
+  auto load_patch = [&](int tile, int buf) {
+    const int n = tile / (tiles_h * tiles_w), t = tile % (tiles_h * tiles_w);
+    const int ir0 = (t / tiles_w) * TPH * PS - PP - p.pad_top, ic0 = (t % tiles_w) * TPW * PS - PP - p.pad_left;
+    for (int v = tid; v < IR * IC; v += THREADS) {
+      const int ih = ir0 + v / IC, iw = ic0 + v % IC;
+      const bool in_image = ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
+      const int8_t* src = p.x + ((size_t)(n * p.H + (in_image ? ih : 0)) * p.W + (in_image ? iw : 0)) * VEC;
+      cp_async_16(smem_u32(patches + buf * PATCH_BYTES + v * VEC), src, in_image);
+    }
+    cp_async_commit();
+  };
+  if (blockIdx.x < tiles) load_patch(blockIdx.x, 0);
+
+  for (int tile = blockIdx.x, buf = 0; tile < tiles; tile += gridDim.x, buf ^= 1) {
+    const int n = tile / (tiles_h * tiles_w), t = tile % (tiles_h * tiles_w);
+    const int ph0 = (t / tiles_w) * TPH, pw0 = (t % tiles_w) * TPW;
+    const int cr0 = ph0 * PS - PP, cc0 = pw0 * PS - PP;  // the tile's first conv row and column
+    const int8_t* const patch = patches + buf * PATCH_BYTES;
+    auto inside = [&](int m) {
+      const int cr = cr0 + m / CC, cc = cc0 + m % CC;
+      return cr >= 0 && cr < p.OH && cc >= 0 && cc < p.OW;
+    };
+
+    // 1. this tile's input patch has landed; the next tile's is fetched while this one computes (its buffer was last
+    // read by the previous tile's conv, which the barrier after that conv has seen finish)
+    cp_async_wait<0>();
+    __syncthreads();
+    if (tile + gridDim.x < tiles) load_patch(tile + gridDim.x, buf ^ 1);
+
+    // 2 + 3. conv, requantized into the conv tile
+#if STEM_POOL_WGMMA
+    // warpgroup wg computes m64 blocks wg, wg + 2, ...: warp w of the group rows 16 w .. 16 w + 15 of each
+    constexpr int GROUPS = WARPS / 4, BLOCKS = (PIX + 63) / 64;
+    for (int blk = warp / 4; blk < BLOCKS; blk += GROUPS) {
+      const int m0 = blk * 64 + (warp % 4) * 16;
+      const uint32_t row_address = a_row_address(patch, m0, lane);
+      uint32_t a[KSTEPS][4];  // every k-step's A before the first wgmma: they must not change until it is done
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) load_a(a[ks], row_address, ks);
+      int acc[32];
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks)
+        sm90::WgmmaS8<64>::mma_rs(acc, a[ks], sm90::desc_kmajor_sw32(smem_u32(weights + ks * CH * 32)), ks > 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      // register i: row 8 ((i / 2) % 2) + g, n8 tile i / 4, column 2 q + i % 2; tiles 2j, 2j + 1 give channels 16 j + 4 q ..
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + g + 8 * h;
+        if (m >= PIX) continue;
+        const bool in = inside(m);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int word[4] = {acc[8 * j + 2 * h], acc[8 * j + 2 * h + 1], acc[8 * j + 4 + 2 * h], acc[8 * j + 5 + 2 * h]};
+          store_word(conv, m, j * 16 + q * 4, word, factor_a, factor_b, in, relu_min);
+        }
+      }
+    }
+#else
+    for (int mt = pixel_warp; mt < MTILES; mt += PIXEL_WARPS) {
+      const uint32_t row_address = a_row_address(patch, mt * 16, lane);
+      int acc[4][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) {
+        uint32_t a[4];
+        load_a(a, row_address, ks);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) mma_s8_16832(acc[ni], a, b[ks][ni]);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = mt * 16 + g + 8 * h;
+        if (m >= PIX) continue;
+        const bool in = inside(m);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int word[4] = {acc[2 * j][2 * h], acc[2 * j][2 * h + 1], acc[2 * j + 1][2 * h], acc[2 * j + 1][2 * h + 1]};
+          store_word(conv, m, channel_warp * 32 + j * 16 + q * 4, word, factor_a, factor_b, in, relu_min);
+        }
+      }
+    }
+#endif
+    __syncthreads();
+
+    // 4. pool: vector v = (channel block, pooled row, pooled column, 16-byte half), column and half fastest
+    for (int v = tid; v < (CH / 32) * TPH * TPW * 2; v += THREADS) {
+      const int half = v % 2, pw = (v / 2) % TPW, ph = (v / (2 * TPW)) % TPH, cb = v / (2 * TPW * TPH);
+      if (ph0 + ph >= PH || pw0 + pw >= PW) continue;
+      uint4 best = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
+#pragma unroll
+      for (int dr = 0; dr < PK; ++dr)
+#pragma unroll
+        for (int dc = 0; dc < PK; ++dc) {
+          const uint4 x = *reinterpret_cast<const uint4*>(conv + ((ph * PS + dr) * CC + pw * PS + dc) * CSTRIDE + cb * 32 + half * 16);
+          best = make_uint4(__vmaxs4(best.x, x.x), __vmaxs4(best.y, x.y), __vmaxs4(best.z, x.z), __vmaxs4(best.w, x.w));
+        }
+      *reinterpret_cast<uint4*>(p.y + ((((size_t)n * (CH / 32) + cb) * PH + ph0 + ph) * PW + pw0 + pw) * 32 + half * 16) = best;
+    }
+    __syncthreads();  // the conv tile is rewritten by the next tile
+  }
+}
+
+}  // namespace trtfuse

@@ -1,0 +1,35 @@
+"""Which stems the fused stem + max-pool kernel takes (plugins/stem.py: pool_refusal) and that it compiles for every
+architecture without spills. CPU only."""
+
+import pytest
+
+from trtfuse.plugins import stem
+from trtfuse.plugins.nvrtc import compile_kernel
+from trtfuse.plugins.tactics import ConvShape
+
+RESNET_STEM = ConvShape(256, 3, 224, 224, 64, 7, 7, (2, 2), (3, 3, 3, 3))
+
+
+def test_resnet_stem_and_pool_are_taken():
+    assert stem.pool_refusal(RESNET_STEM, (3, 2, 1)) is None
+    assert stem.pooled_hw(RESNET_STEM) == (56, 56)
+
+
+@pytest.mark.parametrize("shape,pool,reason", [
+    (RESNET_STEM, (2, 2, 0), "pools 3x3/2 pad 1"),
+    (ConvShape(1, 3, 224, 224, 32, 7, 7, (2, 2), (3, 3, 3, 3)), (3, 2, 1), "computes 64"),
+    (ConvShape(1, 3, 224, 224, 64, 3, 3, (2, 2), (1, 1, 1, 1)), (3, 2, 1), "runs 4x4"),
+    (ConvShape(1, 3, 224, 224, 64, 7, 7, (1, 1), (3, 3, 3, 3)), (3, 2, 1), "not a space-to-depth stem"),
+    (ConvShape(1, 8, 224, 224, 64, 7, 7, (2, 2), (3, 3, 3, 3)), (3, 2, 1), "not a space-to-depth stem"),
+], ids=["pool-2x2", "32-channels", "3x3-stem", "stride-1", "8-input-channels"])
+def test_other_stems_are_refused_with_the_reason(shape, pool, reason):
+    assert reason in stem.pool_refusal(shape, pool)
+
+
+@pytest.mark.parametrize("device_arch", ["sm_80", "sm_90"])
+def test_stem_pool_compiles_without_spills(device_arch):
+    arch, defines, smem = stem.pool_variant(device_arch)
+    assert smem <= 227 * 1024 // 2  # two CTAs per SM, as its __launch_bounds__ asks
+    k = compile_kernel(stem.POOL_SOURCE, defines, arch, "cubin")
+    assert set(k.resources) == {stem.POOL_ENTRY}
+    assert not k.spills() and all(r["stack"] == 0 for r in k.resources.values())

@@ -1,0 +1,55 @@
+"""The fused stem + max-pool kernel (plugins/kernels/stem_pool.cu) on the GPU: fresh random data, output poisoned
+first, against the golden conv then max-pool (plugins/reference.py), and bit-identical to the two kernels it replaces
+(the space-to-depth stem conv, then trtfuse_maxpool_chw32). Skips (saying why) where there is no GPU."""
+
+import numpy as np
+import pytest
+
+from trtfuse.bench.conv_problem import ConvProblem, DeviceConv, DeviceStemPool, compare, passes_lsb_rule
+from trtfuse.plugins import stem
+from trtfuse.plugins.conv import ConvLaunch
+from trtfuse.plugins.cuda_driver import gpu_available
+from trtfuse.plugins.tactics import ConvShape
+
+ok, why = gpu_available()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not ok, reason=f"needs a CUDA GPU: {why}")]
+
+# ResNet's stem at 224 (whole tiles), at 64, and odd sizes whose last tiles are partial in both directions
+SHAPES = [ConvShape(2, 3, 224, 224, 64, 7, 7, (2, 2), (3, 3, 3, 3)),
+          ConvShape(3, 3, 64, 64, 64, 7, 7, (2, 2), (3, 3, 3, 3)),
+          ConvShape(2, 3, 70, 45, 64, 7, 7, (2, 2), (3, 3, 3, 3)),
+          ConvShape(1, 3, 9, 13, 64, 7, 7, (2, 2), (3, 3, 3, 3))]
+
+
+@pytest.mark.parametrize("relu", [True, False], ids=["relu", "no-relu"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.n}x{s.h}x{s.w}")
+def test_stem_pool_equals_golden_and_the_two_kernels(shape, relu):
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins import network_ops
+
+    assert stem.pool_refusal(shape, stem.POOL_WINDOW) is None
+    problem = ConvProblem.random(shape, False, relu)
+    fused = DeviceStemPool(problem)
+    out, raw = fused.run_checked()
+    stats = compare(out, fused.golden())
+    assert passes_lsb_rule(stats), stats
+    assert not raw.transpose(0, 1, 4, 2, 3).reshape(shape.n, -1, *raw.shape[2:4])[:, shape.k:].any()
+
+    folded = problem.folded()
+    conv = DeviceConv(folded, ConvLaunch.plan(folded.shape))
+    conv.run_checked()
+    oh, ow = shape.out_hw
+    pooled = cd.DeviceBuffer(raw.nbytes)
+    pooled.fill(0x5A)
+    network_ops.maxpool(conv.y.ptr, shape.n, shape.k, oh, ow, *stem.POOL_WINDOW, pooled.ptr)
+    cd.check(cd._driver().cuCtxSynchronize())
+    assert np.array_equal(pooled.download(raw.shape, np.int8), raw), "the fused kernel must equal conv then max-pool bit for bit"
+
+
+def test_stem_pool_replays_give_the_same_bits():
+    problem = ConvProblem.random(SHAPES[1], False)
+    fused = DeviceStemPool(problem)
+    first, _ = fused.run_checked()
+    for _ in range(3):
+        again, _ = fused.run_checked()
+        assert np.array_equal(first, again)
