@@ -138,16 +138,27 @@ def observations(records: list[dict], dtype: str, timing: str):
 NAMED_SHAPES = ("seed001", "resnet50 fc")  # seed 001's case and ResNet-50's classifier
 
 
+def verdicts(records: list[dict], params: DeviceParams, dtype: str, timing: str) -> list[tuple[GemmProblem, dict[int, int]]]:
+    """Per shape, what each decision `auto` could make (0 = decline, or a candidate split count) scores in the fit:
+    1000 when `judge` calls it right, plus 1 for the named shapes (seed 001's, ResNet-50's classifier), else 0."""
+    by_shape: dict[tuple, list[dict]] = {}
+    for r in records:
+        by_shape.setdefault((r["name"], r["M"], r["N"], r["K"], r["bias"]), []).append(r)
+    out = []
+    for (name, m, n, k, bias), recs in by_shape.items():
+        plain = recs[0][f"plain_{timing}"]
+        rewritten = {r["splits"]: r[f"rewritten_{timing}"] for r in recs if r[f"rewritten_{timing}"] is not None}
+        bonus = 1000 + name.startswith(NAMED_SHAPES)
+        table = {s: bonus if judge(s, plain, rewritten, params.min_gain) is True else 0 for s in (0, *params.candidate_splits)}
+        out.append((Shape(name, m, n, k, bias).problem(dtype), table))
+    return out
+
+
 def fit_to_records(records: list[dict], params: DeviceParams, dtype: str, timing: str) -> dict:
     """cost_model.fit on these timings, scored by the decisions it gets right. Every shape weighs the same;
     the named shapes (seed 001's, ResNet-50's classifier) only break ties: ranking them first made the fit
     worse on the shapes it had not seen (docs/split_k.md)."""
-
-    def right(dev: DeviceParams) -> int:
-        rows = [r for r in summarize(records, dev, dtype, timing) if r["decision_right"] is True]
-        return 1000 * len(rows) + sum(r["name"].startswith(NAMED_SHAPES) for r in rows)
-
-    fitted_params, log_rms = fit(list(observations(records, dtype, timing)), params, right)
+    fitted_params, log_rms = fit(list(observations(records, dtype, timing)), params, verdicts=verdicts(records, params, dtype, timing))
     judged = sum(r["decision_right"] is not None for r in summarize(records, fitted_params, dtype, timing))
     rows = summarize(records, fitted_params, dtype, timing)
     return {

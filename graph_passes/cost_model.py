@@ -1,18 +1,31 @@
 """When does a split-K rewrite pay? A small analytic model of one GPU, kernel by kernel.
 
 Every kernel costs a fixed `kernel_overhead_us` (launch spacing, ramp-up and tail) plus the larger of its
-compute time and its DRAM time. A GEMM kernel is modelled the way tiled GEMM libraries run it: one
-thread block (CTA) per `tile_m x tile_n` output tile and K slice, one CTA per SM at a time, so
+compute time and its DRAM time. A GEMM kernel of tile `tm x tn` is modelled the way tiled SIMT GEMM
+libraries run it: one thread block (CTA) per output tile and K slice, `ctas_per_sm` CTAs resident per SM
+needed to reach the SM's peak, and every CTA computing its whole tile (rows past M are computed and
+dropped: SIMT kernels predicate only their loads and stores), so
 
-    ctas   = batch * ceil(M / tile_m) * ceil(N / tile_n) * S
+    ctas   = batch * ceil(M / tm) * ceil(N / tn) * S
     waves  = ceil(ctas / (sms * ctas_per_sm))
-    t_comp = waves * 2 * min(tile_m, M) * min(tile_n, N) * ceil(K / S) / (peak_flops / (sms * ctas_per_sm))
+    t_comp = waves * 2 * tm * tn * ceil(K / S) / (peak_flops / (sms * ctas_per_sm))
     bytes  = elt * batch * (M*K + K*N + S*M*N)          (each operand read once, S partial outputs written)
     t_dram = bytes / min(dram_bw, min(ctas, sms) * sm_dram_bw)
-    t_gemm = kernel_overhead + max(t_comp, t_dram)
+    t_tile = max(t_comp, t_dram)
 
-except the plain GEMM with M == 1, which libraries run as a matrix-vector kernel streaming B at the full
-`dram_bw`. `sm_dram_bw` caps what one SM can pull from DRAM: a GEMM with 8 CTAs cannot stream a big weight at the
+The plain GEMM runs the best tile of a menu (`plain_tiles`, the tile shapes SIMT SGEMM kernels come in,
+32 to 128 a side), as the library's heuristic picks a kernel per shape:
+
+    t_plain = kernel_overhead + min over (tm, tn) in plain_tiles of t_tile(tm, tn, S=1)
+
+so a large GEMM fills the GPU with small tiles and runs near the peak (splitting it only adds kernels),
+while a small one cannot fill it with any tile. The rewrite's batched GEMM is modelled with one tile,
+`tile_m x tile_n`, fitted to the timings. With M == 1 both the plain and the batched GEMM run as
+matrix-vector kernels that stream B at the full `dram_bw`:
+
+    t_gemv = kernel_overhead + elt * batch * S * (ceil(K/S) * N + ceil(K/S) + N) / dram_bw
+
+`sm_dram_bw` caps what one SM can pull from DRAM: a GEMM with 8 CTAs cannot stream a big weight at the
 full 4.25 TB/s, which is exactly why splitting K helps small-M, small-N, large-K problems. `ctas_per_sm` is the
 other half of that: an SM reaches its peak only with several CTAs resident to hide latency, so one CTA alone
 runs at 1/ctas_per_sm of the SM's rate and a grid of fewer than sms * ctas_per_sm CTAs leaves throughput unused.
@@ -25,10 +38,11 @@ The rewrite adds, besides the batched GEMM (S > 1 in the formulas above):
     bias add        (Gemm with C: it was fused into the GEMM epilogue before)   3 * elt * M*N + overhead
     dynamic B       (pad / transpose of a B that is not a constant)         2 * elt * K*N per op + overhead
 
-`auto` declines when the output tiles already fill every CTA slot (sms * ctas_per_sm), when no split count leaves at least
-`min_k_per_split` of K per split, or when the best predicted rewrite is not `min_gain` faster than the
-plain GEMM. The constants are per device (DeviceParams); `trtfuse bench splitk` measures both variants
-on the GPU and fits the constants that are assumptions rather than measurements (see docs/split_k.md).
+`auto` declines when the rewrite's output tiles already fill every CTA slot (sms * ctas_per_sm), when no split
+count leaves at least `min_k_per_split` of K per split, or when the best predicted rewrite is not `min_gain`
+faster than the plain GEMM. The constants are per device (DeviceParams); `trtfuse bench splitk` measures both
+variants on the GPU and fits the constants that are assumptions rather than measurements (see docs/split_k.md).
+Every formula is written once, on numpy arrays, so that `fit` prices the whole grid of constants at once.
 """
 
 from __future__ import annotations
@@ -38,9 +52,16 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Mapping
 
+import numpy as np
+
 from trtfuse.errors import TrtfuseError
+
+# The plain GEMM's tile menu: rows x columns of the output tile, every pairing of 32, 64 and 128 (the sides SIMT
+# SGEMM kernels come in).
+SIMT_TILES: tuple[tuple[int, int], ...] = tuple((tm, tn) for tm in (32, 64, 128) for tn in (32, 64, 128))
 
 
 @dataclass(frozen=True)
@@ -50,8 +71,9 @@ class DeviceParams:
     dram_bytes_per_s: float  # measured device-to-device copy rate (read + write bytes / time)
     peak_flops: Mapping[str, float]  # per dtype name: the measured large-GEMM rate
     sm_dram_bytes_per_s: float  # the most one SM's CTA pulls from DRAM (assumption; fit by the bench)
-    tile_m: int = 32  # the library's effective output tile for the small GEMMs split-K is about
+    tile_m: int = 32  # the output tile of the rewrite's batched GEMM (assumption; fit by the bench)
     tile_n: int = 32
+    plain_tiles: tuple[tuple[int, int], ...] = SIMT_TILES  # the tiles the plain GEMM's library picks from
     ctas_per_sm: int = 1  # CTAs an SM needs resident to reach its peak (assumption; fit by the bench)
     kernel_overhead_us: float = 4.0  # fixed cost of each kernel the rewrite adds
     min_k_per_split: int = 256
@@ -71,6 +93,7 @@ class DeviceParams:
         d = dataclasses.asdict(self)
         d["peak_flops"] = dict(self.peak_flops)
         d["candidate_splits"] = list(self.candidate_splits)
+        d["plain_tiles"] = [list(t) for t in self.plain_tiles]
         return d
 
     @classmethod
@@ -82,6 +105,13 @@ class DeviceParams:
         d = dict(d)
         if "candidate_splits" in d:
             d["candidate_splits"] = tuple(int(s) for s in d["candidate_splits"])
+        if "plain_tiles" in d:
+            try:
+                d["plain_tiles"] = tuple((int(tm), int(tn)) for tm, tn in d["plain_tiles"])
+            except (TypeError, ValueError):
+                raise TrtfuseError(f"split-K device parameter plain_tiles must be a list of [tile_m, tile_n] pairs, not {d['plain_tiles']!r}") from None
+            if not d["plain_tiles"] or min(min(t) for t in d["plain_tiles"]) < 1:
+                raise TrtfuseError("split-K device parameter plain_tiles needs at least one tile of positive sides")
         try:
             return cls(**d)
         except TypeError as exc:
@@ -204,25 +234,80 @@ def padded_k(k: int, splits: int) -> int:
     return -(-k // splits) * splits
 
 
-def gemm_us(p: GemmProblem, dev: DeviceParams, splits: int = 1) -> float:
-    if splits == 1 and p.m == 1:
-        # libraries run M == 1 as a matrix-vector kernel that streams B with every SM (measured on the
-        # H200, fp32: ResNet-50's fc takes 5.6 us at batch 1 and 16 us at batch 2, bench/results)
-        return dev.kernel_overhead_us + 1e6 * p.elt * p.batch * (p.k * p.n + p.k + p.n) / dev.dram_bytes_per_s
-    k_slice = padded_k(p.k, splits) // splits
-    ctas = output_tiles(p, dev) * splits
+# ---- the formulas, once, on numpy arrays ----------------------------------------------------------------
+# `q` is a problem (or a column of problems) with m, n, k, batch, elt, peak and the rewrite's flags; `dev` is
+# a DeviceParams or the same fields as arrays of candidate constants (fit). Scalars in, numpy scalars out.
+
+
+def _problem(p: GemmProblem, dev: DeviceParams) -> SimpleNamespace:
+    return SimpleNamespace(m=p.m, n=p.n, k=p.k, batch=p.batch, elt=p.elt, peak=dev.flops_for(p.dtype), a_transposed=p.a_transposed,
+                           b_constant=p.b_constant, b_transposed=p.b_transposed, alpha_scale=p.alpha_scale, has_bias=p.has_bias)
+
+
+def _problems(problems, dev: DeviceParams) -> SimpleNamespace:
+    cols = [_problem(p, dev) for p in problems]
+    return SimpleNamespace(**{f: np.array([getattr(c, f) for c in cols], dtype=bool if isinstance(getattr(cols[0], f), bool) else float)
+                              for f in vars(cols[0])})
+
+
+def _tile_seconds(q, dev, splits, k_slice, tile_m, tile_n):
+    """max(t_comp, t_dram) of a GEMM kernel run in tile_m x tile_n tiles (the module docstring's formulas)."""
+    ctas = q.batch * np.ceil(q.m / tile_m) * np.ceil(q.n / tile_n) * splits
     slots = dev.sms * dev.ctas_per_sm
-    waves = math.ceil(ctas / slots)
-    per_cta_flops = dev.flops_for(p.dtype) / slots
-    t_comp = waves * 2.0 * min(dev.tile_m, p.m) * min(dev.tile_n, p.n) * k_slice / per_cta_flops
+    t_comp = np.ceil(ctas / slots) * 2.0 * tile_m * tile_n * k_slice / (q.peak / slots)
     k_total = k_slice * splits
-    dram_bytes = p.elt * p.batch * (p.m * k_total + k_total * p.n + splits * p.m * p.n)
-    bandwidth = min(dev.dram_bytes_per_s, min(ctas, dev.sms) * dev.sm_dram_bytes_per_s)
-    return dev.kernel_overhead_us + 1e6 * max(t_comp, dram_bytes / bandwidth)
+    dram_bytes = q.elt * q.batch * (q.m * k_total + k_total * q.n + splits * q.m * q.n)
+    bandwidth = np.minimum(dev.dram_bytes_per_s, np.minimum(ctas, dev.sms) * dev.sm_dram_bytes_per_s)
+    return np.maximum(t_comp, dram_bytes / bandwidth)
 
 
-def _stream_us(dev: DeviceParams, nbytes: float) -> float:
+def _gemm_us(q, dev, splits, plain: bool):
+    k_slice = np.ceil(q.k / splits)
+    if plain:  # the library's pick: the best tile of the menu
+        t = np.minimum.reduce([_tile_seconds(q, dev, splits, k_slice, tm, tn) for tm, tn in dev.plain_tiles])
+    else:
+        t = _tile_seconds(q, dev, splits, k_slice, dev.tile_m, dev.tile_n)
+    # M == 1: a matrix-vector kernel streaming B at the full copy rate (measured on the H200, fp32: ResNet-50's fc
+    # takes 5.6 us at batch 1 and 16 us at batch 2; the batched M == 1 GEMMs of the rewrite time like it too)
+    gemv = q.elt * q.batch * splits * (k_slice * q.n + k_slice + q.n) / dev.dram_bytes_per_s
+    return dev.kernel_overhead_us + 1e6 * np.where(q.m == 1, gemv, t)
+
+
+def _stream(dev, nbytes):
     return dev.kernel_overhead_us + 1e6 * nbytes / dev.dram_bytes_per_s
+
+
+def _rewrite_kernels(q, dev, splits):
+    """(what, microseconds, whether the rewrite emits it) for each kernel of the rewrite with `splits` slices."""
+    e, b = q.elt, q.batch
+    kp = np.ceil(q.k / splits) * splits
+    padded = kp != q.k
+    # with M == 1 the transpose of A only moves a size-1 axis and the rewrite emits a Reshape instead
+    return [
+        ("pad A", _stream(dev, e * b * q.m * (q.k + kp)), padded),
+        ("pad B", _stream(dev, e * b * q.n * (q.k + kp)), np.logical_and(padded, np.logical_not(q.b_constant))),
+        ("transpose A", _stream(dev, 2 * e * b * q.m * kp), np.logical_or(q.m > 1, q.a_transposed)),
+        ("transpose B", _stream(dev, 2 * e * b * q.n * kp), np.logical_and(q.b_transposed, np.logical_not(q.b_constant))),
+        ("batched gemm", _gemm_us(q, dev, splits, plain=False), True),
+        ("reduce", _stream(dev, e * b * q.m * q.n * (splits + 1)), True),
+        ("alpha", _stream(dev, 2 * e * b * q.m * q.n), q.alpha_scale),
+        ("bias add", _stream(dev, 3 * e * b * q.m * q.n), q.has_bias),
+    ]
+
+
+def _split_total(q, dev, splits):
+    total = 0.0
+    for _, t, emitted in _rewrite_kernels(q, dev, splits):
+        total = total + np.where(emitted, t, 0.0)
+    return total
+
+
+# ---- one problem -----------------------------------------------------------------------------------------
+
+
+def gemm_us(p: GemmProblem, dev: DeviceParams, splits: int = 1) -> float:
+    """The plain GEMM (splits == 1) or the rewrite's batched GEMM of `splits` slices, microseconds."""
+    return float(_gemm_us(_problem(p, dev), dev, splits, plain=splits == 1))
 
 
 def predict_plain(p: GemmProblem, dev: DeviceParams) -> Prediction:
@@ -232,30 +317,13 @@ def predict_plain(p: GemmProblem, dev: DeviceParams) -> Prediction:
 
 def predict_split(p: GemmProblem, dev: DeviceParams, splits: int) -> Prediction:
     """Kernel-by-kernel prediction of the rewrite with `splits` slices (see the module docstring)."""
-    e, b = p.elt, p.batch
-    kp = padded_k(p.k, splits)
-    kernels: list[tuple[str, float]] = []
-    if kp != p.k:
-        kernels.append(("pad A", _stream_us(dev, e * b * p.m * (p.k + kp))))
-        if not p.b_constant:
-            kernels.append(("pad B", _stream_us(dev, e * b * p.n * (p.k + kp))))
-    if p.m > 1 or p.a_transposed:
-        # with M == 1 the transpose only moves a size-1 axis and the rewrite emits a Reshape instead
-        kernels.append(("transpose A", _stream_us(dev, 2 * e * b * p.m * kp)))
-    if p.b_transposed and not p.b_constant:
-        kernels.append(("transpose B", _stream_us(dev, 2 * e * b * p.n * kp)))
-    kernels.append(("batched gemm", gemm_us(p, dev, splits)))
-    kernels.append(("reduce", _stream_us(dev, e * b * p.m * p.n * (splits + 1))))
-    if p.alpha_scale:
-        kernels.append(("alpha", _stream_us(dev, 2 * e * b * p.m * p.n)))
-    if p.has_bias:
-        kernels.append(("bias add", _stream_us(dev, 3 * e * b * p.m * p.n)))
-    return Prediction(splits, sum(t for _, t in kernels), tuple(kernels))
+    kernels = tuple((what, float(t)) for what, t, emitted in _rewrite_kernels(_problem(p, dev), dev, splits) if emitted)
+    return Prediction(splits, sum(t for _, t in kernels), kernels)
 
 
 def predict_fused(p: GemmProblem, dev: DeviceParams, splits: int) -> Prediction:
     """A split-K GEMM kernel (the SplitKGemm plugin): one kernel, partial sums reduced and bias added inside."""
-    t = gemm_us(p, dev, splits)
+    t = float(_gemm_us(_problem(p, dev), dev, splits, plain=False))
     return Prediction(splits, t, (("split-k gemm", t),))
 
 
@@ -282,6 +350,13 @@ def decide(p: GemmProblem, dev: DeviceParams, fused: bool = False) -> Decision:
     return Decision(best.splits, f"predicted {best.total_us:.1f} us with {best.splits} splits vs {plain:.1f} us plain", plain, best.total_us)
 
 
+def predict_us(p: GemmProblem, dev: DeviceParams, splits: int) -> float:
+    """Predicted time of the plain GEMM (splits == 1) or of the rewrite with `splits` slices."""
+    return (predict_plain(p, dev) if splits == 1 else predict_split(p, dev, splits)).total_us
+
+
+# ---- fitting the assumed constants -----------------------------------------------------------------------
+
 # The constants above that are assumptions rather than measurements, and the values `fit` tries for them.
 FIT_GRID = {
     "tile_m": (16, 32, 64, 128),
@@ -292,34 +367,62 @@ FIT_GRID = {
 }
 
 
-def predict_us(p: GemmProblem, dev: DeviceParams, splits: int) -> float:
-    """Predicted time of the plain GEMM (splits == 1) or of the rewrite with `splits` slices."""
-    return (predict_plain(p, dev) if splits == 1 else predict_split(p, dev, splits)).total_us
+def _grid(base: DeviceParams):
+    """Every FIT_GRID combination: the DeviceParams fields as column arrays (one row per combination)."""
+    combos = np.array(list(itertools.product(*FIT_GRID.values())), dtype=float)
+    col = {name: combos[:, i : i + 1] for i, name in enumerate(FIT_GRID)}
+    dev = SimpleNamespace(sms=base.sms, dram_bytes_per_s=base.dram_bytes_per_s, plain_tiles=base.plain_tiles,
+                          tile_m=col["tile_m"], tile_n=col["tile_n"], ctas_per_sm=col["ctas_per_sm"],
+                          kernel_overhead_us=col["kernel_overhead_us"],
+                          sm_dram_bytes_per_s=col["sm_dram_share"] * base.dram_bytes_per_s / base.sms)
+    return combos, dev
 
 
-def fit(observations, base: DeviceParams, decisions_right=None) -> tuple[DeviceParams, float]:
+def _decisions(problems, dev, base: DeviceParams):
+    """decide() for every problem (columns) under every grid row of `dev`: the split count, 0 = decline."""
+    q = _problems(problems, base)
+    plain = _gemm_us(q, dev, 1, plain=True)
+    cands = np.array(base.candidate_splits)
+    times = np.stack([np.where(np.ceil(q.k / s) >= base.min_k_per_split, _split_total(q, dev, s), np.inf) for s in cands], axis=-1)
+    best = times.argmin(axis=-1)
+    best_t = np.take_along_axis(times, best[..., None], axis=-1)[..., 0]
+    fills = q.batch * np.ceil(q.m / dev.tile_m) * np.ceil(q.n / dev.tile_n) >= dev.sms * dev.ctas_per_sm
+    accept = ~fills & np.isfinite(best_t) & (best_t * (1.0 + base.min_gain) <= plain)
+    return np.where(accept, cands[best], 0)
+
+
+def fit(observations, base: DeviceParams, decisions_right=None, verdicts=None) -> tuple[DeviceParams, float]:
     """Grid-search the assumed constants (FIT_GRID) against measurements; keep the measured ones.
 
     observations: (GemmProblem, splits, measured_us) with splits == 1 for the plain GEMM. The score is
-    first `decisions_right(params)` (how many measured shapes `auto` would judge right; what the model
-    is for), then the RMS of log(predicted / measured), so a 2x miss on a 5 us kernel weighs as much as
-    one on a 5 ms one. Returns the fitted parameters and their RMS (0.1 ~ predictions within 10%).
+    first the decisions `auto` would get right (what the model is for), then the RMS of
+    log(predicted / measured), so a 2x miss on a 5 us kernel weighs as much as one on a 5 ms one.
+    The decisions are scored from `verdicts`, (GemmProblem, {split count or 0: score of deciding it}) per
+    measured shape, for the whole grid at once; or, slower, by `decisions_right(params)` per grid point.
+    Returns the fitted parameters and their RMS (0.1 ~ predictions within 10%).
     """
     obs = [(p, s, t) for p, s, t in observations if t and t > 0]
     if not obs:
         raise TrtfuseError("no timings to fit the split-K cost model to")
-    best: tuple[tuple[float, float], DeviceParams] | None = None
-    for tile_m, tile_n, ctas_per_sm, overhead, share in itertools.product(*FIT_GRID.values()):
-        dev = base.replace(
-            tile_m=tile_m,
-            tile_n=tile_n,
-            ctas_per_sm=ctas_per_sm,
-            kernel_overhead_us=overhead,
-            sm_dram_bytes_per_s=share * base.dram_bytes_per_s / base.sms,
-        )
-        err = math.sqrt(sum(math.log(predict_us(p, dev, s) / t) ** 2 for p, s, t in obs) / len(obs))
-        score = (-(decisions_right(dev) if decisions_right else 0), err)
-        if best is None or score < best[0]:
-            best = (score, dev)
-    (_, err), dev = best
-    return dev.replace(name=f"{base.name}-fitted", source=f"fit to {len(obs)} timings from `trtfuse bench splitk`"), err
+    combos, dev = _grid(base)
+    q = _problems([p for p, _, _ in obs], base)
+    splits = np.array([s for _, s, _ in obs], dtype=float)
+    predicted = np.where(splits == 1, _gemm_us(q, dev, 1, plain=True), _split_total(q, dev, splits))
+    err = np.sqrt(np.mean(np.log(predicted / np.array([t for _, _, t in obs])) ** 2, axis=1))
+    score = np.zeros(len(combos))
+    if verdicts:
+        chosen = _decisions([p for p, _ in verdicts], dev, base)
+        for j, (_, table) in enumerate(verdicts):
+            for s, value in table.items():
+                score += np.where(chosen[:, j] == s, value, 0.0)
+
+    def params(i: int) -> DeviceParams:
+        tile_m, tile_n, ctas_per_sm, overhead, share = combos[i]
+        return base.replace(tile_m=int(tile_m), tile_n=int(tile_n), ctas_per_sm=int(ctas_per_sm), kernel_overhead_us=float(overhead),
+                            sm_dram_bytes_per_s=float(share * base.dram_bytes_per_s / base.sms))
+
+    if decisions_right and not verdicts:
+        score = np.array([decisions_right(params(i)) for i in range(len(combos))], dtype=float)
+    best = int(np.lexsort((err, -score))[0])  # most right decisions, then the lowest error; the grid's order breaks ties
+    dev = params(best)
+    return dev.replace(name=f"{base.name}-fitted", source=f"fit to {len(obs)} timings from `trtfuse bench splitk`"), float(err[best])

@@ -448,13 +448,15 @@ def test_bench_judges_decisions():
 
 def _synthetic_records(true_params, dtype="float32"):
     from trtfuse.bench.splitk import splits_to_time, sweep_shapes
-    from trtfuse.graph_passes.cost_model import predict_us
+    from trtfuse.graph_passes.cost_model import padded_k, predict_us
 
     records = []
     for shape in sweep_shapes(quick=True):
         p = shape.problem(dtype)
         plain = predict_us(p, true_params, 1)
-        for s in splits_to_time(shape.k):
+        # only the split counts `auto` may choose: a split it may not choose (K / S < min_k_per_split) that is 10 %
+        # faster makes even the model that made the timings decline wrongly
+        for s in [s for s in splits_to_time(shape.k) if padded_k(shape.k, s) // s >= true_params.min_k_per_split]:
             t = predict_us(p, true_params, s)
             records.append(
                 {"name": shape.name, "M": shape.m, "N": shape.n, "K": shape.k, "bias": shape.bias, "splits": s,
@@ -572,3 +574,79 @@ def test_bench_measured_rate_needs_repeat_timings():
     m = measured_evaluation(records, H200)
     assert (m["right"], m["judged"], m["wrong"]) == (1, 2, ["a"])  # a: split on the first timing, slower on the second
     assert measured_evaluation([{**r, "plain_graph_us_repeat": None} for r in records], H200) is None
+
+
+def test_stored_results_rates_are_recomputed_from_their_timings():
+    # both H200 results files: the right-decision rates they state (in-sample and held out, both timing kinds) are
+    # what today's cost model and fit make of their timings; and the fp32 CUDA-graph held-out rate is the stated one
+    from pathlib import Path
+
+    from trtfuse.bench.splitk import fit_to_records, heldout_evaluation
+
+    results = Path(__file__).resolve().parents[1] / "bench" / "results"
+    paths = [results / "splitk-NVIDIA_H200.json", results / "splitk-fp16-NVIDIA_H200.json"]
+    if not all(p.is_file() for p in paths):
+        pytest.skip("no H200 results files in this checkout")
+    for path in paths:
+        data = json.loads(path.read_text())
+        base = DeviceParams.from_dict(data["cost_model"])
+        for timing, rates in data["right_decision_rates"].items():
+            if timing == "measured":
+                continue
+            fitted = fit_to_records(data["records"], base, data["dtype"], timing)
+            assert fitted["decisions_right"] / fitted["decisions_judged"] == rates["fitted_all_shapes"], (path.name, timing)
+            assert fitted["params"] == data["fitted"][timing]["params"], (path.name, timing)
+            held = heldout_evaluation(data["records"], base, data["dtype"], timing)
+            assert held["rate"] == rates["fitted_heldout"] == data["heldout"][timing]["rate"], (path.name, timing)
+    fp32 = json.loads(paths[0].read_text())
+    assert (fp32["heldout"]["graph_us"]["right"], fp32["heldout"]["graph_us"]["judged"]) == (69, 77)
+
+
+def test_fit_decides_the_whole_grid_as_decide_does():
+    # fit scores every grid point's decisions at once (numpy); they must be decide()'s, flags and all
+    import random
+
+    from trtfuse.graph_passes.cost_model import _decisions, _grid
+
+    rng = random.Random(7)
+    problems = [GemmProblem(m=rng.choice([1, 2, 7, 49, 256, 512]), n=rng.choice([1, 64, 256, 1000, 4096]), k=rng.choice([300, 512, 2016, 16384]),
+                            batch=rng.choice([1, 3]), a_transposed=rng.random() < 0.3, b_constant=rng.random() < 0.7,
+                            b_transposed=rng.random() < 0.3, alpha_scale=rng.random() < 0.3, has_bias=rng.random() < 0.5)
+                for _ in range(40)]
+    combos, grid = _grid(H200)
+    chosen = _decisions(problems, grid, H200)
+    for i in rng.sample(range(len(combos)), 25):
+        tile_m, tile_n, cps, overhead, share = combos[i]
+        dev = H200.replace(tile_m=int(tile_m), tile_n=int(tile_n), ctas_per_sm=int(cps), kernel_overhead_us=float(overhead),
+                           sm_dram_bytes_per_s=float(share * H200.dram_bytes_per_s / H200.sms))
+        assert [decide(p, dev).splits for p in problems] == list(chosen[i]), combos[i]
+
+
+def test_plain_gemm_picks_its_tile_and_m1_streams():
+    from trtfuse.graph_passes.cost_model import gemm_us
+
+    # a large GEMM fills the GPU with some tile of the menu: near the fp32 peak, so splitting cannot pay
+    big = GemmProblem(m=512, n=4096, k=16384)
+    ideal_us = 1e6 * 2 * big.m * big.n * big.k / H200.flops_for("float32")
+    assert ideal_us <= predict_plain(big, H200).total_us < 1.1 * ideal_us
+    half = GemmProblem(m=256, n=4096, k=16384)  # 64 tiles of 128 x 128 would leave half the SMs idle; 64 x 128 fills them
+    assert 1.9 < predict_plain(half, H200.replace(plain_tiles=((128, 128),))).total_us / predict_plain(half, H200).total_us < 2.1
+    # rows past M are computed: with M = 4 a 32-row tile costs as much as M = 32
+    assert gemm_us(GemmProblem(m=4, n=256, k=4096), H200) == gemm_us(GemmProblem(m=32, n=256, k=4096), H200)
+    # M == 1: the rewrite's batched GEMM streams the weight like the plain GEMV, so splitting never pays
+    fc = GemmProblem(m=1, n=1000, k=2048)
+    assert gemm_us(fc, H200, 8) == pytest.approx(gemm_us(fc, H200, 1), rel=0.01)
+    assert not decide(fc, H200).accepted
+
+
+def test_device_params_plain_tiles_round_trip(tmp_path):
+    path = tmp_path / "dev.json"
+    mine = H200.replace(name="mine", plain_tiles=((32, 32), (64, 128)))
+    path.write_text(json.dumps(mine.to_dict()))
+    assert device_params(str(path)) == mine
+    older = {k: v for k, v in H200.to_dict().items() if k != "plain_tiles"}  # files written before the menu existed
+    path.write_text(json.dumps(older))
+    assert device_params(str(path)) == H200
+    path.write_text(json.dumps({**H200.to_dict(), "plain_tiles": [32, 64]}))
+    with pytest.raises(TrtfuseError, match="plain_tiles"):
+        device_params(str(path))
