@@ -12,6 +12,7 @@ synchronized round-robin), the same on one stream, and the Offline harness's pip
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import time
 
@@ -82,6 +83,38 @@ def layer_breakdown(runner, reps: int = 10) -> list[dict]:
         launches = lambda: [step(runner.stream.handle) for _ in range(reps)]
         out.append({"step": label, "ms": statistics.median(timer.time(launches, runner.stream.handle, 5)) / reps})
     return out
+
+
+_BLOCK_STEP = re.compile(r"layer(\d+)\.(\d+)\.(conv\d|downsample)")
+
+
+def step_group(label: str) -> str:
+    """The kind of layer a breakdown step is, for the per-batch table: stem, max-pool, "res3 conv2", ... ."""
+    if label.startswith("quantize input"):
+        return "input quantize"
+    block = _BLOCK_STEP.search(label)
+    if block:
+        return f"res{int(block.group(1)) + 1} {block.group(3)}"
+    if label.startswith("conv1"):
+        return "stem 7x7/2 conv + ReLU + max-pool 3x3/2" if "max-pool" in label else "stem 7x7/2 conv + ReLU"
+    if "maxpool" in label or "max-pool" in label:
+        return "max-pool 3x3/2"
+    return "average pool, classifier, top-1"
+
+
+def per_batch_table(breakdown: list[dict], samples_per_s: float, batch: int) -> dict:
+    """Every step's time summed per kind of layer, each kind weighted by how often it occurs in the forward, next to
+    the batch time the run's throughput implies (batch / samples_per_s): where each microsecond of a batch goes."""
+    rows: dict[str, dict] = {}
+    for b in breakdown:
+        row = rows.setdefault(step_group(b["step"]), {"group": step_group(b["step"]), "count": 0, "ms": 0.0})
+        row["count"] += 1
+        row["ms"] += b["ms"]
+    total = sum(r["ms"] for r in rows.values())
+    for r in rows.values():
+        r["share"] = r["ms"] / total if total else None
+    return {"rows": list(rows.values()), "sum_of_steps_ms": total,
+            "batch_ms_in_flight": 1e3 * batch / samples_per_s if samples_per_s else None}
 
 
 def time_offline_pipeline(plans_from, fused, streams: int, seconds: float, rate_hint: float, samples: int = 512) -> float:
@@ -158,7 +191,8 @@ def run(args) -> int:
               "torch_fp16_samples_per_s": torch_fp16,
               "speedup_vs_torch_fp16": ours / torch_fp16 if torch_fp16 else None,
               "forward_ms_sum_of_steps": sum(b["ms"] for b in breakdown),
-              "model_prep_seconds": prep_s, "breakdown": breakdown}
+              "model_prep_seconds": prep_s, "breakdown": breakdown,
+              "per_batch": per_batch_table(breakdown, ours, args.batch)}
     from . import record_result
 
     path = record_result("e2e", device, result, getattr(args, "output", None),
@@ -167,8 +201,11 @@ def run(args) -> int:
     if getattr(args, "json", False):
         print_json(result)
     else:
-        top = sorted(breakdown, key=lambda b: -b["ms"])[:8]
-        print_table(["step", "ms"], [[b["step"], f"{b['ms']:.4f}"] for b in top])
+        table = result["per_batch"]
+        print_table(["kind of layer", "count", "ms per batch", "share"],
+                    [[r["group"], r["count"], f"{r['ms']:.3f}", f"{100 * r['share']:.1f} %"] for r in table["rows"]])
+        print(f"steps timed alone sum to {table['sum_of_steps_ms']:.3f} ms; with {args.streams} graphs in flight a batch "
+              f"takes {table['batch_ms_in_flight']:.3f} ms")
         fmt = lambda v: "-" if v is None else f"{v:,.0f}"
         print_table(["measurement", "value"], [
             ["samples/s (ours, %d streams)" % args.streams, fmt(ours)], ["samples/s (ours, 1 stream)", fmt(ours_one)],

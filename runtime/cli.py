@@ -148,6 +148,7 @@ def offline(args) -> int:
             result["backend"] = "triton"
         else:
             one_gpu = None
+            plan_cache: dict = {}  # --scaling: the 1-GPU run's (autotuned) plans serve the N-GPU run too
             if args.scaling:
                 from pathlib import Path
 
@@ -158,10 +159,12 @@ def offline(args) -> int:
                     raise TrtfuseError("--scaling compares one GPU with several: give --gpus 2 or more")
                 one_gpu = run_offline(args.model, args.backend, args.data, count, args.batch, "1", args.mode,
                                       str(Path(args.log_dir) / "one-gpu"), args.expected_qps and args.expected_qps / n,
-                                      min_duration, progress_cb=bar.update, autotune=args.autotune, streams=args.streams)
+                                      min_duration, progress_cb=bar.update, autotune=args.autotune, streams=args.streams,
+                                      plan_cache=plan_cache)
             result = run_offline(args.model, args.backend, args.data, count, args.batch, args.gpus, args.mode,
                                  args.log_dir, args.expected_qps, min_duration, progress_cb=bar.update,
-                                 autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline)
+                                 autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline,
+                                 plan_cache=plan_cache)
             if one_gpu is not None:
                 # the same machine, the same invocation: the 1-GPU figure the N-GPU one is judged against
                 result["one_gpu"] = {k: one_gpu.get(k) for k in ("samples_per_s", "result", "min_duration_s", "log_dir")}

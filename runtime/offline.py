@@ -324,12 +324,32 @@ DEFAULT_GPU_BATCH, DEFAULT_CPU_BATCH, DEFAULT_GPU_QPS = 256, 8, 30000.0
 CPU_QPS_MARGIN = 1.5
 
 
+def plan_sharing_makers(device_names: list[str], new_runner, plan_cache: dict) -> list:
+    """One runner factory per GPU. The first runner made for a kind of GPU (by name) plans its convs itself
+    (new_runner(plans_from=None), which autotunes when asked); every later runner, on that GPU or another of its
+    kind, takes those plans (new_runner(plans_from=...)). plan_cache (kind -> plans) outlives the call, so a second
+    run_offline of the same invocation (--scaling) tunes nothing: autotuning takes minutes per GPU and gives one
+    kind of GPU the same answers up to timing noise."""
+    from types import SimpleNamespace
+
+    def maker(name: str):
+        def make():
+            given = plan_cache.get(name)
+            runner = new_runner(plans_from=given)
+            if given is None:
+                plan_cache[name] = SimpleNamespace(plans=list(runner.plans))  # the plans only: no device buffers kept
+            return runner
+        return make
+
+    return [maker(name) for name in device_names]
+
+
 def run_offline(model_path: str, backend: str, data: str, count: int, batch: int | None, gpus: str, mode: str,
                 log_dir: str, expected_qps: float | None, min_duration_s: float, progress_cb=None, autotune: bool = False,
-                streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False) -> dict:
+                streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False, plan_cache: dict | None = None) -> dict:
     """batch None: 256 on a GPU; on the CPU the model's static batch, else 8. expected_qps None: 30000 on a
     GPU; on the CPU the rate the worker sustains in a short warm-up (so LoadGen's one query takes about
-    min_duration_s, not hours)."""
+    min_duration_s, not hours). plan_cache: see plan_sharing_makers (a new one per call when None)."""
     _loadgen()
     if backend not in BACKENDS:
         raise TrtfuseError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
@@ -375,17 +395,11 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         if backend == "cuda":
             from .gpu_runner import CudaRunner
 
-            def maker():  # a GPU's first runner plans (or autotunes); its other runners reuse those plans
-                first = []
-
-                def make():
-                    runner = CudaRunner(model, batch, autotune=autotune and not first, plans_from=first[0] if first else None,
-                                        quantized_input=True)
-                    first.append(runner)
-                    return runner
-                return make
-
-            makers = [maker() for _ in range(n_gpus)]
+            makers = plan_sharing_makers(
+                [cd.device_name(d) for d in range(n_gpus)],
+                lambda plans_from: CudaRunner(model, batch, autotune=autotune and plans_from is None, plans_from=plans_from,
+                                              quantized_input=True),
+                {} if plan_cache is None else plan_cache)
         else:
             from .trt_runner import TrtEngine, TrtRunner
 

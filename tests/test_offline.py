@@ -374,8 +374,11 @@ def test_offline_scaling_runs_one_gpu_first_and_records_the_ratio(small_model, t
 
     calls = []
 
+    caches = []
+
     def fake_run(model, backend, data, count, batch, gpus, mode, log_dir, expected_qps, min_duration, **kw):
         calls.append((gpus, log_dir, expected_qps))
+        caches.append(kw["plan_cache"])
         rate = {"1": 70000.0, "4": 266000.0}[gpus]
         return {"gpus": int(gpus), "samples_per_s": rate, "result": "VALID", "min_duration_s": min_duration,
                 "log_dir": log_dir}
@@ -387,6 +390,7 @@ def test_offline_scaling_runs_one_gpu_first_and_records_the_ratio(small_model, t
                "--expected-qps", "280000", "--min-duration", "300", "--log-dir", str(tmp_path / "logs"), "-o", str(out)])
     assert rc == 0
     assert calls == [("1", str(tmp_path / "logs" / "one-gpu"), 70000.0), ("4", str(tmp_path / "logs"), 280000.0)]
+    assert caches[0] is caches[1], "the N-GPU run must reuse the 1-GPU run's (autotuned) plans"
     rec = json.loads(out.read_text())
     assert rec["scaling_vs_1gpu"] == pytest.approx(3.8) and rec["one_gpu"]["result"] == "VALID"
     assert rec["min_duration_s"] == 300 and rec["gpus"] == 4
@@ -397,3 +401,28 @@ def test_offline_scaling_needs_several_gpus_and_a_gpu_backend(small_model, tmp_p
         rc = main(["offline", "--model", str(small_model), "--scaling", "--log-dir", str(tmp_path / "l"), *extra])
         err = capsys.readouterr().err.strip()
         assert rc == 2 and len(err.splitlines()) == 1 and "--scaling" in err
+
+
+def test_plan_sharing_tunes_once_per_kind_of_gpu():
+    """plan_sharing_makers: the first runner of a kind of GPU plans (autotunes) itself; every other runner, on any GPU
+    of that kind and in a later run with the same cache, gets its plans. A different kind of GPU tunes for itself."""
+    from trtfuse.runtime.offline import plan_sharing_makers
+
+    made = []
+
+    class Runner:
+        def __init__(self, gpu, plans_from):
+            self.tuned = plans_from is None
+            self.plans = [("conv", f"tuned on {gpu}")] if self.tuned else list(plans_from.plans)
+            made.append(self)
+
+    cache = {}
+    names = ["H200", "H200", "H100"]
+    makers = [plan_sharing_makers([n], lambda plans_from, d=d: Runner(d, plans_from), cache)[0] for d, n in enumerate(names)]
+    for make in makers:  # as run_offline builds workers: each GPU's runners in turn
+        for _ in range(3):
+            make()
+    assert [r.tuned for r in made] == [True, False, False, False, False, False, True, False, False]
+    assert all(r.plans == [("conv", "tuned on 0")] for r in made[:6]) and made[8].plans == [("conv", "tuned on 2")]
+    again = plan_sharing_makers(["H200"], lambda plans_from: Runner(9, plans_from), cache)[0]()
+    assert not again.tuned and again.plans == [("conv", "tuned on 0")]
