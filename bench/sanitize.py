@@ -71,12 +71,14 @@ def stem_pool_cases() -> bool:
     from .conv_problem import DeviceStemPool
 
     ok = True
-    for n, h, w in ((1, 32, 56), (2, 9, 13), (300, 9, 13)):
-        p = ConvProblem.random(ConvShape(n, 3, h, w, 64, 7, 7, (2, 2), (3, 3, 3, 3)), False, seed=1)
-        dev = DeviceStemPool(p)
-        stats = compare(dev.run_checked()[0], dev.golden())
-        ok &= passes_lsb_rule(stats)
-        print(f"stem_pool {n}x3x{h}x{w}: {'ok' if passes_lsb_rule(stats) else 'MISMATCH'} {stats}")
+    for use_wgmma in (None, False):  # the device's own variant, and mma.sync (the same on GPUs before Hopper)
+        for n, h, w in ((1, 32, 56), (2, 9, 13), (300, 9, 13)):
+            p = ConvProblem.random(ConvShape(n, 3, h, w, 64, 7, 7, (2, 2), (3, 3, 3, 3)), False, seed=1)
+            dev = DeviceStemPool(p, use_wgmma)
+            stats = compare(dev.run_checked()[0], dev.golden())
+            ok &= passes_lsb_rule(stats)
+            label = "mma.sync" if use_wgmma is False else "default"
+            print(f"stem_pool {label} {n}x3x{h}x{w}: {'ok' if passes_lsb_rule(stats) else 'MISMATCH'} {stats}")
     return ok
 
 

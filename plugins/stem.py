@@ -101,24 +101,25 @@ POOL_WGMMA_WEIGHT_BYTES = 8 * 64 * 32  # sm_90a: the weights in shared memory as
 _pool_modules: dict = {}
 
 
-def pool_variant(arch: str) -> tuple[str, dict, int]:
+def pool_variant(arch: str, use_wgmma: bool | None = None) -> tuple[str, dict, int]:
     """(NVRTC arch, defines, dynamic shared bytes) of the stem + max-pool kernel on a GPU of compute capability `arch`:
-    wgmma (sm_90a) on Hopper, mma.sync elsewhere."""
-    if arch == "sm_90":
+    wgmma (sm_90a) on Hopper, mma.sync elsewhere; use_wgmma=False picks mma.sync on Hopper too (the tests run both)."""
+    if arch == "sm_90" and use_wgmma is not False:
         return "sm_90a", {"STEM_POOL_WGMMA": 1}, POOL_SMEM_BYTES + POOL_WGMMA_WEIGHT_BYTES
     return arch, {}, POOL_SMEM_BYTES
 
 
-def _pool_function():
+def _pool_function(use_wgmma: bool | None = None):
     from . import cuda_driver as cd
     from .nvrtc import compile_kernel
 
     device = cd.current_device()
-    if device not in _pool_modules:
-        arch, defines, smem = pool_variant(cd.compute_capability(device))
+    key = (device, use_wgmma)
+    if key not in _pool_modules:
+        arch, defines, smem = pool_variant(cd.compute_capability(device), use_wgmma)
         module = cd.Module(compile_kernel(POOL_SOURCE, defines, arch, "cubin").image)
-        _pool_modules[device] = (module, smem)
-    module, smem = _pool_modules[device]
+        _pool_modules[key] = (module, smem)
+    module, smem = _pool_modules[key]
     return module.function(POOL_ENTRY, smem), smem
 
 
@@ -145,9 +146,10 @@ def pooled_hw(shape: ConvShape) -> tuple[int, int]:
 
 
 def launch_stem_pool(shape: ConvShape, x: int, folded_weight: int, scale: int, bias: int, out_scale: int, y: int,
-                     *, relu: bool = True, stream=None) -> None:
+                     *, relu: bool = True, stream=None, use_wgmma: bool | None = None) -> None:
     """The stem conv `shape` (unfolded; its input x already folded by quantize_s2d, weight by fold_weight and
-    pack_weight) + requantize (+ ReLU) + the 3x3/2 max-pool into y: int8 CHW32 [N, 64, PH, PW]."""
+    pack_weight) + requantize (+ ReLU) + the 3x3/2 max-pool into y: int8 CHW32 [N, 64, PH, PW]. use_wgmma: see
+    pool_variant."""
     import ctypes
 
     from . import cuda_driver as cd
@@ -162,7 +164,7 @@ def launch_stem_pool(shape: ConvShape, x: int, folded_weight: int, scale: int, b
     p = ConvParamsStruct(x=x, w=folded_weight, scale=scale, bias=bias, out_scale=out_scale, y=y, N=f.n, C=f.c, H=f.h,
                          W=f.w, K=f.k, OH=oh, OW=ow, R=f.r, S=f.s, stride_h=1, stride_w=1, pad_top=f.pads[0],
                          pad_left=f.pads[1], relu=int(relu), splits=1)
-    fn, smem = _pool_function()
+    fn, smem = _pool_function(use_wgmma)
     tiles = f.n * -(-ph // POOL_TILE[0]) * -(-pw // POOL_TILE[1])
     resident = cd.max_active_blocks(fn, POOL_THREADS, smem) * cd.device_attribute("MULTIPROCESSOR_COUNT")
     args = [p, ctypes.c_int32(ph), ctypes.c_int32(pw)]

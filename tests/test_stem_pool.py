@@ -26,9 +26,11 @@ def test_other_stems_are_refused_with_the_reason(shape, pool, reason):
     assert reason in stem.pool_refusal(shape, pool)
 
 
-@pytest.mark.parametrize("device_arch", ["sm_80", "sm_90"])
-def test_stem_pool_compiles_without_spills(device_arch):
-    arch, defines, smem = stem.pool_variant(device_arch)
+@pytest.mark.parametrize("device_arch,use_wgmma", [("sm_80", None), ("sm_90", None), ("sm_90", False)],
+                         ids=["sm_80", "sm_90-wgmma", "sm_90-mma-sync"])
+def test_stem_pool_compiles_without_spills(device_arch, use_wgmma):
+    arch, defines, smem = stem.pool_variant(device_arch, use_wgmma)
+    assert ("STEM_POOL_WGMMA" in defines) == (device_arch == "sm_90" and use_wgmma is None)
     assert smem <= 227 * 1024 // 2  # two CTAs per SM, as its __launch_bounds__ asks
     k = compile_kernel(stem.POOL_SOURCE, defines, arch, "cubin")
     assert set(k.resources) == {stem.POOL_ENTRY}

@@ -21,15 +21,16 @@ SHAPES = [ConvShape(2, 3, 224, 224, 64, 7, 7, (2, 2), (3, 3, 3, 3)),
           ConvShape(1, 3, 9, 13, 64, 7, 7, (2, 2), (3, 3, 3, 3))]
 
 
+@pytest.mark.parametrize("use_wgmma", [None, False], ids=["device-default", "mma-sync"])
 @pytest.mark.parametrize("relu", [True, False], ids=["relu", "no-relu"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.n}x{s.h}x{s.w}")
-def test_stem_pool_equals_golden_and_the_two_kernels(shape, relu):
+def test_stem_pool_equals_golden_and_the_two_kernels(shape, relu, use_wgmma):
     from trtfuse.plugins import cuda_driver as cd
     from trtfuse.plugins import network_ops
 
     assert stem.pool_refusal(shape, stem.POOL_WINDOW) is None
     problem = ConvProblem.random(shape, False, relu)
-    fused = DeviceStemPool(problem)
+    fused = DeviceStemPool(problem, use_wgmma)
     out, raw = fused.run_checked()
     stats = compare(out, fused.golden())
     assert passes_lsb_rule(stats), stats
