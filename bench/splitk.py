@@ -430,7 +430,8 @@ def _parse_splits(text: str) -> tuple[int, ...]:
 
 
 def _command_line() -> str:
-    return shlex.join(["trtfuse"] + sys.argv[1:]) if Path(sys.argv[0]).name == "trtfuse" else shlex.join(sys.argv)
+    # the way the console script or `python -m trtfuse.cli` was started is not part of the command
+    return shlex.join(["trtfuse"] + sys.argv[1:])
 
 
 def _measure(args) -> dict:

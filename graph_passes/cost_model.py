@@ -23,7 +23,11 @@ while a small one cannot fill it with any tile. The rewrite's batched GEMM is mo
 `tile_m x tile_n`, fitted to the timings. With M == 1 both the plain and the batched GEMM run as
 matrix-vector kernels that stream B at the full `dram_bw`:
 
-    t_gemv = kernel_overhead + elt * batch * S * (ceil(K/S) * N + ceil(K/S) + N) / dram_bw
+    ctas   = batch * S * ceil(N / gemv_cols_per_cta)
+    t_gemv = kernel_overhead + elt * batch * S * (ceil(K/S) * N + ceil(K/S) + N) / min(dram_bw, min(ctas, sms) * sm_dram_bw)
+
+(the library's matrix-vector kernel gives each thread of a CTA its own outputs, so a narrow B (small N) streams
+from few SMs and meets the same per-SM cap as a GEMM of few tiles)
 
 `sm_dram_bw` caps what one SM can pull from DRAM: a GEMM with 8 CTAs cannot stream a big weight at the
 full 4.25 TB/s, which is exactly why splitting K helps small-M, small-N, large-K problems. `ctas_per_sm` is the
@@ -75,6 +79,9 @@ class DeviceParams:
     tile_n: int = 32
     plain_tiles: tuple[tuple[int, int], ...] = SIMT_TILES  # the tiles the plain GEMM's library picks from
     ctas_per_sm: int = 1  # CTAs an SM needs resident to reach its peak (assumption; fit by the bench)
+    # outputs of an M == 1 GEMV per CTA (assumption; fit by the bench). 32 is the widest power of two that keeps
+    # ResNet-50's classifier at batch 1 (N = 1000) streaming at the full copy rate, as measured (5.6 us)
+    gemv_cols_per_cta: int = 32
     kernel_overhead_us: float = 4.0  # fixed cost of each kernel the rewrite adds
     min_k_per_split: int = 256
     min_gain: float = 0.10  # predicted speed-up must reach 1 + min_gain
@@ -269,7 +276,9 @@ def _gemm_us(q, dev, splits, plain: bool):
         t = _tile_seconds(q, dev, splits, k_slice, dev.tile_m, dev.tile_n)
     # M == 1: a matrix-vector kernel streaming B at the full copy rate (measured on the H200, fp32: ResNet-50's fc
     # takes 5.6 us at batch 1 and 16 us at batch 2; the batched M == 1 GEMMs of the rewrite time like it too)
-    gemv = q.elt * q.batch * splits * (k_slice * q.n + k_slice + q.n) / dev.dram_bytes_per_s
+    gemv_ctas = q.batch * splits * np.ceil(q.n / dev.gemv_cols_per_cta)
+    gemv_bandwidth = np.minimum(dev.dram_bytes_per_s, np.minimum(gemv_ctas, dev.sms) * dev.sm_dram_bytes_per_s)
+    gemv = q.elt * q.batch * splits * (k_slice * q.n + k_slice + q.n) / gemv_bandwidth
     return dev.kernel_overhead_us + 1e6 * np.where(q.m == 1, gemv, t)
 
 
@@ -364,6 +373,7 @@ FIT_GRID = {
     "ctas_per_sm": (1, 2, 4, 8),
     "kernel_overhead_us": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0),
     "sm_dram_share": (1.0, 2.0, 4.0, 8.0, 16.0),  # sm_dram_bytes_per_s = share * dram_bytes_per_s / sms
+    "gemv_cols_per_cta": (8, 32, 128, 512),
 }
 
 
@@ -373,7 +383,7 @@ def _grid(base: DeviceParams):
     col = {name: combos[:, i : i + 1] for i, name in enumerate(FIT_GRID)}
     dev = SimpleNamespace(sms=base.sms, dram_bytes_per_s=base.dram_bytes_per_s, plain_tiles=base.plain_tiles,
                           tile_m=col["tile_m"], tile_n=col["tile_n"], ctas_per_sm=col["ctas_per_sm"],
-                          kernel_overhead_us=col["kernel_overhead_us"],
+                          kernel_overhead_us=col["kernel_overhead_us"], gemv_cols_per_cta=col["gemv_cols_per_cta"],
                           sm_dram_bytes_per_s=col["sm_dram_share"] * base.dram_bytes_per_s / base.sms)
     return combos, dev
 
@@ -417,9 +427,9 @@ def fit(observations, base: DeviceParams, decisions_right=None, verdicts=None) -
                 score += np.where(chosen[:, j] == s, value, 0.0)
 
     def params(i: int) -> DeviceParams:
-        tile_m, tile_n, ctas_per_sm, overhead, share = combos[i]
+        tile_m, tile_n, ctas_per_sm, overhead, share, gemv_cols = combos[i]
         return base.replace(tile_m=int(tile_m), tile_n=int(tile_n), ctas_per_sm=int(ctas_per_sm), kernel_overhead_us=float(overhead),
-                            sm_dram_bytes_per_s=float(share * base.dram_bytes_per_s / base.sms))
+                            sm_dram_bytes_per_s=float(share * base.dram_bytes_per_s / base.sms), gemv_cols_per_cta=int(gemv_cols))
 
     if decisions_right and not verdicts:
         score = np.array([decisions_right(params(i)) for i in range(len(combos))], dtype=float)

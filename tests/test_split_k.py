@@ -599,7 +599,9 @@ def test_stored_results_rates_are_recomputed_from_their_timings():
             held = heldout_evaluation(data["records"], base, data["dtype"], timing)
             assert held["rate"] == rates["fitted_heldout"] == data["heldout"][timing]["rate"], (path.name, timing)
     fp32 = json.loads(paths[0].read_text())
-    assert (fp32["heldout"]["graph_us"]["right"], fp32["heldout"]["graph_us"]["judged"]) == (69, 77)
+    # the acceptance figure: fp32 CUDA-graph timings, constants fitted on one half of the shapes, judged on the other
+    assert (fp32["heldout"]["graph_us"]["right"], fp32["heldout"]["graph_us"]["judged"]) == (70, 77)
+    assert fp32["heldout"]["graph_us"]["rate"] >= 0.90
 
 
 def test_fit_decides_the_whole_grid_as_decide_does():
@@ -616,9 +618,9 @@ def test_fit_decides_the_whole_grid_as_decide_does():
     combos, grid = _grid(H200)
     chosen = _decisions(problems, grid, H200)
     for i in rng.sample(range(len(combos)), 25):
-        tile_m, tile_n, cps, overhead, share = combos[i]
+        tile_m, tile_n, cps, overhead, share, gemv_cols = combos[i]
         dev = H200.replace(tile_m=int(tile_m), tile_n=int(tile_n), ctas_per_sm=int(cps), kernel_overhead_us=float(overhead),
-                           sm_dram_bytes_per_s=float(share * H200.dram_bytes_per_s / H200.sms))
+                           sm_dram_bytes_per_s=float(share * H200.dram_bytes_per_s / H200.sms), gemv_cols_per_cta=int(gemv_cols))
         assert [decide(p, dev).splits for p in problems] == list(chosen[i]), combos[i]
 
 
@@ -635,8 +637,11 @@ def test_plain_gemm_picks_its_tile_and_m1_streams():
     assert gemm_us(GemmProblem(m=4, n=256, k=4096), H200) == gemm_us(GemmProblem(m=32, n=256, k=4096), H200)
     # M == 1: the rewrite's batched GEMM streams the weight like the plain GEMV, so splitting never pays
     fc = GemmProblem(m=1, n=1000, k=2048)
-    assert gemm_us(fc, H200, 8) == pytest.approx(gemm_us(fc, H200, 1), rel=0.01)
+    assert gemm_us(fc, H200, 8) == pytest.approx(gemm_us(fc, H200, 1), rel=0.05)
     assert not decide(fc, H200).accepted
+    # ... unless the GEMV's outputs fit on so few CTAs that the per-SM cap holds it back (a narrow B, small N)
+    narrow = GemmProblem(m=1, n=64, k=16384)
+    assert gemm_us(narrow, H200, 1) > 1.5 * gemm_us(narrow, H200.replace(gemv_cols_per_cta=1), 1)
 
 
 def test_device_params_plain_tiles_round_trip(tmp_path):
