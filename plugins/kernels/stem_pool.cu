@@ -3,7 +3,7 @@
 // int8 CHW32 output. The 112x112x64 conv output (4x the pooled bytes) never leaves the SM.
 //
 // A CTA owns a tile of TPH x TPW pooled pixels of one image, all 64 channels, and loops over such tiles
-// (persistent: its weights are loaded into registers once):
+// (persistent: its weights are loaded once, into registers for mma.sync, into shared memory for wgmma):
 //   1. input patch  global -> shared: the folded pixels the tile's conv window reads, zero outside the image
 //                   (the conv's padding), 16 bytes per pixel by cp.async, double buffered: the next tile's patch
 //                   is in flight while this tile computes;
