@@ -115,11 +115,11 @@ class DeviceStemPool:
     stem + max-pool kernel runs it (plugins/stem.py: launch_stem_pool); golden() is the conv's golden then the
     3x3/2 max-pool."""
 
-    def __init__(self, problem: ConvProblem, use_wgmma: bool | None = None):
+    def __init__(self, problem: ConvProblem, use_wgmma: bool | None = None, tile: tuple[int, int] | None = None):
         from ..plugins import cuda_driver as cd
         from ..plugins import stem
 
-        self.p, self.use_wgmma = problem, use_wgmma
+        self.p, self.use_wgmma, self.tile = problem, use_wgmma, tile or stem.POOL_TILE
         folded = problem.folded()
         self.x = cd.DeviceBuffer.from_array(pack_nchwv(folded.x, folded.shape.vec))
         self.w = cd.DeviceBuffer.from_array(pack_weight(folded.w, folded.shape.vec))
@@ -134,7 +134,7 @@ class DeviceStemPool:
         from ..plugins import stem
 
         stem.launch_stem_pool(self.p.shape, self.x.ptr, self.w.ptr, self.scale.ptr, self.bias.ptr, self.out_scale.ptr,
-                              self.y.ptr, relu=self.p.relu, stream=stream, use_wgmma=self.use_wgmma)
+                              self.y.ptr, relu=self.p.relu, stream=stream, use_wgmma=self.use_wgmma, tile=self.tile)
 
     def run_checked(self) -> tuple[np.ndarray, np.ndarray]:
         """Poison y, launch, synchronize; return (logical int8 output, raw CHW32 output)."""

@@ -70,15 +70,19 @@ def stem_pool_cases() -> bool:
     resident CTAs (the persistent loop)."""
     from .conv_problem import DeviceStemPool
 
+    from ..plugins import stem
+
     ok = True
-    for use_wgmma in (None, False):  # the device's own variant, and mma.sync (the same on GPUs before Hopper)
-        for n, h, w in ((1, 32, 56), (2, 9, 13), (300, 9, 13)):
-            p = ConvProblem.random(ConvShape(n, 3, h, w, 64, 7, 7, (2, 2), (3, 3, 3, 3)), False, seed=1)
-            dev = DeviceStemPool(p, use_wgmma)
-            stats = compare(dev.run_checked()[0], dev.golden())
-            ok &= passes_lsb_rule(stats)
-            label = "mma.sync" if use_wgmma is False else "default"
-            print(f"stem_pool {label} {n}x3x{h}x{w}: {'ok' if passes_lsb_rule(stats) else 'MISMATCH'} {stats}")
+    cases = [(use_wgmma, stem.POOL_TILE, shape) for use_wgmma in (None, False)  # the device's variant, and mma.sync
+             for shape in ((1, 32, 56), (2, 9, 13), (300, 9, 13))]
+    cases += [(None, tile, (2, 37, 61)) for tile in stem.POOL_TILES if tile != stem.POOL_TILE]
+    for use_wgmma, tile, (n, h, w) in cases:
+        p = ConvProblem.random(ConvShape(n, 3, h, w, 64, 7, 7, (2, 2), (3, 3, 3, 3)), False, seed=1)
+        dev = DeviceStemPool(p, use_wgmma, tile)
+        stats = compare(dev.run_checked()[0], dev.golden())
+        ok &= passes_lsb_rule(stats)
+        label = ("mma.sync" if use_wgmma is False else "default") + f" tile {tile[0]}x{tile[1]}"
+        print(f"stem_pool {label} {n}x3x{h}x{w}: {'ok' if passes_lsb_rule(stats) else 'MISMATCH'} {stats}")
     return ok
 
 

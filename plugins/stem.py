@@ -94,29 +94,42 @@ def fold_weight(w: np.ndarray, fc: FoldedConv) -> np.ndarray:
 POOL_SOURCE = "stem_pool.cu"
 POOL_ENTRY = "trtfuse_stem_pool"
 POOL_WINDOW = (3, 2, 1)  # (kernel, stride, padding): the one max-pool the kernel's tile is built for
-POOL_TILE = (8, 14)  # pooled rows x columns per CTA tile (stem_pool.cu's TPH, TPW)
+POOL_TILE = (8, 14)  # the default tile: pooled rows x columns per CTA (stem_pool.cu's TPH, TPW)
+# The tiles autotune and `bench kernels` time: larger tiles recompute less halo (8x14: 10 %) but fit fewer CTAs per SM.
+POOL_TILES = ((8, 14), (4, 28), (8, 7), (14, 14))
 POOL_THREADS = 256
-POOL_SMEM_BYTES = 2 * 10240 + 31 * 16 * 80 + 512  # two patches + conv tile + per-channel factors (stem_pool.cu's SMEM_BYTES)
-POOL_WGMMA_WEIGHT_BYTES = 8 * 64 * 32  # sm_90a: the weights in shared memory as wgmma's B (the kernel traps if short)
 _pool_modules: dict = {}
 
 
-def pool_variant(arch: str, use_wgmma: bool | None = None) -> tuple[str, dict, int]:
+def pool_smem_bytes(tile: tuple[int, int], wgmma: bool) -> int:
+    """stem_pool.cu's SMEM_BYTES for a tile: two input patches, the conv tile (rows of 64 channels + 16 bytes, whole
+    m16 tiles), the per-channel factors, and on sm_90a the weights as wgmma's B (the kernel checks it at compile time)."""
+    k, s, _ = POOL_WINDOW
+    conv_rows, conv_cols = (tile[0] - 1) * s + k, (tile[1] - 1) * s + k
+    patch = (conv_rows + 3) * (conv_cols + 3) * 16  # the folded 4x4 conv reads 3 more rows and columns
+    conv = -(-conv_rows * conv_cols // 16) * 16 * 80
+    return (8 * 64 * 32 if wgmma else 0) + 2 * patch + conv + 2 * 64 * 4
+
+
+def pool_variant(arch: str, use_wgmma: bool | None = None, tile: tuple[int, int] = POOL_TILE) -> tuple[str, dict, int]:
     """(NVRTC arch, defines, dynamic shared bytes) of the stem + max-pool kernel on a GPU of compute capability `arch`:
     wgmma (sm_90a) on Hopper, mma.sync elsewhere; use_wgmma=False picks mma.sync on Hopper too (the tests run both)."""
-    if arch == "sm_90" and use_wgmma is not False:
-        return "sm_90a", {"STEM_POOL_WGMMA": 1}, POOL_SMEM_BYTES + POOL_WGMMA_WEIGHT_BYTES
-    return arch, {}, POOL_SMEM_BYTES
+    wgmma = arch == "sm_90" and use_wgmma is not False
+    smem = pool_smem_bytes(tile, wgmma)
+    defines = {"STEM_POOL_TPH": tile[0], "STEM_POOL_TPW": tile[1], "STEM_POOL_SMEM": smem}
+    if wgmma:
+        return "sm_90a", {"STEM_POOL_WGMMA": 1, **defines}, smem
+    return arch, defines, smem
 
 
-def _pool_function(use_wgmma: bool | None = None):
+def _pool_function(use_wgmma: bool | None = None, tile: tuple[int, int] = POOL_TILE):
     from . import cuda_driver as cd
     from .nvrtc import compile_kernel
 
     device = cd.current_device()
-    key = (device, use_wgmma)
+    key = (device, use_wgmma, tile)
     if key not in _pool_modules:
-        arch, defines, smem = pool_variant(cd.compute_capability(device), use_wgmma)
+        arch, defines, smem = pool_variant(cd.compute_capability(device), use_wgmma, tile)
         module = cd.Module(compile_kernel(POOL_SOURCE, defines, arch, "cubin").image)
         _pool_modules[key] = (module, smem)
     module, smem = _pool_modules[key]
@@ -146,10 +159,11 @@ def pooled_hw(shape: ConvShape) -> tuple[int, int]:
 
 
 def launch_stem_pool(shape: ConvShape, x: int, folded_weight: int, scale: int, bias: int, out_scale: int, y: int,
-                     *, relu: bool = True, stream=None, use_wgmma: bool | None = None) -> None:
+                     *, relu: bool = True, stream=None, use_wgmma: bool | None = None,
+                     tile: tuple[int, int] = POOL_TILE) -> None:
     """The stem conv `shape` (unfolded; its input x already folded by quantize_s2d, weight by fold_weight and
     pack_weight) + requantize (+ ReLU) + the 3x3/2 max-pool into y: int8 CHW32 [N, 64, PH, PW]. use_wgmma: see
-    pool_variant."""
+    pool_variant; tile: one of POOL_TILES."""
     import ctypes
 
     from . import cuda_driver as cd
@@ -164,8 +178,8 @@ def launch_stem_pool(shape: ConvShape, x: int, folded_weight: int, scale: int, b
     p = ConvParamsStruct(x=x, w=folded_weight, scale=scale, bias=bias, out_scale=out_scale, y=y, N=f.n, C=f.c, H=f.h,
                          W=f.w, K=f.k, OH=oh, OW=ow, R=f.r, S=f.s, stride_h=1, stride_w=1, pad_top=f.pads[0],
                          pad_left=f.pads[1], relu=int(relu), splits=1)
-    fn, smem = _pool_function(use_wgmma)
-    tiles = f.n * -(-ph // POOL_TILE[0]) * -(-pw // POOL_TILE[1])
+    fn, smem = _pool_function(use_wgmma, tuple(tile))
+    tiles = f.n * -(-ph // tile[0]) * -(-pw // tile[1])
     resident = cd.max_active_blocks(fn, POOL_THREADS, smem) * cd.device_attribute("MULTIPROCESSOR_COUNT")
     args = [p, ctypes.c_int32(ph), ctypes.c_int32(pw)]
     cd.launch(fn, (min(tiles, max(1, resident)), 1, 1), (POOL_THREADS, 1, 1), smem, stream,

@@ -77,6 +77,8 @@ class CudaRunner(Top1Readout):
         self.fuse_stem_pool = fuse_stem_pool
         self._stem = None  # (step index, node, original conv shape, folded weight pointer) of the folded stem conv
         self.fused_stem: str | None = None  # the stem conv's node name once it runs with its max-pool
+        self.stem_pool_tile: tuple[int, int] | None = None  # and the tile that kernel runs (stem.POOL_TILES)
+        self._given_stem_tile = getattr(plans_from, "stem_pool_tile", None)
         self.fused_away: set[str] = set()  # tensors a fused kernel keeps on chip: fetch() cannot return them
         self._timer = cd.Timer() if autotune else None
         self._tuned: dict = {}  # (conv shape, has residual, relu) -> the plan autotune chose for it
@@ -262,16 +264,19 @@ class CudaRunner(Top1Readout):
                          stream.handle, 1)
         best, best_ms = heuristic_plan, float("inf")
         for plan in candidates:
-            step, _ = make_step(plan)
-            # (capture_graph runs the launches once outside the capture: module load and attribute setup stay out)
-            graph = cd.capture_graph(stream.handle, lambda s: [step(s) for _ in range(10)])
-            try:
-                ms = sorted(self._timer.time(lambda: cd.launch_graph(graph, stream.handle), stream.handle, 7))[3] / 10
-            finally:
-                cd.destroy_graph(graph)
+            ms = self._step_ms(make_step(plan)[0], stream)
             if ms < best_ms:
                 best, best_ms = plan, ms
         return best
+
+    def _step_ms(self, step, stream) -> float:
+        """One launch of `step`, timed as a CUDA graph of 10 launches (the median of 7 replays)."""
+        # (capture_graph runs the launches once outside the capture: module load and attribute setup stay out)
+        graph = cd.capture_graph(stream.handle, lambda s: [step(s) for _ in range(10)])
+        try:
+            return sorted(self._timer.time(lambda: cd.launch_graph(graph, stream.handle), stream.handle, 7))[3] / 10
+        finally:
+            cd.destroy_graph(graph)
 
     def _dequantize_chain(self, node) -> set:
         x = self.tensors.get(node.input[0])
@@ -336,8 +341,17 @@ class CudaRunner(Top1Readout):
         if stem.pool_refusal(shape, pool) is not None:
             return False
         names = op_for_node(conv.op_type, conv.domain).bind(ptrs)
-        self.steps[index] = (conv.name + " + max-pool", lambda s: stem.launch_stem_pool(
-            shape, names["x"], weight, names["scale"], names["bias"], names["out_scale"], pooled.buf.ptr, relu=relu, stream=s))
+
+        def step_for(tile):
+            return lambda s: stem.launch_stem_pool(shape, names["x"], weight, names["scale"], names["bias"], names["out_scale"],
+                                                   pooled.buf.ptr, relu=relu, stream=s, tile=tile)
+
+        tile = self._given_stem_tile or stem.POOL_TILE
+        if self._given_plans is None and self.autotune:  # the tile too is chosen by timing (stem.POOL_TILES)
+            stream = cd.Stream()
+            tile = min(stem.POOL_TILES, key=lambda t: self._step_ms(step_for(t), stream))
+        self.steps[index] = (conv.name + " + max-pool", step_for(tile))
+        self.stem_pool_tile = tile
         self.fused_stem = conv.name
         self.fused_away.add(conv.output[0])
         del self.tensors[conv.output[0]]
@@ -368,8 +382,10 @@ class CudaRunner(Top1Readout):
 
     def plan_names(self) -> dict[str, str]:
         """Each conv's launch plan as "tactic name/s<split-K slices>" (the results files' `plans`); the stem fused with
-        its max-pool as "stem_pool"."""
-        return {name: "stem_pool" if name == self.fused_stem else f"{p.tactic.name}/s{p.splits}" for name, p in self.plans}
+        its max-pool as "stem_pool/<tile>"."""
+        tile = self.stem_pool_tile
+        return {name: f"stem_pool/{tile[0]}x{tile[1]}" if name == self.fused_stem else f"{p.tactic.name}/s{p.splits}"
+                for name, p in self.plans}
 
     def launch(self) -> None:
         """Run the forward on the runner's stream on whatever the input buffer holds (asynchronous)."""

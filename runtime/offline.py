@@ -337,7 +337,8 @@ def plan_sharing_makers(device_names: list[str], new_runner, plan_cache: dict) -
             given = plan_cache.get(name)
             runner = new_runner(plans_from=given)
             if given is None:
-                plan_cache[name] = SimpleNamespace(plans=list(runner.plans))  # the plans only: no device buffers kept
+                # the plans only, no device buffers kept: each conv's launch plan and the stem + max-pool kernel's tile
+                plan_cache[name] = SimpleNamespace(plans=list(runner.plans), stem_pool_tile=getattr(runner, "stem_pool_tile", None))
             return runner
         return make
 

@@ -26,12 +26,22 @@ def test_other_stems_are_refused_with_the_reason(shape, pool, reason):
     assert reason in stem.pool_refusal(shape, pool)
 
 
+@pytest.mark.parametrize("tile", stem.POOL_TILES, ids=lambda t: f"{t[0]}x{t[1]}")
 @pytest.mark.parametrize("device_arch,use_wgmma", [("sm_80", None), ("sm_90", None), ("sm_90", False)],
                          ids=["sm_80", "sm_90-wgmma", "sm_90-mma-sync"])
-def test_stem_pool_compiles_without_spills(device_arch, use_wgmma):
-    arch, defines, smem = stem.pool_variant(device_arch, use_wgmma)
+def test_stem_pool_compiles_without_spills(device_arch, use_wgmma, tile):
+    # the kernel's static_assert holds pool_smem_bytes to its own SMEM_BYTES: a wrong count fails this compile
+    arch, defines, smem = stem.pool_variant(device_arch, use_wgmma, tile)
     assert ("STEM_POOL_WGMMA" in defines) == (device_arch == "sm_90" and use_wgmma is None)
-    assert smem <= 227 * 1024 // 2  # two CTAs per SM, as its __launch_bounds__ asks
+    assert smem <= 163 * 1024  # sm_80's per-block limit (Hopper allows 227 KB)
     k = compile_kernel(stem.POOL_SOURCE, defines, arch, "cubin")
     assert set(k.resources) == {stem.POOL_ENTRY}
     assert not k.spills() and all(r["stack"] == 0 for r in k.resources.values())
+
+
+def test_a_wrong_shared_memory_count_does_not_compile():
+    from trtfuse.errors import TrtfuseError
+
+    arch, defines, smem = stem.pool_variant("sm_90", None, (8, 14))
+    with pytest.raises((TrtfuseError, RuntimeError), match="pool_smem_bytes"):
+        compile_kernel(stem.POOL_SOURCE, {**defines, "STEM_POOL_SMEM": smem - 16}, arch, "cubin", use_cache=False)

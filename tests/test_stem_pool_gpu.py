@@ -47,6 +47,16 @@ def test_stem_pool_equals_golden_and_the_two_kernels(shape, relu, use_wgmma):
     assert np.array_equal(pooled.download(raw.shape, np.int8), raw), "the fused kernel must equal conv then max-pool bit for bit"
 
 
+@pytest.mark.parametrize("tile", [t for t in stem.POOL_TILES if t != stem.POOL_TILE], ids=lambda t: f"{t[0]}x{t[1]}")
+@pytest.mark.parametrize("shape", SHAPES[1:], ids=lambda s: f"{s.n}x{s.h}x{s.w}")
+def test_every_tile_equals_golden(shape, tile):
+    problem = ConvProblem.random(shape, False)
+    fused = DeviceStemPool(problem, tile=tile)
+    out, _ = fused.run_checked()
+    stats = compare(out, fused.golden())
+    assert passes_lsb_rule(stats), (tile, stats)
+
+
 def test_stem_pool_replays_give_the_same_bits():
     problem = ConvProblem.random(SHAPES[1], False)
     fused = DeviceStemPool(problem)

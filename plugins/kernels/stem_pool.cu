@@ -26,10 +26,19 @@
 #include "wgmma_s8.cuh"
 #endif
 
+// The tile is a compile-time choice (plugins/stem.py: POOL_TILES; the launcher passes it and its shared-memory
+// byte count, which must equal SMEM_BYTES below).
+#ifndef STEM_POOL_TPH
+#define STEM_POOL_TPH 8
+#endif
+#ifndef STEM_POOL_TPW
+#define STEM_POOL_TPW 14
+#endif
+
 namespace trtfuse {
 namespace stem_pool {
 
-constexpr int TPH = 8, TPW = 14;                    // pooled pixels per tile (56 = 7 x 8 = 4 x 14)
+constexpr int TPH = STEM_POOL_TPH, TPW = STEM_POOL_TPW;  // pooled pixels per tile
 constexpr int PK = 3, PS = 2, PP = 1;               // the max-pool window, stride and padding
 constexpr int CR = (TPH - 1) * PS + PK;             // 17 conv rows per tile
 constexpr int CC = (TPW - 1) * PS + PK;             // 29 conv columns
@@ -49,6 +58,9 @@ constexpr int WEIGHT_BYTES = KSTEPS * CH * 32;      // wgmma's B: per k32 step 6
 constexpr int WEIGHT_BYTES = 0;                     // mma.sync keeps its B fragments in registers
 #endif
 constexpr int SMEM_BYTES = WEIGHT_BYTES + 2 * PATCH_BYTES + CONV_BYTES + FACTOR_BYTES;
+#ifdef STEM_POOL_SMEM
+static_assert(STEM_POOL_SMEM == SMEM_BYTES, "plugins/stem.py: pool_smem_bytes must give this kernel's shared memory");
+#endif
 
 // Column c of n8 tile ni holds channel channel_of(ni, c) of the warp's 32 (fused_conv.cu's WarpMma order): a
 // thread's accumulators of n8 tiles 2j, 2j + 1 are then 4 consecutive channels, one requantized word.
