@@ -244,12 +244,12 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     problem = ConvProblem.random(shape, False)
     fused = DeviceStemPool(problem)
     folded = problem.folded()
-    by_tile = {}
+    tile_ms = {}
     for tile in stem.POOL_TILES:  # the tiles autotune chooses from
         fused.tile = tile
-        by_tile[f"{tile[0]}x{tile[1]}"] = graph_time_ms(torch, lambda: fused.run(stream=cur()), args.reps)
-    best_tile = min(by_tile, key=by_tile.get)
-    fused.tile = tuple(int(v) for v in best_tile.split("x"))
+        tile_ms[tile] = graph_time_ms(torch, lambda: fused.run(stream=cur()), args.reps)
+    fused.tile = min(tile_ms, key=tile_ms.get)
+    name = lambda tile: f"{tile[0]}x{tile[1]}"
     pair_conv = DeviceConv(folded, ConvLaunch.plan(folded.shape))
     oh, ow = shape.out_hw
     pooled = torch.empty(fused.y_shape, dtype=torch.int8, device="cuda")
@@ -258,7 +258,7 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
         pair_conv.run(stream=cur())
         network_ops.maxpool(pair_conv.y.ptr, shape.n, shape.k, oh, ow, *stem.POOL_WINDOW, pooled.data_ptr(), stream=cur())
 
-    ours_ms = by_tile[best_tile]
+    ours_ms = tile_ms[fused.tile]
     pair_ms = graph_time_ms(torch, pair, args.reps)
     out, _ = fused.run_checked()
     conv = golden_on_device(torch, problem).float()
@@ -268,10 +268,10 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     m = shape.n * oh * ow
     macs = shape.k * shape.c * shape.r * shape.s
     rec = {"layer": "stem 7x7/2 + max-pool 3x3/2", "batch": shape.n, "M": m, "N": shape.k, "K": shape.c * shape.r * shape.s,
-           "K_gemm": folded.shape.gemm[2], "residual": False, "tactic": f"stem_pool/{best_tile}", "family": "mma", "splits": 1,
-           "form": "space-to-depth CHW16, pooled CHW32", "fused_with_pool": True, "ms_by_tile": by_tile,
-           "heuristic": f"stem_pool/{stem.POOL_TILE[0]}x{stem.POOL_TILE[1]}",
-           "heuristic_ms": by_tile[f"{stem.POOL_TILE[0]}x{stem.POOL_TILE[1]}"], "ours_ms": ours_ms,
+           "K_gemm": folded.shape.gemm[2], "residual": False, "tactic": f"stem_pool/{name(fused.tile)}", "family": "mma", "splits": 1,
+           "form": "space-to-depth CHW16, pooled CHW32", "fused_with_pool": True,
+           "ms_by_tile": {name(t): ms for t, ms in tile_ms.items()}, "heuristic": f"stem_pool/{name(stem.POOL_TILE)}",
+           "heuristic_ms": tile_ms[stem.POOL_TILE], "ours_ms": ours_ms,
            "unfused_ms": pair_ms, "unfused": f"{pair_conv.launch_plan.tactic.name}/s{pair_conv.launch_plan.splits} + maxpool",
            "correct": passes_lsb_rule(stats), **stats}
     rec["floor_memory_ms"] = (fused.x.nbytes + fused.w.nbytes + fused.y.nbytes) / (bw_tbps * 1e12) * 1e3

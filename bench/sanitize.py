@@ -68,9 +68,8 @@ def maxpool_cases() -> bool:
 def stem_pool_cases() -> bool:
     """The fused stem + max-pool (plugins/stem.py) on small images: one whole tile, partial tiles, more tiles than
     resident CTAs (the persistent loop)."""
-    from .conv_problem import DeviceStemPool
-
     from ..plugins import stem
+    from .conv_problem import DeviceStemPool
 
     ok = True
     cases = [(use_wgmma, stem.POOL_TILE, shape) for use_wgmma in (None, False)  # the device's variant, and mma.sync

@@ -27,7 +27,6 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from trtfuse import args as flags
 from trtfuse.errors import TrtfuseError
@@ -94,15 +93,20 @@ def judge(decision_splits: int, plain_us: float | None, rewritten_us: dict[int, 
     return rewritten_us[decision_splits] < plain_us
 
 
-def summarize(records: list[dict], params: DeviceParams, dtype: str, timing: str) -> list[dict]:
-    """One row per shape: the best measured split, auto's choice under `params`, and whether it was right."""
+def measured_shapes(records: list[dict], timing: str):
+    """Per shape: (name, M, N, K, bias), its plain time and {split count: rewritten time} under `timing`."""
     by_shape: dict[tuple, list[dict]] = {}
     for r in records:
         by_shape.setdefault((r["name"], r["M"], r["N"], r["K"], r["bias"]), []).append(r)
-    rows = []
-    for (name, m, n, k, bias), recs in by_shape.items():
-        plain = recs[0][f"plain_{timing}"]
+    for key, recs in by_shape.items():
         rewritten = {r["splits"]: r[f"rewritten_{timing}"] for r in recs if r[f"rewritten_{timing}"] is not None}
+        yield key, recs[0][f"plain_{timing}"], rewritten
+
+
+def summarize(records: list[dict], params: DeviceParams, dtype: str, timing: str) -> list[dict]:
+    """One row per shape: the best measured split, auto's choice under `params`, and whether it was right."""
+    rows = []
+    for (name, m, n, k, bias), plain, rewritten in measured_shapes(records, timing):
         decision = decide(Shape(name, m, n, k, bias).problem(dtype), params)
         best_s = min(rewritten, key=rewritten.get) if rewritten else None
         rows.append(
@@ -141,13 +145,8 @@ NAMED_SHAPES = ("seed001", "resnet50 fc")  # seed 001's case and ResNet-50's cla
 def verdicts(records: list[dict], params: DeviceParams, dtype: str, timing: str) -> list[tuple[GemmProblem, dict[int, int]]]:
     """Per shape, what each decision `auto` could make (0 = decline, or a candidate split count) scores in the fit:
     1000 when `judge` calls it right, plus 1 for the named shapes (seed 001's, ResNet-50's classifier), else 0."""
-    by_shape: dict[tuple, list[dict]] = {}
-    for r in records:
-        by_shape.setdefault((r["name"], r["M"], r["N"], r["K"], r["bias"]), []).append(r)
     out = []
-    for (name, m, n, k, bias), recs in by_shape.items():
-        plain = recs[0][f"plain_{timing}"]
-        rewritten = {r["splits"]: r[f"rewritten_{timing}"] for r in recs if r[f"rewritten_{timing}"] is not None}
+    for (name, m, n, k, bias), plain, rewritten in measured_shapes(records, timing):
         bonus = 1000 + name.startswith(NAMED_SHAPES)
         table = {s: bonus if judge(s, plain, rewritten, params.min_gain) is True else 0 for s in (0, *params.candidate_splits)}
         out.append((Shape(name, m, n, k, bias).problem(dtype), table))
@@ -159,13 +158,12 @@ def fit_to_records(records: list[dict], params: DeviceParams, dtype: str, timing
     the named shapes (seed 001's, ResNet-50's classifier) only break ties: ranking them first made the fit
     worse on the shapes it had not seen (docs/split_k.md)."""
     fitted_params, log_rms = fit(list(observations(records, dtype, timing)), params, verdicts=verdicts(records, params, dtype, timing))
-    judged = sum(r["decision_right"] is not None for r in summarize(records, fitted_params, dtype, timing))
     rows = summarize(records, fitted_params, dtype, timing)
     return {
         "params": fitted_params.to_dict(),
         "log_rms_error": log_rms,
         "decisions_right": sum(r["decision_right"] is True for r in rows),
-        "decisions_judged": judged,
+        "decisions_judged": sum(r["decision_right"] is not None for r in rows),
         "wrong": [r["name"] for r in rows if r["decision_right"] is False],
     }
 

@@ -401,14 +401,14 @@ def _decisions(problems, dev, base: DeviceParams):
     return np.where(accept, cands[best], 0)
 
 
-def fit(observations, base: DeviceParams, decisions_right=None, verdicts=None) -> tuple[DeviceParams, float]:
+def fit(observations, base: DeviceParams, verdicts=None) -> tuple[DeviceParams, float]:
     """Grid-search the assumed constants (FIT_GRID) against measurements; keep the measured ones.
 
     observations: (GemmProblem, splits, measured_us) with splits == 1 for the plain GEMM. The score is
     first the decisions `auto` would get right (what the model is for), then the RMS of
     log(predicted / measured), so a 2x miss on a 5 us kernel weighs as much as one on a 5 ms one.
     The decisions are scored from `verdicts`, (GemmProblem, {split count or 0: score of deciding it}) per
-    measured shape, for the whole grid at once; or, slower, by `decisions_right(params)` per grid point.
+    measured shape, for the whole grid at once; without them only the error counts.
     Returns the fitted parameters and their RMS (0.1 ~ predictions within 10%).
     """
     obs = [(p, s, t) for p, s, t in observations if t and t > 0]
@@ -426,13 +426,9 @@ def fit(observations, base: DeviceParams, decisions_right=None, verdicts=None) -
             for s, value in table.items():
                 score += np.where(chosen[:, j] == s, value, 0.0)
 
-    def params(i: int) -> DeviceParams:
-        tile_m, tile_n, ctas_per_sm, overhead, share, gemv_cols = combos[i]
-        return base.replace(tile_m=int(tile_m), tile_n=int(tile_n), ctas_per_sm=int(ctas_per_sm), kernel_overhead_us=float(overhead),
-                            sm_dram_bytes_per_s=float(share * base.dram_bytes_per_s / base.sms), gemv_cols_per_cta=int(gemv_cols))
-
-    if decisions_right and not verdicts:
-        score = np.array([decisions_right(params(i)) for i in range(len(combos))], dtype=float)
     best = int(np.lexsort((err, -score))[0])  # most right decisions, then the lowest error; the grid's order breaks ties
-    dev = params(best)
+    fields = dict(zip(FIT_GRID, combos[best].tolist()))
+    share = fields.pop("sm_dram_share")
+    dev = base.replace(**{name: (float(v) if name == "kernel_overhead_us" else int(v)) for name, v in fields.items()},
+                       sm_dram_bytes_per_s=float(share * base.dram_bytes_per_s / base.sms))
     return dev.replace(name=f"{base.name}-fitted", source=f"fit to {len(obs)} timings from `trtfuse bench splitk`"), float(err[best])

@@ -75,7 +75,7 @@ class CudaRunner(Top1Readout):
         # fuse_stem_pool: the space-to-depth stem and the max-pool after it run as one kernel (plugins/stem.py,
         # stem_pool.cu) that writes only the pooled tensor; the stem's own output is then never materialized.
         self.fuse_stem_pool = fuse_stem_pool
-        self._stem = None  # (step index, node, original conv shape, folded weight pointer) of the folded stem conv
+        self._stem = None  # (step index, node, original conv shape, input pointers by op input, relu) of the folded stem
         self.fused_stem: str | None = None  # the stem conv's node name once it runs with its max-pool
         self.stem_pool_tile: tuple[int, int] | None = None  # and the tile that kernel runs (stem.POOL_TILES)
         self._given_stem_tile = getattr(plans_from, "stem_pool_tile", None)
@@ -236,7 +236,7 @@ class CudaRunner(Top1Readout):
             self.consts[node.name + "__workspace"] = ws
         self.plans.append((node.name, plan))
         if x.folded_from:
-            self._stem = (len(self.steps), node, shape, weight, ptrs, bool(a["relu"]))
+            self._stem = (len(self.steps), node, shape, ptrs, bool(a["relu"]))  # ptrs' weight is the folded one
         self.steps.append((node.name, step))
 
     def _fastest(self, heuristic_plan: ConvLaunch, make_step, tensors) -> ConvLaunch:
@@ -335,7 +335,7 @@ class CudaRunner(Top1Readout):
         takes the shapes (stem.pool_refusal). False leaves the two steps as they are."""
         if not self.fuse_stem_pool or self._stem is None:
             return False
-        index, conv, shape, weight, ptrs, relu = self._stem
+        index, conv, shape, ptrs, relu = self._stem
         if dq.input[0] != conv.output[0] or len(self.consumers.get(conv.output[0], [])) != 1:
             return False
         if stem.pool_refusal(shape, pool) is not None:
@@ -343,7 +343,7 @@ class CudaRunner(Top1Readout):
         names = op_for_node(conv.op_type, conv.domain).bind(ptrs)
 
         def step_for(tile):
-            return lambda s: stem.launch_stem_pool(shape, names["x"], weight, names["scale"], names["bias"], names["out_scale"],
+            return lambda s: stem.launch_stem_pool(shape, names["x"], names["weight"], names["scale"], names["bias"], names["out_scale"],
                                                    pooled.buf.ptr, relu=relu, stream=s, tile=tile)
 
         tile = self._given_stem_tile or stem.POOL_TILE
