@@ -151,3 +151,88 @@ class DeviceStemPool:
         from ..plugins.reference import maxpool_int8
 
         return maxpool_int8(self.p.golden(), *stem.POOL_WINDOW)
+
+
+@dataclass
+class BottleneckProblem:
+    """ResNet's identity bottleneck block on fresh random data: three ConvProblems (conv1 1x1 256 -> 64, conv2 3x3
+    pad 1 64 -> 64, conv3 1x1 64 -> 256 with the block input as residual) chained as the separate ops run them: each
+    conv's x is the previous conv's golden output, conv3's residual is the block input and its residual_scale stands
+    for the block input's scale."""
+
+    convs: tuple  # (conv1, conv2, conv3) ConvProblems, x and residual filled in from the chain
+
+    @classmethod
+    def random(cls, n: int, h: int, w: int, relu: bool = True, seed=None) -> "BottleneckProblem":
+        from dataclasses import replace
+
+        from ..plugins import bottleneck
+
+        rng = np.random.default_rng(seed)
+        c, width = bottleneck.CHANNELS, bottleneck.WIDTH
+        seeds = rng.integers(0, 2**31, 3)
+        conv1 = ConvProblem.random(ConvShape(n, c, h, w, width, 1, 1), False, relu, seeds[0])
+        conv2 = ConvProblem.random(ConvShape(n, width, h, w, width, 3, 3, (1, 1), (1, 1, 1, 1)), False, relu, seeds[1])
+        conv3 = ConvProblem.random(ConvShape(n, width, h, w, c, 1, 1), True, relu, seeds[2])
+        conv2 = replace(conv2, x=conv1.golden())
+        conv3 = replace(conv3, x=conv2.golden(), residual=conv1.x)
+        return cls((conv1, conv2, conv3))
+
+    @property
+    def x(self) -> np.ndarray:
+        return self.convs[0].x
+
+    @property
+    def shapes(self) -> tuple:
+        return tuple(c.shape for c in self.convs)
+
+    def golden(self) -> np.ndarray:
+        """The block's output: conv3's golden on conv2's on conv1's (random() chained the inputs)."""
+        return self.convs[2].golden()
+
+
+class DeviceBottleneck:
+    """A BottleneckProblem on the GPU as the fused bottleneck kernel runs it (plugins/bottleneck.py)."""
+
+    def __init__(self, problem: BottleneckProblem):
+        from ..plugins import cuda_driver as cd
+
+        self.p = problem
+        self.x = cd.DeviceBuffer.from_array(pack_nchwv(problem.x, 32))
+        self.convs = [tuple(cd.DeviceBuffer.from_array(a) for a in (pack_weight(c.w, 32), c.scale, c.bias, c.out_scale))
+                      for c in problem.convs]
+        self.residual_scale = cd.DeviceBuffer.from_array(problem.convs[2].residual_scale)
+        n, _, h, w = problem.x.shape
+        self.y_shape = (n, problem.convs[2].shape.k // 32, h, w, 32)
+        self.y = cd.DeviceBuffer(int(np.prod(self.y_shape)))
+
+    def run(self, stream=None) -> None:
+        from ..plugins import bottleneck
+
+        bottleneck.launch_bottleneck(self.p.shapes, self.x.ptr, [tuple(b.ptr for b in c) for c in self.convs],
+                                     self.residual_scale.ptr, self.y.ptr,
+                                     relu=tuple(c.relu for c in self.p.convs), stream=stream)
+
+    def run_checked(self) -> tuple[np.ndarray, np.ndarray]:
+        """Poison y, launch, synchronize; return (logical int8 output, raw CHW32 output)."""
+        from ..plugins import cuda_driver as cd
+
+        self.y.fill(POISON)
+        self.run()
+        cd.check(cd._driver().cuCtxSynchronize())
+        raw = self.y.download(self.y_shape, np.int8)
+        return unpack_chw32(raw, self.p.convs[2].shape.k), raw
+
+
+def run_separate_convs(problem: BottleneckProblem) -> np.ndarray:
+    """The block as three fused-conv kernel launches (each its planned tactic), each fed the previous launch's device
+    output (downloaded, exact int8): the raw CHW32 output of the last."""
+    from dataclasses import replace
+
+    from ..plugins.conv import ConvLaunch
+
+    conv1, conv2, conv3 = problem.convs
+    t1, _ = DeviceConv(conv1, ConvLaunch.plan(conv1.shape)).run_checked()
+    t2, _ = DeviceConv(replace(conv2, x=t1), ConvLaunch.plan(conv2.shape)).run_checked()
+    _, raw = DeviceConv(replace(conv3, x=t2), ConvLaunch.plan(conv3.shape)).run_checked()
+    return raw

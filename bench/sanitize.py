@@ -1,5 +1,5 @@
 """Small fused-conv launches for compute-sanitizer (memcheck, racecheck): every tactic, split-K,
-residual and padding paths, the stem + max-pool kernel, each checked against the golden reference.
+residual and padding paths, the stem + max-pool kernel, the fused bottleneck block, each checked against the golden reference.
 
     compute-sanitizer --tool memcheck python3 -m trtfuse.bench.sanitize
 """
@@ -29,6 +29,7 @@ def main() -> int:
         print(f"tactic {tid} splits {splits} {shape}: {'ok' if ok else 'MISMATCH'} {stats}")
     bad += not maxpool_cases()
     bad += not stem_pool_cases()
+    bad += not bottleneck_cases()
     return 1 if bad else 0
 
 
@@ -82,6 +83,26 @@ def stem_pool_cases() -> bool:
         ok &= passes_lsb_rule(stats)
         label = ("mma.sync" if use_wgmma is False else "default") + f" tile {tile[0]}x{tile[1]}"
         print(f"stem_pool {label} {n}x3x{h}x{w}: {'ok' if passes_lsb_rule(stats) else 'MISMATCH'} {stats}")
+    return ok
+
+
+def bottleneck_cases() -> bool:
+    """The fused identity bottleneck (plugins/bottleneck.py) on small images: one whole tile, partial tiles, more tiles
+    than resident CTAs (the persistent loop and, with two patch buffers, its prefetch)."""
+    from ..plugins import bottleneck
+    from ..plugins import cuda_driver as cd
+    from .conv_problem import BottleneckProblem, DeviceBottleneck
+
+    refused = bottleneck.device_refusal(cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", cd.current_device()))
+    if refused:
+        print(f"bottleneck: skipped, {refused}")
+        return True
+    ok = True
+    for n, h, w in ((1, 8, 14), (2, 9, 13), (150, 9, 13)):
+        p = BottleneckProblem.random(n, h, w, seed=1)
+        stats = compare(DeviceBottleneck(p).run_checked()[0], p.golden())
+        ok &= passes_lsb_rule(stats)
+        print(f"bottleneck {n}x256x{h}x{w}: {'ok' if passes_lsb_rule(stats) else 'MISMATCH'} {stats}")
     return ok
 
 

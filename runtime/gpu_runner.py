@@ -12,6 +12,11 @@ The space-to-depth stem and the max-pool after it run as one kernel (plugins/ker
 only the pooled tensor, when the pool keeps the stem's scale and its shape is ResNet's (stem.pool_refusal);
 otherwise, or with fuse_stem_pool=False, as two.
 
+With fuse_bottleneck=True (off by default until the kernel has been checked on a GPU), each identity bottleneck
+block FusedConv 1x1 -> FusedConv 3x3 -> FusedConvAdd 1x1 whose intermediates have no other reader and whose
+residual is the block input runs as one kernel (plugins/kernels/bottleneck.cu) when its shapes are the compiled
+ones (runtime/bottleneck_match.py, bottleneck.refusal) and the GPU's shared memory holds its tiles.
+
 Static shapes; every buffer is allocated once; the whole forward is one CUDA graph (captured through
 the driver API), replayed per batch. Several runners (one per stream) give several graphs in flight.
 When the graph output is the classifier's fp32 logits [N, classes], the graph ends with their row-wise
@@ -31,10 +36,11 @@ from ..errors import TrtfuseError
 from ..plugins import cuda_driver as cd
 from ..plugins import network_ops
 from ..plugins.conv import ConvLaunch
-from ..plugins import stem
+from ..plugins import bottleneck, stem
 from ..plugins.layout import channel_vector, pack_weight, round_up, unpack_nchwv, unpack_weight
 from ..plugins.op_schema import DOMAIN, op_for_node
 from ..plugins.tactics import ConvShape, candidate_tactics
+from .bottleneck_match import match_identity_bottleneck
 from .classifier_plan import float16_refusal, plan_classifier
 from .top1 import Top1Readout
 
@@ -66,7 +72,7 @@ def _attrs(node) -> dict:
 class CudaRunner(Top1Readout):
     def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True, fold_stem: bool = True,
                  autotune: bool = False, plans_from: "CudaRunner | None" = None, quantized_input: bool = False,
-                 fuse_stem_pool: bool = True):
+                 fuse_stem_pool: bool = True, fuse_bottleneck: bool = False):
         ok, why = cd.gpu_available()
         if not ok:
             raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
@@ -75,6 +81,10 @@ class CudaRunner(Top1Readout):
         # fuse_stem_pool: the space-to-depth stem and the max-pool after it run as one kernel (plugins/stem.py,
         # stem_pool.cu) that writes only the pooled tensor; the stem's own output is then never materialized.
         self.fuse_stem_pool = fuse_stem_pool
+        # fuse_bottleneck: identity bottleneck blocks as one kernel (plugins/bottleneck.py); their two intermediates
+        # are then never materialized
+        self.fuse_bottleneck = fuse_bottleneck
+        self.fused_blocks: dict[str, tuple[str, str, str]] = {}  # conv1 node name -> the block's three node names
         self._stem = None  # (step index, node, original conv shape, input pointers by op input, relu) of the folded stem
         self.fused_stem: str | None = None  # the stem conv's node name once it runs with its max-pool
         self.stem_pool_tile: tuple[int, int] | None = None  # and the tile that kernel runs (stem.POOL_TILES)
@@ -145,7 +155,11 @@ class CudaRunner(Top1Readout):
             if id(node) in done:
                 continue
             if node.domain == DOMAIN and node.op_type in ("FusedConv", "FusedConvAdd"):
-                self._fused_conv(node)
+                block = self._fused_bottleneck(node) if self.fuse_bottleneck else None
+                if block:
+                    done |= block
+                else:
+                    self._fused_conv(node)
             elif node.op_type == "QuantizeLinear" and node.input[0] == inp.name:
                 self._quantize_input(node)
             elif node.op_type == "DequantizeLinear":
@@ -223,7 +237,7 @@ class CudaRunner(Top1Readout):
                                             stream=s), ws
 
         if self._given_plans is not None:
-            plan = self._given_plans[node.name]
+            plan = self._given_plans.get(node.name, plan)  # absent: the other runner ran it inside a fused block
         elif self.autotune:
             # ResNet-50's 53 convs are 24 distinct problems: a problem timed once serves its repeats (same shape,
             # same residual and ReLU: the same candidates on the same amount of work)
@@ -238,6 +252,27 @@ class CudaRunner(Top1Readout):
         if x.folded_from:
             self._stem = (len(self.steps), node, shape, ptrs, bool(a["relu"]))  # ptrs' weight is the folded one
         self.steps.append((node.name, step))
+
+    def _fused_bottleneck(self, node) -> set | None:
+        """Run the identity bottleneck block starting at `node` as one kernel: the ids of the block's other two nodes
+        (now done), or None where it is not such a block, the kernel does not take it, or the GPU cannot run it."""
+        x = self.tensors.get(node.input[0])
+        if x is None or x.vec != 32 or x.folded_from:
+            return None
+        chain = match_identity_bottleneck(node, self.consumers, x.shape, (self.output_name,))
+        device = cd.current_device()
+        if isinstance(chain, str) or bottleneck.device_refusal(
+                cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)):
+            return None
+        convs = [tuple(self._const(chain.inputs(i)[k]) for k in ("weight", "scale", "bias", "out_scale")) for i in range(3)]
+        residual_scale = self._const(chain.inputs(2)["residual_scale"])
+        conv1, conv2, conv3 = chain.nodes
+        out = self.tensors[conv3.output[0]] = _Tensor((x.shape[0], chain.shapes[2].k, *chain.shapes[2].out_hw), 32)
+        self.steps.append((f"{conv1.name} .. {conv3.name} (bottleneck)", lambda s: bottleneck.launch_bottleneck(
+            chain.shapes, x.buf.ptr, convs, residual_scale, out.buf.ptr, relu=chain.relu, stream=s)))
+        self.fused_blocks[conv1.name] = tuple(n.name for n in chain.nodes)
+        self.fused_away |= {conv1.output[0], conv2.output[0]}
+        return {id(conv2), id(conv3)}
 
     def _fastest(self, heuristic_plan: ConvLaunch, make_step, tensors) -> ConvLaunch:
         """--autotune: time every tactic and split count of this conv on its own buffers, keep the fastest.
@@ -382,10 +417,12 @@ class CudaRunner(Top1Readout):
 
     def plan_names(self) -> dict[str, str]:
         """Each conv's launch plan as "tactic name/s<split-K slices>" (the results files' `plans`); the stem fused with
-        its max-pool as "stem_pool/<tile>"."""
+        its max-pool as "stem_pool/<tile>", the nodes of a fused bottleneck block as "bottleneck"."""
         tile = self.stem_pool_tile
-        return {name: f"stem_pool/{tile[0]}x{tile[1]}" if name == self.fused_stem else f"{p.tactic.name}/s{p.splits}"
-                for name, p in self.plans}
+        names = {name: f"stem_pool/{tile[0]}x{tile[1]}" if name == self.fused_stem else f"{p.tactic.name}/s{p.splits}"
+                 for name, p in self.plans}
+        names.update((name, "bottleneck") for block in self.fused_blocks.values() for name in block)
+        return names
 
     def launch(self) -> None:
         """Run the forward on the runner's stream on whatever the input buffer holds (asynchronous)."""
@@ -428,5 +465,5 @@ class CudaRunner(Top1Readout):
     def fetch(self, name: str) -> np.ndarray:
         """A tensor of the last forward, copied on this runner's stream (other runners keep running)."""
         if name in self.fused_away:
-            raise TrtfuseError(f"--backend cuda: {name} stays on chip inside a fused kernel; run with fuse_stem_pool=False to fetch it")
+            raise TrtfuseError(f"--backend cuda: {name} stays on chip inside a fused kernel; run with fuse_stem_pool=False (and fuse_bottleneck=False) to fetch it")
         return self.tensors[name].download(self.stream.handle)

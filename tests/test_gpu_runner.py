@@ -17,8 +17,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _ok, reason=f"needs a CUDA
 
 @pytest.mark.parametrize("arch,size,options", [("resnet50", 64, {}), ("resnet18", 96, {}),
                                                ("resnet18", 64, {"fold_stem": False}), ("resnet18", 64, {"autotune": True}),
-                                               ("resnet18", 96, {"fuse_stem_pool": False})],
-                         ids=["resnet50", "resnet18", "resnet18-chw4-stem", "resnet18-autotune", "resnet18-stem-unfused"])
+                                               ("resnet18", 96, {"fuse_stem_pool": False}),
+                                               ("resnet50", 64, {"fuse_bottleneck": True})],
+                         ids=["resnet50", "resnet18", "resnet18-chw4-stem", "resnet18-autotune", "resnet18-stem-unfused",
+                              "resnet50-bottleneck"])
 def test_fuse_all_resnet_matches_cpu_golden(arch, size, options):
     from trtfuse.runtime.cpu_executor import run_model
     from trtfuse.runtime.gpu_runner import CudaRunner
@@ -34,6 +36,14 @@ def test_fuse_all_resnet_matches_cpu_golden(arch, size, options):
     names += [n.output[0] for n in fused.graph.node if n.op_type == "QuantizeLinear" and n.input[0] in
               {m.output[0] for m in fused.graph.node if m.op_type == "MaxPool"}]
     assert bool(runner.fused_away) == (options.get("fuse_stem_pool", True) and options.get("fold_stem", True))
+    if options.get("fuse_bottleneck"):  # res2's two identity blocks, where the GPU's shared memory holds the kernel
+        from trtfuse.plugins import bottleneck
+        from trtfuse.plugins import cuda_driver as cd
+
+        fits = not bottleneck.device_refusal(cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", cd.current_device()))
+        assert sorted(runner.fused_blocks) == (["layer1.1.conv1__fused", "layer1.2.conv1__fused"] if fits else [])
+    else:
+        assert not runner.fused_blocks
     for name in runner.fused_away:
         with pytest.raises(TrtfuseError, match="on chip"):
             runner.fetch(name)
