@@ -161,9 +161,12 @@ class BottleneckProblem:
     for the block input's scale."""
 
     convs: tuple  # (conv1, conv2, conv3) ConvProblems, x and residual filled in from the chain
+    conv_golden: object = None  # the per-conv golden random() chained them with
 
     @classmethod
-    def random(cls, n: int, h: int, w: int, relu: bool = True, seed=None) -> "BottleneckProblem":
+    def random(cls, n: int, h: int, w: int, relu: bool = True, seed=None, golden=None) -> "BottleneckProblem":
+        """golden: the per-conv golden that chains the inputs (default ConvProblem.golden, on the CPU; bench kernels
+        passes its on-device one for batch 256)."""
         from dataclasses import replace
 
         from ..plugins import bottleneck
@@ -174,9 +177,10 @@ class BottleneckProblem:
         conv1 = ConvProblem.random(ConvShape(n, c, h, w, width, 1, 1), False, relu, seeds[0])
         conv2 = ConvProblem.random(ConvShape(n, width, h, w, width, 3, 3, (1, 1), (1, 1, 1, 1)), False, relu, seeds[1])
         conv3 = ConvProblem.random(ConvShape(n, width, h, w, c, 1, 1), True, relu, seeds[2])
-        conv2 = replace(conv2, x=conv1.golden())
-        conv3 = replace(conv3, x=conv2.golden(), residual=conv1.x)
-        return cls((conv1, conv2, conv3))
+        golden = golden or ConvProblem.golden
+        conv2 = replace(conv2, x=golden(conv1))
+        conv3 = replace(conv3, x=golden(conv2), residual=conv1.x)
+        return cls((conv1, conv2, conv3), golden)
 
     @property
     def x(self) -> np.ndarray:
@@ -188,7 +192,7 @@ class BottleneckProblem:
 
     def golden(self) -> np.ndarray:
         """The block's output: conv3's golden on conv2's on conv1's (random() chained the inputs)."""
-        return self.convs[2].golden()
+        return (self.conv_golden or ConvProblem.golden)(self.convs[2])
 
 
 class DeviceBottleneck:

@@ -282,6 +282,47 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     return rec
 
 
+def bench_bottleneck(torch, n, args, bw_tbps, records) -> dict:
+    """res2's identity bottleneck block as one kernel (plugins/kernels/bottleneck.cu) against the three conv kernels it
+    replaces: their autotuned (or heuristic) times from this run's own records where it has them, else the three
+    heuristic plans timed here. The fused output (poisoned first) is checked against the golden chain computed on the
+    device, and the time of each of the kernel's variants is kept (patch buffers)."""
+    from ..plugins import bottleneck
+    from ..plugins.conv import ConvLaunch
+    from .conv_problem import BottleneckProblem, DeviceBottleneck, DeviceConv, passes_lsb_rule
+
+    cur = lambda: torch.cuda.current_stream().cuda_stream
+    problem = BottleneckProblem.random(n, 56, 56, golden=lambda p: golden_on_device(torch, p).cpu().numpy())
+    fused = DeviceBottleneck(problem)
+    ours_ms = graph_time_ms(torch, lambda: fused.run(stream=cur()), args.reps)
+    out, _ = fused.run_checked()
+    diff = np.abs(out.astype(np.int32) - problem.golden().astype(np.int32))
+    stats = {"exact_fraction": float((diff == 0).mean()), "max_abs_diff": int(diff.max())}
+    names = ("res2 conv1 1x1 256->64", "res2 first conv2 3x3/1 64", "res2 conv3 1x1 64->256 +res")
+    mine = {r["layer"]: r for r in records if r["batch"] == n}
+    if all(name in mine for name in names):
+        parts = [mine[name] for name in names]
+        unfused_ms = sum(r["ours_ms"] for r in parts)
+        unfused = " + ".join(f"{r['tactic'].split('_')[0]}/s{r['splits']}" for r in parts)
+    else:
+        convs = [DeviceConv(c, ConvLaunch.plan(c.shape)) for c in problem.convs]
+        unfused_ms = sum(graph_time_ms(torch, lambda d=d: d.run(stream=cur()), args.reps) for d in convs)
+        unfused = " + ".join(f"{d.launch_plan.tactic.name.split('_')[0]}/s{d.launch_plan.splits}" for d in convs)
+    m = n * 56 * 56
+    macs = sum(c.shape.k * c.shape.c * c.shape.r * c.shape.s for c in problem.convs)
+    rec = {"layer": "res2 bottleneck 256->64->64->256 +res", "batch": n, "M": m, "N": bottleneck.CHANNELS, "K": macs,
+           "K_gemm": macs, "residual": True, "tactic": "bottleneck", "family": "mma", "splits": 1, "form": "CHW32",
+           "fused_block": True, "heuristic": "bottleneck", "heuristic_ms": ours_ms, "ours_ms": ours_ms,
+           "unfused_ms": unfused_ms, "unfused": unfused, "correct": passes_lsb_rule(stats), **stats}
+    weights = sum(c.w.nbytes for c in problem.convs)
+    rec["floor_memory_ms"] = (2 * problem.x.nbytes + weights) / (bw_tbps * 1e12) * 1e3  # x read once, y written
+    rec["floor_compute_ms"] = 2.0 * m * macs / (INT8_PEAK_TOPS * 1e12) * 1e3
+    rec["floor_ms"] = max(rec["floor_memory_ms"], rec["floor_compute_ms"])
+    rec["ours_tops"] = 2.0 * m * macs / (ours_ms * 1e-3) / 1e12
+    rec["cublaslt_int8_ms"] = rec["cudnn_fp16_ms"] = None
+    return rec
+
+
 def run(args) -> int:
     torch = _torch()
     from ..plugins import cuda_driver as cd
@@ -306,6 +347,8 @@ def run(args) -> int:
         records.append(rec)
         if name.startswith("stem"):  # and the stem as the GPU runner runs it: fused with its max-pool
             records.append({**bench_stem_pool(torch, shape, args, bw), "device": device})
+        if name.startswith("res2 conv1 "):  # and res2's identity blocks as the fused bottleneck kernel
+            records.append({**bench_bottleneck(torch, shape.n, args, bw, records), "device": device})
         torch.cuda.empty_cache()
     date = datetime.date.today().isoformat()
     result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),
@@ -330,16 +373,17 @@ def run(args) -> int:
 def kernel_key_figures(records: list[dict]) -> dict:
     """A run's history line: batch-256 times of the residual block and the 3x3 layers docs/PERF.md follows, the
     24 distinct layers' sum, and whether every record was correct."""
-    b256 = [r for r in records if r["batch"] == 256 and not r["layer"].startswith("seed") and not r.get("fused_with_pool")]
+    b256 = [r for r in records if r["batch"] == 256 and not r["layer"].startswith("seed") and not r.get("fused_with_pool")
+            and not r.get("fused_block")]
     figures = {}
     for r in b256:
         name = r["layer"]
         if name.startswith("res3 conv3") or name.startswith("stem") or " 3x3" in name:
             figures[name] = round(r["ours_ms"], 4)
     for r in records:
-        if r["batch"] == 256 and r.get("fused_with_pool"):
+        if r["batch"] == 256 and (r.get("fused_with_pool") or r.get("fused_block")):
             figures[r["layer"]] = round(r["ours_ms"], 4)
-            figures[r["layer"] + " (two kernels)"] = round(r["unfused_ms"], 4)
+            figures[r["layer"] + (" (two kernels)" if r.get("fused_with_pool") else " (three kernels)")] = round(r["unfused_ms"], 4)
     if b256:
         figures["distinct_layers_b256_sum_ms"] = round(sum(r["ours_ms"] for r in b256), 3)
     figures["records"] = len(records)
