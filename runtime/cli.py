@@ -78,6 +78,9 @@ def register(sub) -> None:
     o.add_argument("--scaling", action="store_true",
                    help="with --gpus N > 1: first run one GPU with the same settings (its expected QPS 1/N of "
                    "--expected-qps, logs in LOG_DIR/one-gpu), and record scaling_vs_1gpu from the two runs")
+    o.add_argument("--check-golden", action="store_true",
+                   help="with --mode accuracy: also run every sample through the CPU golden executor and record how "
+                   "often the answered top-1 equals its top-1 (golden_top1_agreement, golden_top1_mismatches)")
     o.add_argument("--compare-pipeline", action="store_true",
                    help="first feed the same workers directly, without LoadGen, for as many samples (samples/s: what "
                    "LoadGen's side of the run costs)")
@@ -101,6 +104,9 @@ def loadgen_rows(result: dict, keys: list[str]) -> list:
                      f"failed {c['requests_failed']}, answered twice {c['answered_more_than_once']}"])
     if "top1_accuracy" in result:
         rows.append(["top1_accuracy", result["top1_accuracy"]])
+    if "golden_top1_agreement" in result:
+        rows.append(["top-1 equal to the CPU golden", f"{result['golden_checked'] - len(result['golden_top1_mismatches'])}"
+                     f" of {result['golden_checked']}"])
     return rows
 
 
@@ -125,6 +131,9 @@ def offline(args) -> int:
     gpu = args.backend in ("cuda", "trt") and not args.endpoint
     if args.compare_torch and not gpu:
         raise TrtfuseError("--compare-torch times PyTorch fp16 on a GPU: it goes with --backend cuda or trt")
+    if args.check_golden and (args.mode != "accuracy" or args.endpoint or args.backend == "trt"):
+        raise TrtfuseError("--check-golden compares an accuracy run's answers with the CPU golden executor: it needs "
+                           "--mode accuracy and an ONNX --model (not --endpoint, not a TensorRT engine)")
     if args.scaling and not gpu:
         raise TrtfuseError("--scaling compares GPU counts: it goes with --backend cuda or trt and --model")
     count = args.count or (2048 if gpu else 64)
@@ -164,7 +173,7 @@ def offline(args) -> int:
             result = run_offline(args.model, args.backend, args.data, count, args.batch, args.gpus, args.mode,
                                  args.log_dir, args.expected_qps, min_duration, progress_cb=bar.update,
                                  autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline,
-                                 plan_cache=plan_cache)
+                                 plan_cache=plan_cache, check_golden=args.check_golden)
             if one_gpu is not None:
                 # the same machine, the same invocation: the 1-GPU figure the N-GPU one is judged against
                 result["one_gpu"] = {k: one_gpu.get(k) for k in ("samples_per_s", "result", "min_duration_s", "log_dir")}

@@ -347,11 +347,17 @@ def plan_sharing_makers(device_names: list[str], new_runner, plan_cache: dict) -
 
 def run_offline(model_path: str, backend: str, data: str, count: int, batch: int | None, gpus: str, mode: str,
                 log_dir: str, expected_qps: float | None, min_duration_s: float, progress_cb=None, autotune: bool = False,
-                streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False, plan_cache: dict | None = None) -> dict:
+                streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False, plan_cache: dict | None = None,
+                check_golden: bool = False) -> dict:
     """batch None: 256 on a GPU; on the CPU the model's static batch, else 8. expected_qps None: 30000 on a
     GPU; on the CPU the rate the worker sustains in a short warm-up (so LoadGen's one query takes about
-    min_duration_s, not hours). plan_cache: see plan_sharing_makers (a new one per call when None)."""
+    min_duration_s, not hours). plan_cache: see plan_sharing_makers (a new one per call when None).
+    check_golden (accuracy mode, an ONNX model): after the run, every sample's answered top-1 against the CPU golden
+    executor's on the same sample (golden_agreement)."""
     _loadgen()
+    if check_golden and (mode != "accuracy" or backend == "trt"):
+        raise TrtfuseError("--check-golden compares an accuracy run's answers with the CPU golden executor: it needs "
+                           "--mode accuracy and an ONNX --model (not a TensorRT engine)")
     if backend not in BACKENDS:
         raise TrtfuseError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     if streams < 1:
@@ -444,6 +450,9 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
     out.update(run_loadgen(workers, count, batch, pad_last_batch=n_gpus > 0 or static_batch is not None, mode=mode, log_dir=log_dir,
                            expected_qps=expected_qps, min_duration_s=min_duration_s, labels=labels,
                            progress_cb=progress_cb, what=f"the {backend} worker"))
+    if check_golden:
+        out.update(golden_agreement(accuracy_log_top1(Path(log_dir) / "mlperf_log_accuracy.json"),
+                                    golden_top1(model_path, images)))
     return out
 
 
@@ -637,15 +646,59 @@ def parse_summary(path: Path) -> dict:
     return out
 
 
-def score_accuracy(path: Path, labels) -> dict:
+def accuracy_log_top1(path: Path) -> dict[int, int]:
+    """Sample index -> the top-1 answered for it, from LoadGen's mlperf_log_accuracy.json (int32 per response)."""
     import json
 
     if not path.exists():
         return {}
     entries = json.loads(path.read_text() or "[]")
-    preds = {e["qsl_idx"]: int.from_bytes(bytes.fromhex(e["data"]), "little", signed=True) for e in entries}
+    return {e["qsl_idx"]: int.from_bytes(bytes.fromhex(e["data"]), "little", signed=True) for e in entries}
+
+
+def score_accuracy(path: Path, labels) -> dict:
+    preds = accuracy_log_top1(path)
+    if not path.exists():
+        return {}
     out = {"accuracy_responses": len(preds)}
     if labels is not None and preds:
         idx = np.array(sorted(preds))
         out["top1_accuracy"] = float(np.mean(np.array([preds[i] for i in idx]) == np.asarray(labels)[idx]))
     return out
+
+
+def _golden_chunk(model_path: str, images: np.ndarray) -> np.ndarray:
+    """A process's share of golden_top1: the CPU golden executor's top-1 of each image, one image at a time."""
+    from ..graph_passes.scales import model_input_spec
+    from ..io import load_model
+    from .cpu_executor import run_model
+
+    model = load_model(model_path)
+    name, dims = model_input_spec(model)
+    step = dims[0] if dims and dims[0] else len(images)
+    output = model.graph.output[0].name
+    logits = [run_model(model, {name: images[i : i + step]}, [output])[0] for i in range(0, len(images), step)]
+    return np.concatenate(logits).reshape(len(images), -1).argmax(axis=1)
+
+
+def golden_top1(model_path: str, images: np.ndarray, processes: int | None = None) -> np.ndarray:
+    """The top-1 class of every image by the CPU golden executor (runtime/cpu_executor.py: docs/ops.md's semantics, the
+    reference every kernel is checked against), the images split over processes (the executor is single-threaded numpy)."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    processes = max(1, min(processes or os.cpu_count() or 1, len(images)))
+    chunks = np.array_split(images, processes)
+    # spawn: the parent holds a CUDA context and LoadGen's threads, which a forked child must not inherit
+    with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
+        return np.concatenate(list(pool.map(_golden_chunk, [model_path] * processes, chunks)))
+
+
+def golden_agreement(answered: dict[int, int], golden: np.ndarray) -> dict:
+    """How an accuracy run's answers (sample index -> top-1) agree with the golden top-1 of the same samples."""
+    idx = np.array(sorted(answered), dtype=np.int64)
+    ours = np.array([answered[i] for i in idx], dtype=np.int64)
+    mismatched = idx[ours != golden[idx]] if len(idx) else idx
+    return {"golden_checked": int(len(idx)), "golden_top1_agreement": float(np.mean(ours == golden[idx])) if len(idx) else None,
+            "golden_top1_mismatches": [int(i) for i in mismatched]}

@@ -46,6 +46,33 @@ def test_offline_onnxruntime_backend(small_model, tmp_path, capsys, mode):
         assert result["accuracy_responses"] == 48  # every sample answered once, top-1 as int32
 
 
+def test_check_golden_scores_every_answer_against_the_cpu_golden_executor(small_model, tmp_path):
+    out = tmp_path / "result.json"
+    rc = main(["offline", "--model", str(small_model), "--backend", "onnxruntime", "--data", "default", "--count", "24",
+               "--batch", "8", "--min-duration", "0.2", "--expected-qps", "50", "--mode", "accuracy", "--check-golden",
+               "--log-dir", str(tmp_path / "logs"), "-o", str(out), "--json"])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    # ONNX Runtime's float32 top-1 against the golden executor's float32 (np.float64 accumulation) on the same photos
+    assert result["golden_checked"] == 24
+    assert result["golden_top1_agreement"] == 1.0 and result["golden_top1_mismatches"] == []
+
+
+def test_golden_agreement_names_the_samples_that_differ():
+    from trtfuse.runtime.offline import golden_agreement
+
+    got = golden_agreement({0: 3, 1: 5, 2: 7, 4: 1}, np.array([3, 5, 6, 9, 1]))
+    assert got == {"golden_checked": 4, "golden_top1_agreement": 0.75, "golden_top1_mismatches": [2]}
+
+
+@pytest.mark.parametrize("extra", [["--mode", "performance"], ["--mode", "accuracy", "--backend", "trt"]],
+                         ids=["performance-mode", "trt-engine"])
+def test_check_golden_outside_an_onnx_accuracy_run_is_one_line(small_model, tmp_path, capsys, extra):
+    rc = main(["offline", "--model", str(small_model), "--check-golden", "--log-dir", str(tmp_path / "logs")] + extra)
+    err = capsys.readouterr().err
+    assert rc != 0 and "--check-golden" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_offline_compare_pipeline_feeds_the_same_workers_without_loadgen(small_model, tmp_path):
     out = tmp_path / "result.json"
     rc = main(["offline", "--model", str(small_model), "--backend", "onnxruntime", "--count", "32", "--batch", "16",
@@ -103,9 +130,11 @@ def test_offline_cuda_backend_on_a_gpu(tmp_path, streams):
     save_model(model, tmp_path / "all.onnx")
     out = tmp_path / "r.json"
     assert main(["offline", "--model", str(tmp_path / "all.onnx"), "--backend", "cuda", "--count", "100", "--batch",
-                 "16", "--streams", str(streams), "--mode", "accuracy", "--log-dir", str(tmp_path / "logs"), "-o", str(out)]) == 0
+                 "16", "--streams", str(streams), "--mode", "accuracy", "--check-golden", "--log-dir", str(tmp_path / "logs"),
+                 "-o", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["accuracy_responses"] == 100 and result["gpus"] == 1 and result["streams"] == streams
+    assert result["golden_checked"] == 100 and result["golden_top1_mismatches"] == []  # the CPU golden executor's top-1
     images, _ = load_samples("synthetic", 100, 32)
     runner = CudaRunner(model, 16)
     padded = np.concatenate([images, images[:12]])
