@@ -690,9 +690,19 @@ def golden_top1(model_path: str, images: np.ndarray, processes: int | None = Non
 
     processes = max(1, min(processes or os.cpu_count() or 1, len(images)))
     chunks = np.array_split(images, processes)
-    # spawn: the parent holds a CUDA context and LoadGen's threads, which a forked child must not inherit
-    with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
-        return np.concatenate(list(pool.map(_golden_chunk, [model_path] * processes, chunks)))
+    # one BLAS thread per process: a process per core already, and each one's own thread pool would oversubscribe them
+    threads = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    os.environ.update({k: "1" for k in threads})
+    try:
+        # spawn: the parent holds a CUDA context and LoadGen's threads, which a forked child must not inherit
+        with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
+            return np.concatenate(list(pool.map(_golden_chunk, [model_path] * processes, chunks)))
+    finally:
+        for k, v in threads.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def golden_agreement(answered: dict[int, int], golden: np.ndarray) -> dict:

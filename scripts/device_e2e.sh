@@ -3,7 +3,8 @@
 # GPU tests of the runner/offline/TensorRT-plugin paths, INT8 ResNet-50 built and rewritten here
 # (--fuse all), the graph-loop throughput with the per-step breakdown (bench/e2e.py, PyTorch fp16 in the
 # same run), then LoadGen Offline on 1..N GPUs. Results in $OUT.
-#   bash scripts/device_e2e.sh "1 2"      (MIN_DURATION=300: LoadGen's minimum duration; SKIP_E2E=1: no graph loop)
+#   bash scripts/device_e2e.sh "1 2"      (MIN_DURATION=300: LoadGen's minimum duration; SKIP_E2E=1: no graph loop;
+#                                          BATCH=512 STREAMS=3: batch size and graphs in flight per GPU; QPS: per GPU)
 set -uo pipefail
 GPUS=${1:-1}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -21,8 +22,8 @@ $T models resnet50 -o /tmp/r50.onnx > /dev/null && $T rewrite /tmp/r50.onnx -o /
 for g in $GPUS; do
   extra=""; [ "$g" = "1" ] && extra="--compare-torch"
   [ "$g" != "1" ] && extra="--scaling"  # the 1-GPU run of the same call first: scaling_vs_1gpu in the record
-  $T offline --model /tmp/r50_all.onnx --backend cuda --count 4096 --batch 256 --gpus "$g" --min-duration "${MIN_DURATION:-10}" \
-    --expected-qps $((75000 * g)) --autotune --log-dir "/tmp/logs-g$g" -o "$OUT/offline-g$g.json" $extra 2>&1 | tail -14
+  $T offline --model /tmp/r50_all.onnx --backend cuda --count 4096 --batch "${BATCH:-256}" --streams "${STREAMS:-6}" \
+    --gpus "$g" --min-duration "${MIN_DURATION:-10}" --expected-qps $((${QPS:-75000} * g)) --autotune --log-dir "/tmp/logs-g$g" -o "$OUT/offline-g$g.json" $extra 2>&1 | tail -14
   mkdir -p "$OUT/logs-g$g"; cp /tmp/logs-g$g/mlperf_log_summary.txt /tmp/logs-g$g/mlperf_log_detail.txt "$OUT/logs-g$g/" 2>/dev/null
 done
 kill $SMI 2>/dev/null
