@@ -73,6 +73,9 @@ def register(sub) -> None:
     flags.min_duration(o, None, "LoadGen min duration in seconds (default: 10 on a GPU, 4 with onnxruntime)")
     flags.loadgen_logs(o, "offline-logs")
     flags.autotune(o, "--backend cuda: time every tactic per conv on each GPU before the run (else the heuristic)")
+    o.add_argument("--plans", metavar="RESULTS_JSON",
+                   help="--backend cuda: run the tuned plans a results file records (`plans` of `trtfuse bench e2e -o` "
+                   "or `trtfuse offline --autotune -o`, same batch) instead of tuning again")
     o.add_argument("--compare-torch", action="store_true",
                    help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run")
     o.add_argument("--scaling", action="store_true",
@@ -124,6 +127,11 @@ def offline(args) -> int:
         raise TrtfuseError("name the model to run (--model) or the Triton servers to drive (--endpoint)")
     if args.model:
         check_input_file(args.model, "engine" if args.backend == "trt" else "model")
+    if args.plans:
+        if args.backend != "cuda" or args.autotune or args.endpoint:
+            raise TrtfuseError("--plans gives --backend cuda's runners tuned plans: not with --autotune, --endpoint "
+                               "or another backend")
+        check_input_file(args.plans, "plans")
     if args.output:
         check_output_file(args.output, "-o")
     check_output_dir(args.log_dir, "--log-dir")
@@ -169,11 +177,11 @@ def offline(args) -> int:
                 one_gpu = run_offline(args.model, args.backend, args.data, count, args.batch, "1", args.mode,
                                       str(Path(args.log_dir) / "one-gpu"), args.expected_qps and args.expected_qps / n,
                                       min_duration, progress_cb=bar.update, autotune=args.autotune, streams=args.streams,
-                                      plan_cache=plan_cache)
+                                      plan_cache=plan_cache, plans=args.plans)
             result = run_offline(args.model, args.backend, args.data, count, args.batch, args.gpus, args.mode,
                                  args.log_dir, args.expected_qps, min_duration, progress_cb=bar.update,
                                  autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline,
-                                 plan_cache=plan_cache, check_golden=args.check_golden)
+                                 plan_cache=plan_cache, check_golden=args.check_golden, plans=args.plans)
             if one_gpu is not None:
                 # the same machine, the same invocation: the 1-GPU figure the N-GPU one is judged against
                 result["one_gpu"] = {k: one_gpu.get(k) for k in ("samples_per_s", "result", "min_duration_s", "log_dir")}

@@ -69,6 +69,47 @@ def _attrs(node) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
+def named_plan(name: str, shape, node: str) -> ConvLaunch:
+    """A launch plan from its name in a results file's `plans` ("<tactic name>/s<split-K slices>", plan_names)."""
+    from ..plugins.tactics import TACTICS
+
+    tactic, _, splits = name.rpartition("/s")
+    by_name = {t.name: t for t in TACTICS}
+    if tactic not in by_name or not splits.isdigit():
+        raise TrtfuseError(f"plans: {node} names {name!r}, not a tactic of this version (tactic name/s<splits>)")
+    try:
+        return ConvLaunch.plan(shape, by_name[tactic].id, int(splits))
+    except ValueError as exc:
+        raise TrtfuseError(f"plans: {node}'s {name!r} cannot run its shape: {exc}") from None
+
+
+def load_plans(path: str, batch: int):
+    """A results file's (`trtfuse bench e2e` or `trtfuse offline` -o) tuned plans, for a runner's plans_from: conv plans
+    by node name, the stem + max-pool tile. The file's batch must be the run's: plans are tuned per batch size."""
+    import json
+    from types import SimpleNamespace
+
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        names = dict(record["plans"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TrtfuseError(f"--plans {path}: not a results file with a `plans` map ({type(exc).__name__}: {exc})") from None
+    if record.get("batch") not in (None, batch):
+        raise TrtfuseError(f"--plans {path} was tuned at batch {record['batch']}, this run is batch {batch}")
+    tile = None
+    for node, name in list(names.items()):
+        if str(name).startswith("stem_pool/"):
+            h, _, w = name.split("/", 1)[1].partition("x")
+            if not (h.isdigit() and w.isdigit()) or (int(h), int(w)) not in stem.POOL_TILES:
+                raise TrtfuseError(f"--plans {path}: {node} names stem tile {name!r}; tiles: {stem.POOL_TILES}")
+            tile = (int(h), int(w))
+            del names[node]  # its conv's plan is the heuristic's, as in a runner that fused it
+        elif name == "bottleneck":
+            del names[node]
+    return SimpleNamespace(plans=list(names.items()), stem_pool_tile=tile)
+
+
 class CudaRunner(Top1Readout):
     def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True, fold_stem: bool = True,
                  autotune: bool = False, plans_from: "CudaRunner | None" = None, quantized_input: bool = False,
@@ -237,7 +278,8 @@ class CudaRunner(Top1Readout):
                                             stream=s), ws
 
         if self._given_plans is not None:
-            plan = self._given_plans.get(node.name, plan)  # absent: the other runner ran it inside a fused block
+            given = self._given_plans.get(node.name, plan)  # absent: the other runner ran it inside a fused block
+            plan = given if isinstance(given, ConvLaunch) else named_plan(given, plan.shape, node.name)
         elif self.autotune:
             # ResNet-50's 53 convs are 24 distinct problems: a problem timed once serves its repeats (same shape,
             # same residual and ReLU: the same candidates on the same amount of work)

@@ -348,13 +348,16 @@ def plan_sharing_makers(device_names: list[str], new_runner, plan_cache: dict) -
 def run_offline(model_path: str, backend: str, data: str, count: int, batch: int | None, gpus: str, mode: str,
                 log_dir: str, expected_qps: float | None, min_duration_s: float, progress_cb=None, autotune: bool = False,
                 streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False, plan_cache: dict | None = None,
-                check_golden: bool = False) -> dict:
+                check_golden: bool = False, plans: str | None = None) -> dict:
     """batch None: 256 on a GPU; on the CPU the model's static batch, else 8. expected_qps None: 30000 on a
     GPU; on the CPU the rate the worker sustains in a short warm-up (so LoadGen's one query takes about
     min_duration_s, not hours). plan_cache: see plan_sharing_makers (a new one per call when None).
     check_golden (accuracy mode, an ONNX model): after the run, every sample's answered top-1 against the CPU golden
-    executor's on the same sample (golden_agreement)."""
+    executor's on the same sample (golden_agreement). plans: a results file whose tuned plans every GPU runs
+    (gpu_runner.load_plans), instead of tuning or the heuristic."""
     _loadgen()
+    if plans and (backend != "cuda" or autotune):
+        raise TrtfuseError("--plans gives --backend cuda's runners tuned plans: not with --autotune or another backend")
     if check_golden and (mode != "accuracy" or backend == "trt"):
         raise TrtfuseError("--check-golden compares an accuracy run's answers with the CPU golden executor: it needs "
                            "--mode accuracy and an ONNX --model (not a TensorRT engine)")
@@ -400,7 +403,12 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         if not 1 <= n_gpus <= available:
             raise TrtfuseError(f"--gpus {gpus}: this machine has {available} GPU(s)")
         if backend == "cuda":
-            from .gpu_runner import CudaRunner
+            from .gpu_runner import CudaRunner, load_plans
+
+            if plans:
+                plan_cache = {} if plan_cache is None else plan_cache
+                given = load_plans(plans, batch)
+                plan_cache.update({cd.device_name(d): given for d in range(n_gpus)})
 
             makers = plan_sharing_makers(
                 [cd.device_name(d) for d in range(n_gpus)],
