@@ -71,12 +71,15 @@ def _attrs(node) -> dict:
 
 def named_plan(name: str, shape, node: str) -> ConvLaunch:
     """A launch plan from its name in a results file's `plans` ("<tactic name>/s<split-K slices>", plan_names)."""
-    from ..plugins.tactics import TACTICS
+    from ..plugins.tactics import TACTICS_BY_ID
 
     tactic, _, splits = name.rpartition("/s")
-    by_name = {t.name: t for t in TACTICS}
+    by_name = {t.name: t for t in TACTICS_BY_ID.values()}  # every family: mma.sync, persistent, wgmma
     if tactic not in by_name or not splits.isdigit():
         raise TrtfuseError(f"plans: {node} names {name!r}, not a tactic of this version (tactic name/s<splits>)")
+    t = by_name[tactic]
+    if t.family == "wgmma" and not t.geometry(shape):
+        raise TrtfuseError(f"plans: {node}'s {name!r} cannot run its shape {shape}")
     try:
         return ConvLaunch.plan(shape, by_name[tactic].id, int(splits))
     except ValueError as exc:

@@ -9,12 +9,14 @@ import pytest
 from trtfuse.errors import TrtfuseError
 from trtfuse.plugins.conv import ConvLaunch
 from trtfuse.plugins.tactics import TACTICS, ConvShape
+from trtfuse.plugins.wgmma_tactics import WGMMA_TACTICS
 from trtfuse.runtime.gpu_runner import load_plans, named_plan
 
 SHAPE = ConvShape(256, 64, 56, 56, 64, 3, 3, (1, 1), (1, 1, 1, 1))
 
 
-@pytest.mark.parametrize("tactic", [t for t in TACTICS if t.vec == 32][:12], ids=lambda t: t.name.split("_")[0])
+@pytest.mark.parametrize("tactic", [t for t in TACTICS if t.vec == 32][:8] + [t for t in WGMMA_TACTICS if t.geometry(SHAPE)][:8],
+                         ids=lambda t: t.name.split("_")[0])
 def test_a_plan_name_reads_back_as_its_tactic_and_splits(tactic):
     plan = ConvLaunch.plan(SHAPE, tactic.id, 2)
     again = named_plan(f"{plan.tactic.name}/s{plan.splits}", SHAPE, "layer1.0.conv2")
