@@ -32,6 +32,33 @@ def module_for(tactic: Tactic) -> cd.Module:
     return cd.kernel_module(SOURCE, tactic.defines())
 
 
+def compile_for(tactic, arch: str):
+    """The kernel image `module_for` of the tactic's family loads on an `arch` GPU (NVRTC, through the disk cache)."""
+    from . import wgmma
+    from .nvrtc import compile_kernel
+
+    if tactic.family == "wgmma":
+        return wgmma.compile_tactic(tactic)
+    return compile_kernel(SOURCE, tactic.defines(), arch, "cubin")
+
+
+def precompile(tactics, arch: str, workers: int | None = None) -> None:
+    """Compile the kernels of `tactics` for `arch` on a thread pool, so the launches that follow load them from the disk
+    cache. Autotune on a fresh machine is mostly NVRTC compiling its candidates one after another (each some seconds);
+    NVRTC releases the GIL, so a thread per core compiles them side by side."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    unique = list({t.name: t for t in tactics}.values())
+    workers = workers or min(len(unique), os.cpu_count() or 1)
+    if workers <= 1:
+        for t in unique:
+            compile_for(t, arch)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda t: compile_for(t, arch), unique))
+
+
 @dataclass
 class ConvLaunch:
     """A planned launch: shape, tactic, split count and the split-K workspace it needs."""

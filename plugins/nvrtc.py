@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,9 +125,9 @@ def compile_kernel(source: str, defines: dict[str, int], arch: str = "sm_90", ta
         nvrtc.nvrtcDestroyProgram(prog)
     if target == "ptx":  # PTX carries no ptxas report: compile the cubin too for the resource numbers
         log = compile_kernel(source, defines, arch, "cubin", use_cache, headers, include_dirs).log
-    # Atomic cache write: concurrent processes may compile the same kernel.
+    # Atomic cache write: concurrent processes (and threads: conv.precompile) may compile the same kernel.
     for path, data in ((cache, image), (log_path, log.encode())):
-        tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
+        tmp = path.with_suffix(path.suffix + f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)
     return CompiledKernel(image, target, arch, log, parse_resources(log))

@@ -36,7 +36,7 @@ from onnx import numpy_helper
 from ..errors import TrtfuseError
 from ..plugins import cuda_driver as cd
 from ..plugins import network_ops
-from ..plugins.conv import ConvLaunch
+from ..plugins.conv import ConvLaunch, precompile
 from ..plugins import bottleneck, stem
 from ..plugins.layout import channel_vector, pack_weight, round_up, unpack_nchwv, unpack_weight
 from ..plugins.op_schema import DOMAIN, op_for_node
@@ -337,6 +337,7 @@ class CudaRunner(Top1Readout):
         candidates = [heuristic_plan] + [ConvLaunch(shape, t, s) for t in candidate_tactics(shape, arch)
                                          for s in ((1, 2, 4, 8) if t.family == "mma" else (1,))
                                          if s <= max(1, ktiles // 2) and (t, s) != (heuristic_plan.tactic, heuristic_plan.splits)]
+        precompile([c.tactic for c in candidates], arch)  # compiled side by side first, not one by one as timed
         stream = cd.Stream()
         warm, _ = make_step(heuristic_plan)
         warm(stream.handle)
