@@ -108,7 +108,7 @@ def golden_on_device(torch, problem):
 
 
 def bench_layer(torch, name, shape, has_res, args, bw_tbps):
-    from ..plugins.conv import ConvLaunch
+    from ..plugins.conv import ConvLaunch, precompile
     from ..plugins.elementwise import add_relu_requant
     from ..plugins import stem
     from ..plugins.layout import pack_nchwv, pack_weight, round_up
@@ -167,6 +167,7 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
             print(f"trace: {name} batch {shape.n} {p.tactic.name} splits {p.splits}", file=sys.stderr, flush=True)
         return graph_time_ms(torch, make_run(p), args.reps)
 
+    precompile([p.tactic for p in plans], arch)  # side by side (NVRTC releases the GIL), not one by one as timed
     timed = [(time_plan(p), p) for p in plans]
     ours_ms, best = min(timed, key=lambda tp: tp[0])
     form_label = lambda plan: "space-to-depth CHW16" if plan.shape is not shape else f"CHW{shape.vec}"
