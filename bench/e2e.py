@@ -141,6 +141,8 @@ def add_arguments(p) -> None:
     flags.seconds(p, 5.0, "timed seconds per figure (default 5)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch fp16 baseline")
     flags.autotune(p, "time every tactic per conv when building the runner")
+    flags.plans(p, "run the tuned plans a results file of the same batch records (`bench e2e -o`, `offline -o`) "
+                "instead of tuning")
     p.add_argument("--no-fold-stem", action="store_true", help="run the stem on CHW4 instead of space-to-depth")
 
 
@@ -157,6 +159,15 @@ def run(args) -> int:
 
     if args.batch < 1 or args.streams < 1 or args.seconds <= 0:
         raise TrtfuseError("--batch and --streams must be at least 1 and --seconds positive")
+    given = None
+    if args.plans:
+        from ..runtime.gpu_runner import load_plans
+        from ..validate import check_input_file
+
+        if args.autotune:
+            raise TrtfuseError("--plans runs a results file's tuned plans: not with --autotune")
+        check_input_file(args.plans, "plans")
+        given = load_plans(args.plans, args.batch)
     ok, why = cd.gpu_available()
     if not ok:
         raise TrtfuseError(f"trtfuse bench e2e needs an NVIDIA GPU: {why}")
@@ -165,7 +176,7 @@ def run(args) -> int:
     _, fused = build_fused_resnet50(args.batch)
     prep_s = time.perf_counter() - t0
     steps.update(1)
-    runners = [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, autotune=args.autotune)]
+    runners = [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, autotune=args.autotune, plans_from=given)]
     runners += [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, plans_from=runners[0])
                 for _ in range(args.streams - 1)]
     images = np.random.default_rng(0).normal(size=(args.batch, 3, 224, 224)).astype(np.float32)
@@ -184,7 +195,7 @@ def run(args) -> int:
     steps.close()
     device, date = cd.device_name(), datetime.date.today().isoformat()
     result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),
-              "batch": args.batch, "streams": args.streams, "autotune": args.autotune,
+              "batch": args.batch, "streams": args.streams, "autotune": args.autotune, "plans_file": args.plans,
               "fold_stem": not args.no_fold_stem, "plans": runners[0].plan_names(),
               "samples_per_s": ours, "samples_per_s_one_stream": ours_one,
               "offline_pipeline_samples_per_s": pipeline,

@@ -22,6 +22,7 @@ COMMON_FLAGS = frozenset({
     "--streams", "--threads", "--autotune", "--reps", "--seconds", "--settle", "--replace", "--fuse", "--scales",
     "--percentile", "--seed", "--image-size", "--min-duration", "--log-dir", "--endpoint", "--model-name",
     "--max-in-flight", "--shared-memory", "--max-batch", "--preferred-batch", "--max-queue-delay-us", "--name",
+    "--plans",
 })
 
 # = models.resnet.ARCHITECTURES and graph_passes.fuse_residual.FUSE_MODES, written out so that building the parser
@@ -196,6 +197,11 @@ def gpus(p, default, help: str, *, metavar: str = "N", allow_all: bool = False):
 def autotune(p, help: str):
     """--autotune: time every tactic instead of taking the heuristic's choice."""
     return p.add_argument("--autotune", action="store_true", help=help)
+
+
+def plans(p, help: str):
+    """--plans: a results file whose tuned launch plans the GPU runners take instead of tuning again."""
+    return p.add_argument("--plans", metavar="RESULTS_JSON", help=help)
 
 
 def fuse(p, default: str, help: str, *, both: bool = False):

@@ -73,9 +73,8 @@ def register(sub) -> None:
     flags.min_duration(o, None, "LoadGen min duration in seconds (default: 10 on a GPU, 4 with onnxruntime)")
     flags.loadgen_logs(o, "offline-logs")
     flags.autotune(o, "--backend cuda: time every tactic per conv on each GPU before the run (else the heuristic)")
-    o.add_argument("--plans", metavar="RESULTS_JSON",
-                   help="--backend cuda: run the tuned plans a results file records (`plans` of `trtfuse bench e2e -o` "
-                   "or `trtfuse offline --autotune -o`, same batch) instead of tuning again")
+    flags.plans(o, "--backend cuda: run the tuned plans a results file records (`plans` of `trtfuse bench e2e -o` "
+                "or `trtfuse offline --autotune -o`, same batch) instead of tuning again")
     o.add_argument("--compare-torch", action="store_true",
                    help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run")
     o.add_argument("--scaling", action="store_true",

@@ -665,9 +665,9 @@ def accuracy_log_top1(path: Path) -> dict[int, int]:
 
 
 def score_accuracy(path: Path, labels) -> dict:
-    preds = accuracy_log_top1(path)
     if not path.exists():
         return {}
+    preds = accuracy_log_top1(path)
     out = {"accuracy_responses": len(preds)}
     if labels is not None and preds:
         idx = np.array(sorted(preds))

@@ -5,7 +5,7 @@
 # same run), then LoadGen Offline on 1..N GPUs. Results in $OUT.
 #   bash scripts/device_e2e.sh "1 2"      (MIN_DURATION=300: LoadGen's minimum duration; SKIP_E2E=1: no graph loop;
 #                                          BATCH=512 STREAMS=3: batch size and graphs in flight per GPU; QPS: per GPU;
-#                                          PLANS=bench/results/e2e-NVIDIA_H200.json: its tuned plans, no autotune)
+#                                          PLANS=bench/results/e2e-NVIDIA_H200.json: its tuned plans for both steps, no autotune)
 set -uo pipefail
 GPUS=${1:-1}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -19,8 +19,8 @@ nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperatu
 [ "${SKIP_TESTS:-0}" = 1 ] || python3 -m pytest -q -m gpu tests/test_gpu_runner.py tests/test_trt_v3.py tests/test_offline.py tests/test_network_ops.py \
   -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1; tail -2 "$OUT/gpu_tests.txt"
 $T models resnet50 -o /tmp/r50.onnx > /dev/null && $T rewrite /tmp/r50.onnx -o /tmp/r50_all.onnx --fuse all > /dev/null || exit 1
-[ "${SKIP_E2E:-0}" = 1 ] || $T bench e2e --batch "${BATCH:-256}" --streams "${STREAMS:-6}" --autotune -o "$OUT/e2e.json" 2>&1 | tail -25
 tune="--autotune"; [ -n "${PLANS:-}" ] && tune="--plans $PLANS"  # a results file's plans of the same batch: minutes saved
+[ "${SKIP_E2E:-0}" = 1 ] || $T bench e2e --batch "${BATCH:-256}" --streams "${STREAMS:-6}" $tune -o "$OUT/e2e.json" 2>&1 | tail -25
 for g in $GPUS; do
   extra=""; [ "$g" = "1" ] && extra="--compare-torch"
   [ "$g" != "1" ] && extra="--scaling"  # the 1-GPU run of the same call first: scaling_vs_1gpu in the record

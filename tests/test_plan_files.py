@@ -70,3 +70,14 @@ def test_offline_plans_with_autotune_is_one_line(tmp_path, capsys):
     rc = main(["offline", "--model", str(model), "--plans", plans, "--autotune", "--log-dir", str(tmp_path / "logs")])
     err = capsys.readouterr().err
     assert rc != 0 and "--plans" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("extra,match", [(["--autotune"], "--plans"), ([], "tuned at batch 256")],
+                         ids=["with-autotune", "other-batch"])
+def test_bench_e2e_plans_refusals_are_one_line(tmp_path, capsys, extra, match):
+    from trtfuse.cli import main
+
+    plans = _write(tmp_path, {"batch": 256, "plans": {}})
+    rc = main(["bench", "e2e", "--batch", "512", "--plans", plans] + extra)
+    err = capsys.readouterr().err
+    assert rc != 0 and match in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
