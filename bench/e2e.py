@@ -162,12 +162,10 @@ def run(args) -> int:
     given = None
     if args.plans:
         from ..runtime.gpu_runner import load_plans
-        from ..validate import check_input_file
 
         if args.autotune:
             raise TrtfuseError("--plans runs a results file's tuned plans: not with --autotune")
-        check_input_file(args.plans, "plans")
-        given = load_plans(args.plans, args.batch)
+        given = load_plans(args.plans, args.batch)  # checks the file too
     ok, why = cd.gpu_available()
     if not ok:
         raise TrtfuseError(f"trtfuse bench e2e needs an NVIDIA GPU: {why}")

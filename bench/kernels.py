@@ -189,7 +189,7 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
     rec = {"layer": name, "batch": shape.n, "M": m, "N": shape.k, "K": shape.c * shape.r * shape.s, "K_gemm": kg,
            "residual": has_res, "tactic": best.tactic.name, "family": best.tactic.family, "splits": best.splits,
            "form": form_label(best), "best_ms_by_form": best_by_form,
-           "heuristic": f"{heuristic_tactic.name}/s{heuristic_splits}", "heuristic_ms": timed[0][0],
+           "heuristic": heuristic_plan.name, "heuristic_ms": timed[0][0],
            "ours_ms": ours_ms, "correct": correct, **stats}
     bytes_moved = x.numel() + w.numel() + y.numel() + (res.numel() if has_res else 0)
     rec["floor_memory_ms"] = bytes_moved / (bw_tbps * 1e12) * 1e3
@@ -250,7 +250,6 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
         fused.tile = tile
         tile_ms[tile] = graph_time_ms(torch, lambda: fused.run(stream=cur()), args.reps)
     fused.tile = min(tile_ms, key=tile_ms.get)
-    name = lambda tile: f"{tile[0]}x{tile[1]}"
     pair_conv = DeviceConv(folded, ConvLaunch.plan(folded.shape))
     oh, ow = shape.out_hw
     pooled = torch.empty(fused.y_shape, dtype=torch.int8, device="cuda")
@@ -269,11 +268,11 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     m = shape.n * oh * ow
     macs = shape.k * shape.c * shape.r * shape.s
     rec = {"layer": "stem 7x7/2 + max-pool 3x3/2", "batch": shape.n, "M": m, "N": shape.k, "K": shape.c * shape.r * shape.s,
-           "K_gemm": folded.shape.gemm[2], "residual": False, "tactic": f"stem_pool/{name(fused.tile)}", "family": "mma", "splits": 1,
+           "K_gemm": folded.shape.gemm[2], "residual": False, "tactic": f"stem_pool/{stem.tile_name(fused.tile)}", "family": "mma", "splits": 1,
            "form": "space-to-depth CHW16, pooled CHW32", "fused_with_pool": True,
-           "ms_by_tile": {name(t): ms for t, ms in tile_ms.items()}, "heuristic": f"stem_pool/{name(stem.POOL_TILE)}",
+           "ms_by_tile": {stem.tile_name(t): ms for t, ms in tile_ms.items()}, "heuristic": f"stem_pool/{stem.tile_name(stem.POOL_TILE)}",
            "heuristic_ms": tile_ms[stem.POOL_TILE], "ours_ms": ours_ms,
-           "unfused_ms": pair_ms, "unfused": f"{pair_conv.launch_plan.tactic.name}/s{pair_conv.launch_plan.splits} + maxpool",
+           "unfused_ms": pair_ms, "unfused": f"{pair_conv.launch_plan.name} + maxpool",
            "correct": passes_lsb_rule(stats), **stats}
     rec["floor_memory_ms"] = (fused.x.nbytes + fused.w.nbytes + fused.y.nbytes) / (bw_tbps * 1e12) * 1e3
     rec["floor_compute_ms"] = 2.0 * m * macs / (INT8_PEAK_TOPS * 1e12) * 1e3

@@ -91,7 +91,7 @@ def stem_pool_cases() -> bool:
         dev = DeviceStemPool(p, use_wgmma, tile)
         stats = compare(dev.run_checked()[0], dev.golden())
         ok &= passes_lsb_rule(stats)
-        label = ("mma.sync" if use_wgmma is False else "default") + f" tile {tile[0]}x{tile[1]}"
+        label = ("mma.sync" if use_wgmma is False else "default") + f" tile {stem.tile_name(tile)}"
         print(f"stem_pool {label} {n}x3x{h}x{w}: {'ok' if passes_lsb_rule(stats) else 'MISMATCH'} {stats}")
     return ok
 

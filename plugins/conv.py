@@ -80,6 +80,26 @@ class ConvLaunch:
         return cls(shape, t, splits if splits is not None else s, out_f32)
 
     @property
+    def name(self) -> str:
+        """"<tactic name>/s<split-K slices>": how results files (`plans`) and autotune's records name a plan."""
+        return f"{self.tactic.name}/s{self.splits}"
+
+    @classmethod
+    def from_name(cls, name: str, shape: ConvShape) -> "ConvLaunch":
+        """The plan `name` (see .name) for `shape`; ValueError where no tactic has that name or it cannot take the shape."""
+        tactic, _, splits = name.rpartition("/s")
+        by_name = {t.name: t for t in TACTICS_BY_ID.values()}  # every family: mma.sync, persistent, wgmma
+        if tactic not in by_name or not splits.isdigit():
+            raise ValueError(f"{name!r} is not a tactic of this version (tactic name/s<splits>)")
+        t = by_name[tactic]
+        if t.family == "wgmma" and not t.geometry(shape):
+            raise ValueError(f"{name!r} cannot run its shape {shape}")
+        try:
+            return cls.plan(shape, t.id, int(splits))
+        except ValueError as exc:
+            raise ValueError(f"{name!r} cannot run its shape: {exc}") from None
+
+    @property
     def tiles(self) -> int:
         m, n, _ = self.shape.gemm
         return math.ceil(m / self.tactic.bm) * math.ceil(n / self.tactic.bn)

@@ -250,14 +250,14 @@ _kernel_modules: dict[tuple, Module] = {}
 
 
 def kernel_module(source: str, defines: dict | None = None, device_ordinal: int | None = None,
-                  include_dirs: tuple = ()) -> Module:
+                  include_dirs: tuple = (), arch: str | None = None) -> Module:
     """plugins/kernels/<source> (or a source of `include_dirs`: the bench's probes) compiled for this GPU (NVRTC,
-    disk-cached) and loaded, once per process."""
+    disk-cached) and loaded, once per process. arch: another target than the GPU's own sm_XY, such as sm_90a."""
     from .nvrtc import compile_kernel
 
     device = current_device() if device_ordinal is None else device_ordinal
     context(device)
-    arch = compute_capability(device)
+    arch = arch or compute_capability(device)
     key = (source, tuple(sorted((defines or {}).items())), arch, device, tuple(map(str, include_dirs)))  # a module belongs to one context
     if key not in _kernel_modules:
         _kernel_modules[key] = Module(compile_kernel(source, defines or {}, arch, "cubin", include_dirs=include_dirs).image)

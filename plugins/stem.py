@@ -98,7 +98,19 @@ POOL_TILE = (8, 14)  # the default tile: pooled rows x columns per CTA (stem_poo
 # The tiles autotune and `bench kernels` time: larger tiles recompute less halo (8x14: 10 %) but fit fewer CTAs per SM.
 POOL_TILES = ((8, 14), (4, 28), (8, 7), (14, 14))
 POOL_THREADS = 256
-_pool_modules: dict = {}
+
+
+def tile_name(tile: tuple[int, int]) -> str:
+    """"8x14": how plan names, records and test ids name a tile."""
+    return f"{tile[0]}x{tile[1]}"
+
+
+def tile_from_name(text: str) -> tuple[int, int]:
+    """The tile of POOL_TILES that `text` (tile_name's form) names; ValueError for any other."""
+    h, _, w = text.partition("x")
+    if not (h.isdigit() and w.isdigit()) or (int(h), int(w)) not in POOL_TILES:
+        raise ValueError(f"{text!r} is not a stem tile of the stem + max-pool kernel; tiles: {', '.join(map(tile_name, POOL_TILES))}")
+    return int(h), int(w)
 
 
 def pool_smem_bytes(tile: tuple[int, int], wgmma: bool) -> int:
@@ -124,16 +136,9 @@ def pool_variant(arch: str, use_wgmma: bool | None = None, tile: tuple[int, int]
 
 def _pool_function(use_wgmma: bool | None = None, tile: tuple[int, int] = POOL_TILE):
     from . import cuda_driver as cd
-    from .nvrtc import compile_kernel
 
-    device = cd.current_device()
-    key = (device, use_wgmma, tile)
-    if key not in _pool_modules:
-        arch, defines, smem = pool_variant(cd.compute_capability(device), use_wgmma, tile)
-        module = cd.Module(compile_kernel(POOL_SOURCE, defines, arch, "cubin").image)
-        _pool_modules[key] = (module, smem)
-    module, smem = _pool_modules[key]
-    return module.function(POOL_ENTRY, smem), smem
+    arch, defines, smem = pool_variant(cd.compute_capability(cd.current_device()), use_wgmma, tile)
+    return cd.kernel_module(POOL_SOURCE, defines, arch=arch).function(POOL_ENTRY, smem), smem
 
 
 def pool_refusal(shape: ConvShape, pool: tuple[int, int, int]) -> str | None:

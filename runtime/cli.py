@@ -115,7 +115,7 @@ def loadgen_rows(result: dict, keys: list[str]) -> list:
 def offline(args) -> int:
     from trtfuse.errors import TrtfuseError
     from trtfuse.io import atomic_write_json
-    from trtfuse.runtime.offline import run_offline
+    from trtfuse.runtime.offline import option_refusal, run_offline
     from trtfuse.ui import print_json, print_table, progress
 
     from trtfuse.validate import check_input_file, check_output_dir, check_output_file, check_outputs_distinct
@@ -126,10 +126,11 @@ def offline(args) -> int:
         raise TrtfuseError("name the model to run (--model) or the Triton servers to drive (--endpoint)")
     if args.model:
         check_input_file(args.model, "engine" if args.backend == "trt" else "model")
+    why = option_refusal(args.backend, args.mode, autotune=args.autotune, plans=args.plans,
+                         check_golden=args.check_golden, endpoint=bool(args.endpoint))
+    if why:
+        raise TrtfuseError(why)
     if args.plans:
-        if args.backend != "cuda" or args.autotune or args.endpoint:
-            raise TrtfuseError("--plans gives --backend cuda's runners tuned plans: not with --autotune, --endpoint "
-                               "or another backend")
         check_input_file(args.plans, "plans")
     if args.output:
         check_output_file(args.output, "-o")
@@ -138,9 +139,6 @@ def offline(args) -> int:
     gpu = args.backend in ("cuda", "trt") and not args.endpoint
     if args.compare_torch and not gpu:
         raise TrtfuseError("--compare-torch times PyTorch fp16 on a GPU: it goes with --backend cuda or trt")
-    if args.check_golden and (args.mode != "accuracy" or args.endpoint or args.backend == "trt"):
-        raise TrtfuseError("--check-golden compares an accuracy run's answers with the CPU golden executor: it needs "
-                           "--mode accuracy and an ONNX --model (not --endpoint, not a TensorRT engine)")
     if args.scaling and not gpu:
         raise TrtfuseError("--scaling compares GPU counts: it goes with --backend cuda or trt and --model")
     count = args.count or (2048 if gpu else 64)

@@ -71,20 +71,11 @@ def _attrs(node) -> dict:
 
 
 def named_plan(name: str, shape, node: str) -> ConvLaunch:
-    """A launch plan from its name in a results file's `plans` ("<tactic name>/s<split-K slices>", plan_names)."""
-    from ..plugins.tactics import TACTICS_BY_ID
-
-    tactic, _, splits = name.rpartition("/s")
-    by_name = {t.name: t for t in TACTICS_BY_ID.values()}  # every family: mma.sync, persistent, wgmma
-    if tactic not in by_name or not splits.isdigit():
-        raise TrtfuseError(f"plans: {node} names {name!r}, not a tactic of this version (tactic name/s<splits>)")
-    t = by_name[tactic]
-    if t.family == "wgmma" and not t.geometry(shape):
-        raise TrtfuseError(f"plans: {node}'s {name!r} cannot run its shape {shape}")
+    """A launch plan from its name in a results file's `plans` (ConvLaunch.name)."""
     try:
-        return ConvLaunch.plan(shape, by_name[tactic].id, int(splits))
+        return ConvLaunch.from_name(name, shape)
     except ValueError as exc:
-        raise TrtfuseError(f"plans: {node}'s {name!r} cannot run its shape: {exc}") from None
+        raise TrtfuseError(f"plans: {node}: {exc}") from None
 
 
 def load_plans(path: str, batch: int):
@@ -93,6 +84,9 @@ def load_plans(path: str, batch: int):
     import json
     from types import SimpleNamespace
 
+    from ..validate import check_input_file
+
+    check_input_file(path, "plans")
     try:
         with open(path) as f:
             record = json.load(f)
@@ -104,10 +98,10 @@ def load_plans(path: str, batch: int):
     tile = None
     for node, name in list(names.items()):
         if str(name).startswith("stem_pool/"):
-            h, _, w = name.split("/", 1)[1].partition("x")
-            if not (h.isdigit() and w.isdigit()) or (int(h), int(w)) not in stem.POOL_TILES:
-                raise TrtfuseError(f"--plans {path}: {node} names stem tile {name!r}; tiles: {stem.POOL_TILES}")
-            tile = (int(h), int(w))
+            try:
+                tile = stem.tile_from_name(name.split("/", 1)[1])
+            except ValueError as exc:
+                raise TrtfuseError(f"--plans {path}: {node}: {exc}") from None
             del names[node]  # its conv's plan is the heuristic's, as in a runner that fused it
         elif name == "bottleneck":
             del names[node]
@@ -465,8 +459,7 @@ class CudaRunner(Top1Readout):
     def plan_names(self) -> dict[str, str]:
         """Each conv's launch plan as "tactic name/s<split-K slices>" (the results files' `plans`); the stem fused with
         its max-pool as "stem_pool/<tile>", the nodes of a fused bottleneck block as "bottleneck"."""
-        tile = self.stem_pool_tile
-        names = {name: f"stem_pool/{tile[0]}x{tile[1]}" if name == self.fused_stem else f"{p.tactic.name}/s{p.splits}"
+        names = {name: f"stem_pool/{stem.tile_name(self.stem_pool_tile)}" if name == self.fused_stem else p.name
                  for name, p in self.plans}
         names.update((name, "bottleneck") for block in self.fused_blocks.values() for name in block)
         return names

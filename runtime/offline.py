@@ -345,6 +345,17 @@ def plan_sharing_makers(device_names: list[str], new_runner, plan_cache: dict) -
     return [maker(name) for name in device_names]
 
 
+def option_refusal(backend: str, mode: str, *, autotune: bool = False, plans: str | None = None,
+                   check_golden: bool = False, endpoint: bool = False) -> str | None:
+    """Why --plans or --check-golden cannot go with the rest of an offline run's options, or None."""
+    if plans and (backend != "cuda" or autotune or endpoint):
+        return "--plans gives --backend cuda's runners tuned plans: not with --autotune, --endpoint or another backend"
+    if check_golden and (mode != "accuracy" or endpoint or backend == "trt"):
+        return ("--check-golden compares an accuracy run's answers with the CPU golden executor: it needs --mode accuracy "
+                "and an ONNX --model (not --endpoint, not a TensorRT engine)")
+    return None
+
+
 def run_offline(model_path: str, backend: str, data: str, count: int, batch: int | None, gpus: str, mode: str,
                 log_dir: str, expected_qps: float | None, min_duration_s: float, progress_cb=None, autotune: bool = False,
                 streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False, plan_cache: dict | None = None,
@@ -356,11 +367,9 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
     executor's on the same sample (golden_agreement). plans: a results file whose tuned plans every GPU runs
     (gpu_runner.load_plans), instead of tuning or the heuristic."""
     _loadgen()
-    if plans and (backend != "cuda" or autotune):
-        raise TrtfuseError("--plans gives --backend cuda's runners tuned plans: not with --autotune or another backend")
-    if check_golden and (mode != "accuracy" or backend == "trt"):
-        raise TrtfuseError("--check-golden compares an accuracy run's answers with the CPU golden executor: it needs "
-                           "--mode accuracy and an ONNX --model (not a TensorRT engine)")
+    why = option_refusal(backend, mode, autotune=autotune, plans=plans, check_golden=check_golden)
+    if why:
+        raise TrtfuseError(why)
     if backend not in BACKENDS:
         raise TrtfuseError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     if streams < 1:
