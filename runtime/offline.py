@@ -288,9 +288,11 @@ class _OrtWorker(_Worker):
             self._answer(done, ids, top1)
 
 
-def drive_workers(workers: list[_Worker], batch: int, count: int, samples: float, seed: int = 2) -> float:
+def drive_workers(workers: list[_Worker], batch: int, count: int, samples: float, seed: int = 2,
+                  min_seconds: float = 0.0) -> float:
     """samples/s of `workers` fed batches of random sample indices (of `count`) directly, round-robin, without
-    LoadGen: about `samples` samples after a warm-up of two batches per runner slot. Raises a worker's error."""
+    LoadGen: about `samples` samples after a warm-up of two batches per runner slot, more (twice as many each time)
+    until the timed part lasts min_seconds. Raises a worker's error."""
     pick = np.random.default_rng(seed)
     lock, finished = threading.Lock(), threading.Event()
     left = [0]
@@ -314,6 +316,9 @@ def drive_workers(workers: list[_Worker], batch: int, count: int, samples: float
     run_batches(2 * slots)
     n = max(4 * slots, math.ceil(samples / batch))
     elapsed = run_batches(n)
+    while elapsed < min_seconds:  # a rate over milliseconds is mostly scheduling noise
+        n *= 2
+        elapsed = run_batches(n)
     failed = [w.error for w in workers if w.error is not None]
     if failed:
         raise failed[0]
@@ -322,6 +327,9 @@ def drive_workers(workers: list[_Worker], batch: int, count: int, samples: float
 
 DEFAULT_GPU_BATCH, DEFAULT_CPU_BATCH, DEFAULT_GPU_QPS = 256, 8, 30000.0
 CPU_QPS_MARGIN = 1.5
+# The CPU warm-up that sizes LoadGen's query is timed over at least this long: a small model's few batches take
+# milliseconds, where one scheduling pause can halve the rate and the query then ends before min_duration (INVALID).
+CPU_WARMUP_S = 0.5
 
 
 def plan_sharing_makers(device_names: list[str], new_runner, plan_cache: dict) -> list:
@@ -445,7 +453,8 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
             try:
                 # A warm-up rate runs low as often as high; LoadGen adds 10 % and a query that ends before
                 # min_duration_s is INVALID, so size it for CPU_QPS_MARGIN x the measured rate.
-                expected_qps = CPU_QPS_MARGIN * drive_workers(workers, batch, count, max(4 * batch, 16))
+                expected_qps = CPU_QPS_MARGIN * drive_workers(workers, batch, count, max(4 * batch, 16),
+                                                              min_seconds=CPU_WARMUP_S)
             except BaseException:
                 for w in workers:
                     w.close()

@@ -359,6 +359,21 @@ def test_drive_workers_feeds_batches_without_loadgen_and_reports_failures():
     broken.close()
 
 
+def test_drive_workers_times_at_least_min_seconds():
+    from trtfuse.runtime.offline import _GpuWorker, drive_workers
+
+    gpu = FakeGpu(batch=8, slots=3)
+    worker = _GpuWorker(gpu.slots)
+    start = time.perf_counter()
+    assert drive_workers([worker], 8, 40, samples=8, min_seconds=0.2) > 0
+    assert time.perf_counter() - start >= 0.2
+    # the warm-up, then 12 batches, 24, 48, ... until one round lasts 0.2 s: each round twice the one before
+    timed = gpu.starts - 6
+    rounds = [12 * 2**k for k in range(12)]
+    assert any(sum(rounds[: k + 1]) == timed for k in range(12)), timed
+    worker.close()
+
+
 def test_answer_timeline_separates_ramp_and_drain_from_the_steady_rate():
     from trtfuse.runtime.offline import answer_timeline
 
