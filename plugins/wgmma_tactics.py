@@ -133,6 +133,8 @@ class WgmmaTactic:
             assert self.bn * self.consumers <= 512, "accumulators: bn / 2 registers per consumer thread"
             assert self.resident_kt % 4 == 0
             assert not self.pingpong or self.tile_groups == 2, "ping-pong alternates two tile groups"
+            # (w46 with resident_kt=0 ran res4 conv3, 2 k-blocks a tile, but did not finish res5 conv3's 4 in 200 s)
+            assert self.tile_groups == 1 or self.resident_kt, "tile groups: the channel tile's weight resident"
             assert not self.halo_rows, "window tiles are channel-major"
         else:
             assert self.bm in WGMMA_S8_WIDTHS, "the wgmma N of s8: 8, 16, 24, then multiples of 16 up to 256"

@@ -456,6 +456,17 @@ def test_pingpong_turns_issue_the_tiles_in_order(cta_tiles):
     assert pingpong_issue_order(cta_tiles) == list(range(cta_tiles))
 
 
+def test_pixel_major_tile_groups_keep_their_weight_resident():
+    for t in WGMMA_TACTICS:
+        if t.pixel_major and t.tile_groups > 1:
+            assert t.resident_kt > 0, t.name
+    import dataclasses
+
+    with pytest.raises(AssertionError, match="resident"):  # w46's two groups streaming their weights through the ring
+        dataclasses.replace(TACTICS_BY_ID[46], resident_kt=0)
+    assert dataclasses.replace(TACTICS_BY_ID[41], stages=3).tile_groups == 1  # one group: streams its weights, as before
+
+
 def test_pingpong_tactics_have_two_tile_groups():
     for t in WGMMA_TACTICS:
         if t.pingpong:  # pixel-major: two tile groups of bm / 64 warpgroups; channel-major: each warpgroup a 64-channel tile
