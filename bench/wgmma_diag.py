@@ -69,7 +69,10 @@ def replaced_variant(spec: str):
     experiment's variant without a table entry (WgmmaTactic checks the combination)."""
     tid, *fields = spec.split(":")
     changes = {k: int(v) for k, v in (f.split("=") for f in fields)}
-    return f"t{tid} " + " ".join(fields), dataclasses.replace(TACTICS_BY_ID[int(tid)], **changes)
+    try:
+        return f"t{tid} " + " ".join(fields), dataclasses.replace(TACTICS_BY_ID[int(tid)], **changes)
+    except AssertionError as exc:  # a combination the kernel does not take: say which rule, no traceback
+        raise SystemExit(f"wgmma_diag: --replace {spec}: {exc or 'a combination WgmmaTactic refuses'}") from None
 
 
 def _print_variant(label: str, v: dict) -> None:

@@ -465,6 +465,10 @@ def test_pixel_major_tile_groups_keep_their_weight_resident():
     with pytest.raises(AssertionError, match="resident"):  # w46's two groups streaming their weights through the ring
         dataclasses.replace(TACTICS_BY_ID[46], resident_kt=0)
     assert dataclasses.replace(TACTICS_BY_ID[41], stages=3).tile_groups == 1  # one group: streams its weights, as before
+    from trtfuse.bench.wgmma_diag import replaced_variant
+
+    with pytest.raises(SystemExit, match="46:resident_kt=0: tile groups"):  # the profiling tool says so in one line
+        replaced_variant("46:resident_kt=0")
 
 
 def test_pingpong_tactics_have_two_tile_groups():
