@@ -107,7 +107,7 @@ def test_maxpool_and_avgpool_kernels():
     from trtfuse.plugins import network_ops
 
     rng = np.random.default_rng()
-    for n, c, h, w in ((2, 64, 112, 112), (3, 40, 9, 11)):
+    for n, c, h, w in ((2, 64, 112, 112), (3, 40, 9, 11), (2, 2048, 7, 7), (1, 40, 8, 8)):  # the 7x7 and 8x8 sum per lane
         x = rng.integers(-128, 128, (n, c, h, w), dtype=np.int8)
         xb = cd.DeviceBuffer.from_array(pack_nchwv(x, 32))
         for k, stride, pad in ((3, 2, 1), (2, 2, 0), (3, 1, 1), (5, 3, 2)):  # ResNet's first; other windows
@@ -123,6 +123,12 @@ def test_maxpool_and_avgpool_kernels():
         got = ab.download((n, round_up(c, 32)), np.int8)
         assert np.array_equal(got[:, :c], ref.global_avgpool_int8(x, s_in[0], s_out[0]))
         assert not got[:, c:].any()
+        fb = cd.DeviceBuffer(n * c * 4)
+        fb.fill(0x5A)
+        network_ops.global_avgpool_f32(xb.ptr, s_in_b.ptr, n, c, h, w, fb.ptr)  # the fp32 tail's: the mean, dequantized
+        cd.check(cd._driver().cuCtxSynchronize())
+        mean = x.astype(np.int64).sum(axis=(2, 3)).astype(np.float32) / np.float32(h * w)
+        assert np.array_equal(fb.download((n, c), np.float32).view(np.int32), (mean * s_in[0]).view(np.int32)), (n, c, h, w)
 
 
 @pytest.mark.parametrize("batch,splits", [(1, 1), (1, 8), (8, 4), (256, 1)])
