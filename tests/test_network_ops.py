@@ -107,7 +107,7 @@ def test_maxpool_and_avgpool_kernels():
     from trtfuse.plugins import network_ops
 
     rng = np.random.default_rng()
-    for n, c, h, w in ((2, 64, 112, 112), (3, 40, 9, 11), (2, 2048, 7, 7), (1, 40, 8, 8)):  # the 7x7 and 8x8 sum per lane
+    for n, c, h, w in ((2, 64, 112, 112), (3, 40, 9, 11), (2, 2048, 7, 7), (1, 40, 8, 8)):  # ResNet-50 last map: 7x7, 2048 channels
         x = rng.integers(-128, 128, (n, c, h, w), dtype=np.int8)
         xb = cd.DeviceBuffer.from_array(pack_nchwv(x, 32))
         for k, stride, pad in ((3, 2, 1), (2, 2, 0), (3, 1, 1), (5, 3, 2)):  # ResNet's first; other windows

@@ -101,18 +101,8 @@ extern "C" __global__ void trtfuse_maxpool_chw32(const int8_t* x, int N, int CB,
   }
 }
 
-constexpr int kDirectSumPixels = 64;  // maps up to this many pixels: each lane sums its own channel
-
 // Lane j of the warp gets the exact int32 sum over HW pixels of channel j of one 32-channel block.
 __device__ __forceinline__ int warp_channel_sum(const int8_t* block, int HW, int lane) {
-  if (HW <= kDirectSumPixels) {
-    // A small map (ResNet's last, 7x7): lane j walks channel j itself, a warp reading one 32-byte pixel per step.
-    // The wide path below would spend 160 shuffles on at most two 32-byte loads per lane.
-    int sum = 0;
-#pragma unroll 7
-    for (int pix = 0; pix < HW; ++pix) sum += block[(long long)pix * 32 + lane];
-    return sum;
-  }
   int acc[32];
 #pragma unroll
   for (int j = 0; j < 32; ++j) acc[j] = 0;
