@@ -485,6 +485,18 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
 SERVER_LATENCY_BOUND_MS = 15.0  # MLPerf's ResNet-50 Server scenario: p99 latency at most 15 ms
 
 
+def cut_batches(ids, indices, batch: int, pad_last_batch: bool):
+    """(sample indices as int64, response ids) per batch of a query, cut from LoadGen's two lists one batch at a time:
+    converting a 300 s Offline query's 25.7 million indices at once held back the first launch by 1.7 s (67 ns a
+    sample, H200 run's answer timeline). With pad_last_batch (a static-shape graph) the last batch is padded with
+    repeats of its first index; its ids stay its own."""
+    for start in range(0, len(ids), batch):
+        idx = np.asarray(indices[start : start + batch], dtype=np.int64)
+        if pad_last_batch and len(idx) < batch:
+            idx = np.concatenate([idx, np.repeat(idx[:1], batch - len(idx))])
+        yield idx, ids[start : start + batch]
+
+
 def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: bool, mode: str, log_dir: str,
                 expected_qps: float, min_duration_s: float, labels=None, progress_cb=None,
                 what: str = "a worker", scenario: str = "offline",
@@ -523,12 +535,8 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
         # Each batch is queued as soon as it is cut, so the GPUs start on the first while the rest are cut.
         issued_at.append(time.perf_counter())
         issued[0] += len(ids)
-        indices = np.asarray(indices, dtype=np.int64)
-        for start in range(0, len(ids), batch):
-            idx = indices[start : start + batch]
-            if pad_last_batch and len(idx) < batch:  # a static-shape graph: pad the last batch with repeats
-                idx = np.concatenate([idx, np.repeat(idx[:1], batch - len(idx))])
-            workers[dealt[0] % len(workers)].jobs.put((idx, ids[start : start + batch], done))
+        for idx, batch_ids in cut_batches(ids, indices, batch, pad_last_batch):
+            workers[dealt[0] % len(workers)].jobs.put((idx, batch_ids, done))
             dealt[0] += 1
 
     def flush_queries():

@@ -344,6 +344,28 @@ def test_gpu_pipeline_under_loadgen_performance_mode(tmp_path):
     assert t["steady_samples_per_s"] > 0 and len(t["samples_per_s_by_tenth"]) == 10
 
 
+def test_a_query_is_cut_into_batches_one_at_a_time():
+    from trtfuse.runtime.offline import cut_batches
+
+    class Recorded(list):  # LoadGen's list of indices, recording how far it was read
+        furthest = 0
+
+        def __getitem__(self, key):
+            Recorded.furthest = max(Recorded.furthest, key.stop if isinstance(key, slice) else key + 1)
+            return list.__getitem__(self, key)
+
+    ids = [1000 + i for i in range(10)]
+    indices = Recorded(range(50, 60))
+    batches = cut_batches(ids, indices, 4, pad_last_batch=True)
+    first = next(batches)
+    assert Recorded.furthest == 4  # the first batch is queued before the rest of the query is read
+    rest = list(batches)
+    assert [b[1] for b in [first] + rest] == [ids[0:4], ids[4:8], ids[8:10]]
+    assert [b[0].tolist() for b in [first] + rest] == [[50, 51, 52, 53], [54, 55, 56, 57], [58, 59, 58, 58]]
+    assert all(b[0].dtype == np.int64 for b in rest)
+    assert [len(b[0]) for b in cut_batches(ids, list(range(10)), 4, pad_last_batch=False)] == [4, 4, 2]
+
+
 def test_drive_workers_feeds_batches_without_loadgen_and_reports_failures():
     from trtfuse.runtime.offline import _GpuWorker, drive_workers
 
