@@ -364,6 +364,10 @@ def test_a_query_is_cut_into_batches_one_at_a_time():
     assert [b[0].tolist() for b in [first] + rest] == [[50, 51, 52, 53], [54, 55, 56, 57], [58, 59, 58, 58]]
     assert all(b[0].dtype == np.int64 for b in rest)
     assert [len(b[0]) for b in cut_batches(ids, list(range(10)), 4, pad_last_batch=False)] == [4, 4, 2]
+    many = list(range(3000))  # across the growing chunks: every sample once, in order, in batches of 7
+    cut = list(cut_batches([i + 1 for i in many], many, 7, pad_last_batch=False))
+    assert np.concatenate([b[0] for b in cut]).tolist() == many and sum((b[1] for b in cut), []) == [i + 1 for i in many]
+    assert {len(b[0]) for b in cut[:-1]} == {7} and len(cut[-1][0]) == 3000 % 7
 
 
 def test_drive_workers_feeds_batches_without_loadgen_and_reports_failures():
