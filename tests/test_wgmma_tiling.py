@@ -4,6 +4,7 @@ geometry and the epilogue's store mask, exactly as plugins/kernels/wgmma_conv.cu
 give the exact int32 convolution, each output written once. This checks the tiling and addressing
 without a GPU; tests/test_wgmma_gpu.py checks the kernel itself on Hopper."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -460,8 +461,6 @@ def test_pixel_major_tile_groups_keep_their_weight_resident():
     for t in WGMMA_TACTICS:
         if t.pixel_major and t.tile_groups > 1:
             assert t.resident_kt > 0, t.name
-    import dataclasses
-
     with pytest.raises(AssertionError, match="resident"):  # w46's two groups streaming their weights through the ring
         dataclasses.replace(TACTICS_BY_ID[46], resident_kt=0)
     assert dataclasses.replace(TACTICS_BY_ID[41], stages=3).tile_groups == 1  # one group: streams its weights, as before
@@ -529,7 +528,6 @@ def test_a_tactic_says_why_it_refuses_a_shape():
 
 
 def test_the_kernel_struct_carries_every_field_by_name():
-    import dataclasses
 
     for t in WGMMA_TACTICS:
         header = t.config_header()
