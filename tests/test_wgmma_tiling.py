@@ -528,7 +528,6 @@ def test_a_tactic_says_why_it_refuses_a_shape():
 
 
 def test_the_kernel_struct_carries_every_field_by_name():
-
     for t in WGMMA_TACTICS:
         header = t.config_header()
         for f in dataclasses.fields(t):
