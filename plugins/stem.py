@@ -165,10 +165,11 @@ def pooled_hw(shape: ConvShape) -> tuple[int, int]:
 
 def launch_stem_pool(shape: ConvShape, x: int, folded_weight: int, scale: int, bias: int, out_scale: int, y: int,
                      *, relu: bool = True, stream=None, use_wgmma: bool | None = None,
-                     tile: tuple[int, int] = POOL_TILE) -> None:
+                     tile: tuple[int, int] = POOL_TILE, image_index: int = 0) -> None:
     """The stem conv `shape` (unfolded; its input x already folded by quantize_s2d, weight by fold_weight and
     pack_weight) + requantize (+ ReLU) + the 3x3/2 max-pool into y: int8 CHW32 [N, 64, PH, PW]. use_wgmma: see
-    pool_variant; tile: one of POOL_TILES."""
+    pool_variant; tile: one of POOL_TILES. image_index: 0, or a device int64 [N] array: image n of the batch is then
+    image image_index[n] of x (a library of folded images), read in place instead of gathered first."""
     import ctypes
 
     from . import cuda_driver as cd
@@ -186,6 +187,6 @@ def launch_stem_pool(shape: ConvShape, x: int, folded_weight: int, scale: int, b
     fn, smem = _pool_function(use_wgmma, tuple(tile))
     tiles = f.n * -(-ph // tile[0]) * -(-pw // tile[1])
     resident = cd.max_active_blocks(fn, POOL_THREADS, smem) * cd.device_attribute("MULTIPROCESSOR_COUNT")
-    args = [p, ctypes.c_int32(ph), ctypes.c_int32(pw)]
+    args = [p, ctypes.c_int32(ph), ctypes.c_int32(pw), ctypes.c_uint64(image_index)]
     cd.launch(fn, (min(tiles, max(1, resident)), 1, 1), (POOL_THREADS, 1, 1), smem, stream,
               [ctypes.addressof(a) for a in args])

@@ -10,7 +10,8 @@ so is a float16 Q/DQ model's rewrite (its input Cast and float16-scale Q/DQ: cla
 
 The space-to-depth stem and the max-pool after it run as one kernel (plugins/kernels/stem_pool.cu) that writes
 only the pooled tensor, when the pool keeps the stem's scale and its shape is ResNet's (stem.pool_refusal);
-otherwise, or with fuse_stem_pool=False, as two.
+otherwise, or with fuse_stem_pool=False, as two. With quantized_input that kernel can read a batch's images in place
+from a device sample library by index (read_images_from): the Offline harness then gathers nothing.
 
 With fuse_bottleneck=True (off by default: exact, but on the H200 slower than the three wgmma conv kernels it
 replaces, 0.495 against 0.258 ms at batch 256; docs/PERF.md), each identity bottleneck
@@ -128,6 +129,7 @@ class CudaRunner(Top1Readout):
         self.fused_stem: str | None = None  # the stem conv's node name once it runs with its max-pool
         self.stem_pool_tile: tuple[int, int] | None = None  # and the tile that kernel runs (stem.POOL_TILES)
         self._given_stem_tile = getattr(plans_from, "stem_pool_tile", None)
+        self._images_at = (0, 0)  # (sample library, device int64 [batch] indices) the fused stem reads, or (0, 0): its input
         self.fused_away: set[str] = set()  # tensors a fused kernel keeps on chip: fetch() cannot return them
         self._timer = cd.Timer() if autotune else None
         self._tuned: dict = {}  # (conv shape, has residual, relu) -> the plan autotune chose for it
@@ -418,9 +420,10 @@ class CudaRunner(Top1Readout):
             return False
         names = op_for_node(conv.op_type, conv.domain).bind(ptrs)
 
-        def step_for(tile):
-            return lambda s: stem.launch_stem_pool(shape, names["x"], names["weight"], names["scale"], names["bias"], names["out_scale"],
-                                                   pooled.buf.ptr, relu=relu, stream=s, tile=tile)
+        def step_for(tile):  # reads the batch from the runner's input, or in place from a sample library (read_images_from)
+            return lambda s: stem.launch_stem_pool(shape, self._images_at[0] or names["x"], names["weight"], names["scale"],
+                                                   names["bias"], names["out_scale"], pooled.buf.ptr, relu=relu, stream=s,
+                                                   tile=tile, image_index=self._images_at[1])
 
         tile = self._given_stem_tile or stem.POOL_TILE
         if self._given_plans is None and self.autotune:  # the tile too is chosen by timing (stem.POOL_TILES)
@@ -463,6 +466,20 @@ class CudaRunner(Top1Readout):
                  for name, p in self.plans}
         names.update((name, "bottleneck") for block in self.fused_blocks.values() for name in block)
         return names
+
+    def read_images_from(self, library: int, indices: int) -> bool:
+        """With quantized_input and the stem fused with its max-pool: let every later forward read image i of its batch
+        as image indices[i] (a device int64 [batch] array) of `library` (quantized images, input_sample_bytes each), in
+        place, instead of from the input buffer a gather fills; the graph is captured again, running one forward first,
+        so `indices` must already hold indices into the library (zeros will do). False (nothing changed)
+        where the first kernel is not the fused stem: the caller then gathers into input_ptr."""
+        if not (self.quantized_input and self.fused_stem):
+            return False
+        self._images_at = (library, indices)
+        if self.graph_exec is not None:
+            cd.destroy_graph(self.graph_exec)
+            self._capture()
+        return True
 
     def launch(self) -> None:
         """Run the forward on the runner's stream on whatever the input buffer holds (asynchronous)."""

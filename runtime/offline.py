@@ -114,8 +114,12 @@ class _RunnerSlot:
         self.runner, self.samples, self.sample_bytes = runner, samples, sample_bytes
         self.indices = cd.PinnedArray(batch, np.int64)
         self.indices_on_device = cd.DeviceBuffer(8 * batch)
+        self.indices_on_device.fill(0)  # sample 0, a valid index, until the first batch
         self.top1 = cd.PinnedArray(batch, np.int32)
         self.event = cd.Event()
+        # the fused stem reads each image where it lies in the library (no gather copy per batch), where the runner can
+        read_in_place = getattr(runner, "read_images_from", None)
+        self.reads_in_place = bool(read_in_place and read_in_place(samples.ptr, self.indices_on_device.ptr))
 
     def start(self, indices: np.ndarray) -> None:
         """Enqueue the batch on the runner's stream, through the top-1 copy and the event (returns at once).
@@ -127,8 +131,9 @@ class _RunnerSlot:
         stream = self.runner.stream.handle
         self.indices.array[:n] = indices
         cd.check(cd._driver().cuMemcpyHtoDAsync(self.indices_on_device.ptr, self.indices.ptr, 8 * n, stream))
-        network_ops.gather_rows(self.samples.ptr, self.indices_on_device.ptr, self.sample_bytes, n, self.runner.input_ptr,
-                                stream=stream)
+        if not self.reads_in_place:
+            network_ops.gather_rows(self.samples.ptr, self.indices_on_device.ptr, self.sample_bytes, n,
+                                    self.runner.input_ptr, stream=stream)
         self.runner.launch()
         self.runner.copy_top1(self.top1.array)
         self.event.record(stream)
@@ -466,6 +471,8 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
            "streams": streams if n_gpus else None, "mode": mode, "expected_qps": expected_qps}
     if backend == "cuda":
         out["plans"] = workers[0].slots[0].runner.plan_names()
+        # how a batch reaches the first kernel: read in place from the device samples by index, or gathered first
+        out["batch_input"] = "in place" if all(s.reads_in_place for w in workers for s in w.slots) else "gathered"
     if compare_pipeline:  # the same workers fed directly, no LoadGen: what LoadGen's harness side costs
         try:
             out["pipeline_samples_per_s"] = drive_workers(workers, batch, count, expected_qps * min_duration_s)

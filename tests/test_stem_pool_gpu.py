@@ -64,3 +64,22 @@ def test_stem_pool_replays_give_the_same_bits():
     for _ in range(3):
         again, _ = fused.run_checked()
         assert np.array_equal(first, again)
+
+
+@pytest.mark.parametrize("shape", SHAPES[1:3], ids=lambda s: f"{s.n}x{s.h}x{s.w}")
+def test_images_read_in_place_by_index_equal_the_gathered_batch(shape):
+    """image_index: image i of the batch is image index[i] of the library, read where it lies (the Offline harness's
+    device samples), with the same bits as that image in a batch of its own."""
+    from trtfuse.plugins import cuda_driver as cd
+
+    problem = ConvProblem.random(shape, False)
+    fused = DeviceStemPool(problem)
+    _, whole = fused.run_checked()  # the library's images in their own order
+    order = np.array([shape.n - 1] + list(range(shape.n - 1)), np.int64)
+    order[-1] = order[0]  # a permutation with a repeat, as a padded last batch has
+    index = cd.DeviceBuffer.from_array(order)
+    fused.y.fill(0x5A)
+    stem.launch_stem_pool(shape, fused.x.ptr, fused.w.ptr, fused.scale.ptr, fused.bias.ptr, fused.out_scale.ptr, fused.y.ptr,
+                          relu=problem.relu, tile=fused.tile, image_index=index.ptr)
+    cd.check(cd._driver().cuCtxSynchronize())
+    assert np.array_equal(fused.y.download(fused.y_shape, np.int8), whole[order])

@@ -95,7 +95,10 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], uint32_t row_address, i
 }
 
 // p describes the folded conv (C = 16, R = S = 4, stride 1, K = 64, OH x OW its output); PH x PW the pooled output.
-extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem_pool(const ConvParams p, int PH, int PW) {
+// image_index: nullptr, or image n of the batch is image image_index[n] of p.x (a device sample library): the batch is
+// read where its images lie, with no gather copy before the launch.
+extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem_pool(const ConvParams p, int PH, int PW,
+                                                                                     const long long* image_index) {
   using namespace stem_pool;
   extern __shared__ __align__(1024) int8_t smem[];
   uint32_t smem_given;
@@ -149,10 +152,11 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
   auto load_patch = [&](int tile, int buf) {
     const int n = tile / (tiles_h * tiles_w), t = tile % (tiles_h * tiles_w);
     const int ir0 = (t / tiles_w) * TPH * PS - PP - p.pad_top, ic0 = (t % tiles_w) * TPW * PS - PP - p.pad_left;
+    const int8_t* const image = p.x + (size_t)(image_index ? image_index[n] : n) * p.H * p.W * VEC;
     for (int v = tid; v < IR * IC; v += THREADS) {
       const int ih = ir0 + v / IC, iw = ic0 + v % IC;
       const bool in_image = ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
-      const int8_t* src = p.x + ((size_t)(n * p.H + (in_image ? ih : 0)) * p.W + (in_image ? iw : 0)) * VEC;
+      const int8_t* src = image + ((size_t)(in_image ? ih : 0) * p.W + (in_image ? iw : 0)) * VEC;
       cp_async_16(smem_u32(patches + buf * PATCH_BYTES + v * VEC), src, in_image);
     }
     cp_async_commit();
