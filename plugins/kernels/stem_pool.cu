@@ -15,7 +15,7 @@
 //                   elsewhere a warp runs mma.sync m16n8k32 on 32 channels (its B fragments in registers) and
 //                   every 4th m16 tile of pixels;
 //   3. epilogue     registers -> shared: docs/ops.md's requantize (requantize_word, as every conv), conv pixels
-//                   outside the image written as -128 so they never win the max;
+//                   outside the image written so they never win the max (-128, or 0 after a ReLU);
 //   4. pool         shared -> global: 3x3/2 max over the staged conv tile, 16-byte vectors, a warp storing
 //                   contiguous CHW32 rows.
 // Max commutes with the quantizer (both monotonic), so pooling the requantized int8 equals quantizing the max
@@ -68,15 +68,43 @@ __device__ __forceinline__ constexpr int channel_of(int ni, int c) { return (ni 
 
 }  // namespace stem_pool
 
-// One word of the conv tile: 4 consecutive channels c .. c + 3 of conv pixel m (m < PIX), requantized, or -128 where
-// the pixel lies outside the conv's output (the pool's padding: it must never win the max).
+// One word of the conv tile: 4 consecutive channels c .. c + 3 of conv pixel m (m < PIX), requantized, or `outside`
+// where the pixel lies outside the conv's output (the pool's padding: it must never win the max; -128 in every byte,
+// or 0 after a ReLU).
 __device__ __forceinline__ void store_word(int8_t* conv, int m, int c, const int (&acc)[4], const float* factor_a,
-                                           const float* factor_b, bool inside, float relu_min) {
+                                           const float* factor_b, bool inside, float relu_min, uint32_t outside) {
   using namespace stem_pool;
   const float a[4] = {factor_a[c], factor_a[c + 1], factor_a[c + 2], factor_a[c + 3]};
   const float b[4] = {factor_b[c], factor_b[c + 1], factor_b[c + 2], factor_b[c + 3]};
   const uint32_t y = requantize_word<false>(acc, a, b, 0u, 0.0f, relu_min);
-  *reinterpret_cast<uint32_t*>(conv + m * CSTRIDE + c) = inside ? y : 0x80808080u;
+  *reinterpret_cast<uint32_t*>(conv + m * CSTRIDE + c) = inside ? y : outside;
+}
+
+// Per-byte max of two words whose bytes are all in 0..127 (after the stem's ReLU): 4 instructions where __vmaxs4's
+// signed bytes take 6. (a | 0x80) - b in each byte never borrows from the next and keeps its top bit exactly when
+// a >= b; PRMT replicates that bit over the byte, and one LOP3 selects a or b.
+__device__ __forceinline__ uint32_t max_u7x4(uint32_t a, uint32_t b) {
+  uint32_t mask;
+  asm("prmt.b32 %0, %1, 0, 0xba98;" : "=r"(mask) : "r"((a | 0x80808080u) - b));
+  return (a & mask) | (b & ~mask);
+}
+
+// The 3x3/2 max of 16-byte conv-tile chunks: `first` points at the window's top-left chunk. RELU: every byte is in
+// 0..127 (conv pixels outside the image stored as 0, which never beats a ReLU output), so max_u7x4 serves.
+template <bool RELU>
+__device__ __forceinline__ uint4 pool_window(const int8_t* first) {
+  using namespace stem_pool;
+  const uint32_t start = RELU ? 0u : 0x80808080u;
+  uint4 best = make_uint4(start, start, start, start);
+  auto max4 = [](uint32_t a, uint32_t b) { return RELU ? max_u7x4(a, b) : __vmaxs4(a, b); };
+#pragma unroll
+  for (int dr = 0; dr < PK; ++dr)
+#pragma unroll
+    for (int dc = 0; dc < PK; ++dc) {
+      const uint4 x = *reinterpret_cast<const uint4*>(first + (dr * CC + dc) * CSTRIDE);
+      best = make_uint4(max4(best.x, x.x), max4(best.y, x.y), max4(best.z, x.z), max4(best.w, x.w));
+    }
+  return best;
 }
 
 // Where lane's ldmatrix row of the m16 tile starting at pixel m0 begins in the patch: pixel m0 + (lane % 8) +
@@ -145,6 +173,7 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
     }
   }
   const float relu_min = relu_floor(p.relu != 0);
+  const uint32_t outside = p.relu ? 0u : 0x80808080u;  // what an out-of-image conv pixel holds in the conv tile
   const int tiles_h = (PH + TPH - 1) / TPH, tiles_w = (PW + TPW - 1) / TPW;
   const int tiles = p.N * tiles_h * tiles_w;
 
@@ -183,12 +212,17 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
 #if STEM_POOL_WGMMA
     // warpgroup wg computes m64 blocks wg, wg + 2, ...: warp w of the group rows 16 w .. 16 w + 15 of each
     constexpr int GROUPS = WARPS / 4, BLOCKS = (PIX + 63) / 64;
-    for (int blk = warp / 4; blk < BLOCKS; blk += GROUPS) {
-      const int m0 = blk * 64 + (warp % 4) * 16;
-      const uint32_t row_address = a_row_address(patch, m0, lane);
-      uint32_t a[KSTEPS][4];  // every k-step's A before the first wgmma: they must not change until it is done
+    // every k-step's A of a block is in registers before its first wgmma (they must not change until it is done);
+    // the next block's are loaded as soon as the wgmmas are, so their ldmatrix latency passes under the epilogue
+    uint32_t a[KSTEPS][4];
+    auto load_block = [&](int blk) {
+      const uint32_t row_address = a_row_address(patch, blk * 64 + (warp % 4) * 16, lane);
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) load_a(a[ks], row_address, ks);
+    };
+    if (warp / 4 < BLOCKS) load_block(warp / 4);
+    for (int blk = warp / 4; blk < BLOCKS; blk += GROUPS) {
+      const int m0 = blk * 64 + (warp % 4) * 16;
       int acc[32];
       sm90::wgmma_fence();
 #pragma unroll
@@ -196,6 +230,7 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
         sm90::WgmmaS8<64>::mma_rs(acc, a[ks], sm90::desc_kmajor_sw32(smem_u32(weights + ks * CH * 32)), ks > 0);
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
+      if (blk + GROUPS < BLOCKS) load_block(blk + GROUPS);
       // register i: row 8 ((i / 2) % 2) + g, n8 tile i / 4, column 2 q + i % 2; tiles 2j, 2j + 1 give channels 16 j + 4 q ..
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -205,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int word[4] = {acc[8 * j + 2 * h], acc[8 * j + 2 * h + 1], acc[8 * j + 4 + 2 * h], acc[8 * j + 5 + 2 * h]};
-          store_word(conv, m, j * 16 + q * 4, word, factor_a, factor_b, in, relu_min);
+          store_word(conv, m, j * 16 + q * 4, word, factor_a, factor_b, in, relu_min, outside);
         }
       }
     }
@@ -228,7 +263,7 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int word[4] = {acc[2 * j][2 * h], acc[2 * j][2 * h + 1], acc[2 * j + 1][2 * h], acc[2 * j + 1][2 * h + 1]};
-          store_word(conv, m, channel_warp * 32 + j * 16 + q * 4, word, factor_a, factor_b, in, relu_min);
+          store_word(conv, m, channel_warp * 32 + j * 16 + q * 4, word, factor_a, factor_b, in, relu_min, outside);
         }
       }
     }
@@ -239,14 +274,8 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
     for (int v = tid; v < (CH / 32) * TPH * TPW * 2; v += THREADS) {
       const int half = v % 2, pw = (v / 2) % TPW, ph = (v / (2 * TPW)) % TPH, cb = v / (2 * TPW * TPH);
       if (ph0 + ph >= PH || pw0 + pw >= PW) continue;
-      uint4 best = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
-#pragma unroll
-      for (int dr = 0; dr < PK; ++dr)
-#pragma unroll
-        for (int dc = 0; dc < PK; ++dc) {
-          const uint4 x = *reinterpret_cast<const uint4*>(conv + ((ph * PS + dr) * CC + pw * PS + dc) * CSTRIDE + cb * 32 + half * 16);
-          best = make_uint4(__vmaxs4(best.x, x.x), __vmaxs4(best.y, x.y), __vmaxs4(best.z, x.z), __vmaxs4(best.w, x.w));
-        }
+      const int8_t* const first = conv + ((ph * PS) * CC + pw * PS) * CSTRIDE + cb * 32 + half * 16;
+      const uint4 best = p.relu ? pool_window<true>(first) : pool_window<false>(first);
       *reinterpret_cast<uint4*>(p.y + ((((size_t)n * (CH / 32) + cb) * PH + ph0 + ph) * PW + pw0 + pw) * 32 + half * 16) = best;
     }
     __syncthreads();  // the conv tile is rewritten by the next tile
