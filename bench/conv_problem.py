@@ -240,3 +240,96 @@ def run_separate_convs(problem: BottleneckProblem) -> np.ndarray:
     t2, _ = DeviceConv(replace(conv2, x=t1), ConvLaunch.plan(conv2.shape)).run_checked()
     _, raw = DeviceConv(replace(conv3, x=t2), ConvLaunch.plan(conv3.shape)).run_checked()
     return raw
+
+
+@dataclass
+class ChainProblem:
+    """Two chained 1x1 convs on fresh random data, as the chain kernel runs them (plugins/chain_conv.py): conv 1
+    (K1 -> C1 with a residual, ResNet's conv3 + add + ReLU) and conv 2 (C1 -> C2, the next block's conv1), conv 2's x
+    being conv 1's golden output."""
+
+    convs: tuple  # (conv1, conv2) ConvProblems, conv2.x filled in from the chain
+
+    @classmethod
+    def random(cls, n: int, h: int, w: int, c2: int, relu=(True, True), seed=None) -> "ChainProblem":
+        from dataclasses import replace
+
+        from ..plugins import chain_conv
+
+        rng = np.random.default_rng(seed)
+        seeds = rng.integers(0, 2**31, 2)
+        conv1 = ConvProblem.random(ConvShape(n, chain_conv.K1, h, w, chain_conv.C1, 1, 1), True, relu[0], seeds[0])
+        conv2 = ConvProblem.random(ConvShape(n, chain_conv.C1, h, w, c2, 1, 1), False, relu[1], seeds[1])
+        problem = cls((conv1, conv2))
+        problem.convs = (conv1, replace(conv2, x=problem.golden_conv(0)))
+        return problem
+
+    @property
+    def shapes(self) -> tuple:
+        return tuple(c.shape for c in self.convs)
+
+    def golden_conv(self, i: int) -> np.ndarray:
+        """Conv i's output as docs/ops.md defines it: plugins/reference.py's fused_conv_int8 on its packed weight."""
+        from ..plugins.reference import fused_conv_int8
+
+        c = self.convs[i]
+        sh = c.shape
+        return fused_conv_int8(c.x, pack_weight(c.w, 32), c.scale, c.bias, c.out_scale, c.residual, c.residual_scale,
+                               in_channels=sh.c, out_channels=sh.k, kernel_shape=(sh.r, sh.s), strides=sh.stride,
+                               pads=sh.pads, relu=int(c.relu))
+
+    def golden(self) -> tuple[np.ndarray, np.ndarray]:
+        """(y, z): fused_conv_int8 twice, z on y."""
+        return self.golden_conv(0), self.golden_conv(1)
+
+
+class DeviceChain:
+    """A ChainProblem on the GPU as the chain kernel runs it; max_ctas caps its persistent grid."""
+
+    def __init__(self, problem: ChainProblem, max_ctas: int | None = None):
+        from ..plugins import cuda_driver as cd
+
+        self.p, self.max_ctas = problem, max_ctas
+        conv1, conv2 = problem.convs
+        self.x = cd.DeviceBuffer.from_array(pack_nchwv(conv1.x, 32))
+        self.res = cd.DeviceBuffer.from_array(pack_nchwv(conv1.residual, 32))
+        self.res_scale = cd.DeviceBuffer.from_array(conv1.residual_scale)
+        self.convs = [tuple(cd.DeviceBuffer.from_array(a) for a in (pack_weight(c.w, 32), c.scale, c.bias, c.out_scale))
+                      for c in problem.convs]
+        n, _, h, w = conv1.x.shape
+        self.y_shape = (n, round_up(conv1.shape.k, 32) // 32, h, w, 32)
+        self.z_shape = (n, round_up(conv2.shape.k, 32) // 32, h, w, 32)
+        self.y = cd.DeviceBuffer(int(np.prod(self.y_shape)))
+        self.z = cd.DeviceBuffer(int(np.prod(self.z_shape)))
+
+    def run(self, stream=None) -> None:
+        from ..plugins import chain_conv
+
+        chain_conv.launch_chain(self.p.shapes, self.x.ptr, self.res.ptr, self.res_scale.ptr,
+                                [tuple(b.ptr for b in c) for c in self.convs], self.y.ptr, self.z.ptr,
+                                relu=tuple(c.relu for c in self.p.convs), stream=stream, max_ctas=self.max_ctas)
+
+    def run_checked(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Poison y and z, launch, synchronize; return (y, z logical int8, y, z raw CHW32)."""
+        from ..plugins import cuda_driver as cd
+
+        self.y.fill(POISON)
+        self.z.fill(POISON)
+        self.run()
+        cd.check(cd._driver().cuCtxSynchronize())
+        y_raw, z_raw = self.y.download(self.y_shape, np.int8), self.z.download(self.z_shape, np.int8)
+        conv1, conv2 = self.p.convs
+        return unpack_chw32(y_raw, conv1.shape.k), unpack_chw32(z_raw, conv2.shape.k), y_raw, z_raw
+
+
+def run_separate_chain(problem: ChainProblem) -> tuple[np.ndarray, np.ndarray]:
+    """The pair as two fused-conv kernel launches (each its planned tactic), the second fed the first's device output
+    (downloaded, exact int8): the raw CHW32 outputs (y, z)."""
+    from dataclasses import replace
+
+    from ..plugins.conv import ConvLaunch
+
+    conv1, conv2 = problem.convs
+    y, y_raw = DeviceConv(conv1, ConvLaunch.plan(conv1.shape)).run_checked()
+    _, z_raw = DeviceConv(replace(conv2, x=y), ConvLaunch.plan(conv2.shape)).run_checked()
+    return y_raw, z_raw

@@ -97,7 +97,8 @@ def module_for(tactic: WgmmaTactic) -> cd.Module:
     return _modules[key]
 
 
-def _encode(rank: int, ptr: int, dims, strides, box, elem_strides, swizzle_bytes: int):
+def encode_tensor_map(rank: int, ptr: int, dims, strides, box, elem_strides, swizzle_bytes: int):
+    """A tiled uint8 CUtensorMap as the 128 bytes a kernel takes by value (also plugins/chain_conv.py's maps)."""
     drv = cd._driver()
     swizzle = {0: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE, 32: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
                64: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B, 128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}[swizzle_bytes]
@@ -203,9 +204,9 @@ def tensor_maps(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry, x: in
         _maps.move_to_end(key)
         return hit
     args = tensor_map_args(shape, tactic, geo)
-    wmap = _encode(len(args["w"][0]), w, *args["w"], swizzle_bytes(tactic, "w"))
-    xmap = _encode(5, x, *args["x"], swizzle_bytes(tactic, "x"))
-    ymap = _encode(5, y, *args["y"], swizzle_bytes(tactic, "y")) if "y" in args else xmap
+    wmap = encode_tensor_map(len(args["w"][0]), w, *args["w"], swizzle_bytes(tactic, "w"))
+    xmap = encode_tensor_map(5, x, *args["x"], swizzle_bytes(tactic, "x"))
+    ymap = encode_tensor_map(5, y, *args["y"], swizzle_bytes(tactic, "y")) if "y" in args else xmap
     _maps[key] = (wmap, xmap, ymap)
     if len(_maps) > _MAP_CACHE:
         _maps.popitem(last=False)

@@ -221,3 +221,30 @@ def test_wgmma_struct_mirrors_the_kernel():
     assert "pitch" in fields and "div_groups_shr" in fields
     assert [f for f, _ in WgmmaTileStruct._fields_] == fields
     assert ctypes.sizeof(WgmmaTileStruct) == 4 * len(fields)
+
+
+# ---- the chained 1x1 convs (plugins/kernels/chain_conv.cu): sm_90a only ----
+from trtfuse.plugins import chain_conv  # noqa: E402
+
+
+@pytest.mark.parametrize("c2", chain_conv.C2_CHOICES)
+def test_chain_conv_compiles_for_sm90a_without_spills(c2):
+    k = chain_conv.compile_chain(c2)
+    assert k.image[:4] == b"\x7fELF"
+    assert set(k.resources) == {chain_conv.ENTRY}, k.log
+    res = k.resources[chain_conv.ENTRY]
+    assert not k.spills() and res["stack"] == 0, k.log
+    assert res["registers"] * chain_conv.THREADS <= 65536
+    assert "serialized" not in k.log, k.log  # ptxas' "wgmma.mma_async instructions are serialized" advisory
+    assert chain_conv.smem_bytes(c2=c2) <= chain_conv.SHARED_LIMIT
+    ptx = chain_conv.compile_chain(c2, "ptx").image.decode(errors="replace")
+    for needle in (f"wgmma.mma_async.sync.aligned.m64n{chain_conv.C1}k32.s32.s8.s8", f"wgmma.mma_async.sync.aligned.m64n{c2}k32.s32.s8.s8",
+                   "cp.async.bulk.tensor.5d", "fence.proxy.async.shared::cta", "setmaxnreg.inc", "setmaxnreg.dec"):
+        assert needle in ptx, needle
+
+
+def test_chain_conv_refuses_plain_sm90():
+    from trtfuse.plugins.nvrtc import compile_kernel
+
+    with pytest.raises(Exception, match="sm_90a"):
+        compile_kernel(chain_conv.SOURCE, chain_conv.variant(64), "sm_90", "cubin", use_cache=False)

@@ -2,30 +2,10 @@
 // map's row order, plugins/wgmma.py), requantized with their residual straight from registers to 8-byte CHW32 stores.
 #pragma once
 #include "wgmma_epilogue.cuh"
+#include "wgmma_pixel_requantize.cuh"
 #include "wgmma_tile.cuh"
 
 namespace trtfuse {
-
-// One pixel of the pixel-major tile through docs/ops.md's epilogue: the 8 accumulators of channel block
-// b (wgmma columns 8(4b + jj) + 2q + e, i.e. channels 32b + 8q + 2jj + e by the weight map's row order,
-// held at acc[4(4b + jj) + 2h + e]) with their 8 folded factors and 8 residual bytes (channel order) ->
-// 8 int8 in channel order, two words.
-template <int NACC, bool RES>
-__device__ __forceinline__ uint2 requantize_8_channels(const int (&acc)[NACC], int b, int h, const float4 (&sc)[2],
-                                                       const float4 (&bi)[2], uint2 res, float rs, float relu_min) {
-  const float a[8] = {sc[0].x, sc[0].y, sc[0].z, sc[0].w, sc[1].x, sc[1].y, sc[1].z, sc[1].w};
-  const float o[8] = {bi[0].x, bi[0].y, bi[0].z, bi[0].w, bi[1].x, bi[1].y, bi[1].z, bi[1].w};
-  int v[2][4];
-  float fa[2][4], fo[2][4];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {  // i = 2jj + e
-    v[i / 4][i % 4] = acc[4 * (4 * b + i / 2) + 2 * h + i % 2];
-    fa[i / 4][i % 4] = a[i];
-    fo[i / 4][i % 4] = o[i];
-  }
-  return make_uint2(requantize_word<RES, kAccOnXu>(v[0], fa[0], fo[0], res.x, rs, relu_min),
-                    requantize_word<RES, kAccOnXu>(v[1], fa[1], fo[1], res.y, rs, relu_min));
-}
 
 // Where a consumer warp's 16 pixels x CH channels of residual sit in a residual tile: its own slice
 // [block][16 pixels][32], filled by the warp's own cp.asyncs, so only __syncwarp orders them.
@@ -77,7 +57,7 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint2 res = RES ? ResidualSlice<CH>::read(slice, b, h, lane) : make_uint2(0, 0);
-      const uint2 out = requantize_8_channels<CH / 2, RES>(acc, b, h, sc, bi, res, rs, relu_min);
+      const uint2 out = requantize_8_channels<kAccOnXu, CH / 2, RES>(acc, b, h, sc, bi, res, rs, relu_min);
       if (Profiling::no_stores)
         folded ^= out.x ^ out.y;
       else if (ok[h] && b < blocks)

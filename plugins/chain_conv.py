@@ -1,0 +1,189 @@
+"""Two chained 1x1 convs as one Hopper kernel (plugins/kernels/chain_conv.cu): a residual block's conv3 with its
+residual add and ReLU (FusedConvAdd, K1 -> C1 channels) and the next block's conv1 (FusedConv, C1 -> C2), which reads
+only the first one's output.
+
+Run as two kernels, the first writes its C1-channel output y and the second reads it straight back; fused, y is still
+written (the next block takes it as its residual) but its tile goes from the first GEMM's epilogue to the second GEMM
+through shared memory. Both outputs are bit-identical to the two ops in sequence (the same integer accumulators, the
+same requantize code), so the golden reference is fused_conv_int8 twice. docs/design/chain-conv.md has the layout,
+the shared-memory budget and the bytes it saves.
+
+Built for ResNet-50's res2 boundaries: K1 = 64, C1 = 256, C2 = 64 (res2 -> res2) or 128 (res2 -> res3's first conv1),
+any N, H, W with H * W a multiple of 8. `refusal` says in one line why a pair is not taken.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+from .conv_params import fast_divmod
+from .conv_shape import H100_SMS, ConvShape
+
+SOURCE = "chain_conv.cu"
+ENTRY = "trtfuse_chain_conv"
+ARCH = "sm_90a"
+TILE = 64  # pixels per tile (chain_conv.cu: BM)
+THREADS = 384  # two consumer warpgroups and the producer's
+STAGES = 4  # ring slots (x tile + residual tile): each consumer warpgroup's current tile and its next
+K1 = 64  # conv 1's input channels
+C1 = 256  # conv 1's output channels = conv 2's input channels
+C2_CHOICES = (64, 128)  # conv 2's output channels
+SHARED_LIMIT = 227 * 1024  # sm_90's opt-in shared memory per block
+
+
+def smem_bytes(k1: int = K1, c1: int = C1, c2: int = 64, stages: int = STAGES) -> int:
+    """chain_conv.cu's Smem::BYTES + 1024 for aligning it (compiled in as CHAIN_SMEM, where a static_assert compares):
+    both weights, each consumer warpgroup's y tile, the ring of x + residual tiles, the folded factors, mbarriers."""
+    weights = k1 * c1 + c1 * c2
+    a_tiles = 2 * TILE * c1
+    ring = stages * TILE * (k1 + c1)
+    factors = 2 * (c1 + c2) * 4
+    return weights + a_tiles + ring + factors + (2 * stages + 1) * 8 + 1024
+
+
+def variant(c2: int) -> dict:
+    """The NVRTC defines of the kernel for conv 2's output channels."""
+    if c2 not in C2_CHOICES:
+        raise ValueError(f"conv 2 has {c2} output channels; the kernel is built for {C2_CHOICES}")
+    return {"CHAIN_K1": K1, "CHAIN_C1": C1, "CHAIN_C2": c2, "CHAIN_STAGES": STAGES, "CHAIN_SMEM": smem_bytes(c2=c2)}
+
+
+def compile_chain(c2: int, target: str = "cubin", use_cache: bool = True):
+    from .nvrtc import compile_kernel
+
+    return compile_kernel(SOURCE, variant(c2), ARCH, target, use_cache)
+
+
+def _pointwise_refusal(name: str, shape: ConvShape) -> str | None:
+    if shape.vec != 32 or shape.in_vec not in (0, 32):
+        return f"{name} reads a {shape.vec}-channel vector layout, the kernel reads CHW32"
+    if (shape.r, shape.s, tuple(shape.stride), tuple(shape.pads)) != (1, 1, (1, 1), (0, 0, 0, 0)):
+        return f"{name} is {shape.r}x{shape.s} stride {shape.stride[0]} pads {tuple(shape.pads)}, the kernel runs 1x1 stride-1 unpadded convs"
+    return None
+
+
+def refusal(conv1: ConvShape, conv2: ConvShape) -> str | None:
+    """Why conv1 (with a residual) followed by conv2 on conv1's output cannot run as the chain kernel, or None if it
+    can. That conv2 reads nothing but conv1's output, and that conv1's residual is an int8 CHW32 tensor of its output's
+    shape, is the caller's graph check."""
+    for name, shape in (("conv 1", conv1), ("conv 2", conv2)):
+        why = _pointwise_refusal(name, shape)
+        if why:
+            return why
+    if (conv1.c, conv1.k) != (K1, C1):
+        return f"conv 1 is {conv1.c} -> {conv1.k} channels, the kernel computes {K1} -> {C1}"
+    if conv2.c != conv1.k or (conv2.n, conv2.h, conv2.w) != (conv1.n, conv1.h, conv1.w):
+        return f"conv 2's input {conv2.n}x{conv2.c}x{conv2.h}x{conv2.w} is not conv 1's output {conv1.n}x{conv1.k}x{conv1.h}x{conv1.w}"
+    if conv2.k not in C2_CHOICES:
+        return f"conv 2 has {conv2.k} output channels, the kernel computes {' or '.join(map(str, C2_CHOICES))}"
+    if conv1.h * conv1.w % 8:
+        return f"a {conv1.h}x{conv1.w} map does not come in 8-pixel groups (the tile's TMA boxes are whole groups)"
+    if conv1.n * conv1.h * conv1.w >= 2**31:
+        return "over 2^31 pixels (the kernel's pixel index is an int32)"
+    return None
+
+
+class ChainParamsStruct(ctypes.Structure):
+    """Mirror of trtfuse::ChainParams (plugins/kernels/chain_conv.cu); same field order."""
+
+    _fields_ = [(n, ctypes.c_uint64) for n in ("scale1", "bias1", "out_scale1", "residual_scale", "y",
+                                               "scale2", "bias2", "out_scale2", "z")] + [
+        (n, ctypes.c_int32) for n in ("N", "hw", "tiles", "groups_per_image", "box_groups", "relu1", "relu2")] + [
+        (f"{name}_{f}", ctypes.c_uint32) for name in ("div_hw", "div_groups") for f in ("d", "mul", "shr")]
+
+
+def tiles(shape: ConvShape) -> int:
+    return math.ceil(shape.n * shape.h * shape.w / TILE)
+
+
+def box_groups(shape: ConvShape) -> int:
+    """8-pixel groups per TMA box: the largest power of two dividing both the image's groups and the tile's 8, so a
+    box never crosses an image and the tile is whole boxes."""
+    groups = shape.h * shape.w // 8
+    return min(groups & -groups, TILE // 8)
+
+
+def tensor_map_args(conv1: ConvShape, c2: int) -> dict:
+    """(dims, byte strides of dims 1.., box, element strides, swizzle bytes) of each tensor map, checked against
+    cuTensorMapEncodeTiled's documented limits so a bad shape fails here, by name.
+
+    * x and the residual: the CHW32 tensor [N][CB][H][W][32] as (32, 8, CB, G, N), G = H * W / 8 groups of 8
+      pixels: a box of box_groups groups x every channel block lands [group][block][8][32]. x's with 32-byte swizzle
+      (wgmma's operand A, each k32 step from byte 256 * block, 8-row groups CB * 256 bytes apart); the residual's
+      unswizzled (read by the epilogue's threads).
+    * weights: the packed [Kpad][KGpad] matrix with its rows permuted inside each 32-channel block, dims (KGpad, e 2,
+      q 4, jj 4, Kpad / 32) with row strides (1, 8, 2, 32), so box row e + 2q + 8jj + 32b is channel 32b + 8q + 2jj + e:
+      wgmma column 8(4b + jj) + 2q + e then holds it, and a thread's accumulators are 8 consecutive channels (as the
+      pixel-major wgmma tiles, plugins/wgmma.py). One box of 32 bytes of GEMM-K x every row per k32 step, 32-byte
+      swizzle."""
+    n, h, w = conv1.n, conv1.h, conv1.w
+    hw, groups, gb = h * w, h * w // 8, box_groups(conv1)
+    args = {}
+    for name, blocks, swizzle in (("x", K1 // 32, 32), ("res", C1 // 32, 0)):
+        args[name] = ((32, 8, blocks, groups, n), (32, hw * 32, 256, blocks * hw * 32), (32, 8, blocks, gb, 1), (1,) * 5, swizzle)
+    for name, kg, rows in (("w1", K1, C1), ("w2", C1, c2)):
+        args[name] = ((kg, 2, 4, 4, rows // 32), (kg, 8 * kg, 2 * kg, 32 * kg), (32, 2, 4, 4, rows // 32), (1,) * 5, 32)
+    for name, (dims, strides, box, es, swizzle) in args.items():
+        ok = (len(strides) == len(dims) - 1 and all(0 < d <= 1 << 32 for d in dims)
+              and all(st % 16 == 0 and st < 1 << 40 for st in strides)
+              and all(0 < b <= min(d, 256) for b, d in zip(box, dims)) and box[0] <= max(swizzle, 32) and box[0] % 16 == 0
+              and all(e == 1 for e in es))
+        if not ok:
+            raise ValueError(f"chain conv: {name} tensor map outside TMA limits for {conv1}: {dims} {strides} {box}")
+    return args
+
+
+def params(conv1: ConvShape, conv2: ConvShape, ptrs: dict, relu: tuple[bool, bool]) -> ChainParamsStruct:
+    hw = conv1.h * conv1.w
+    d_hw, d_groups = fast_divmod(hw), fast_divmod(hw // 8)
+    return ChainParamsStruct(**ptrs, N=conv1.n, hw=hw, tiles=tiles(conv1), groups_per_image=hw // 8,
+                             box_groups=box_groups(conv1), relu1=int(relu[0]), relu2=int(relu[1]),
+                             div_hw_d=d_hw[0], div_hw_mul=d_hw[1], div_hw_shr=d_hw[2],
+                             div_groups_d=d_groups[0], div_groups_mul=d_groups[1], div_groups_shr=d_groups[2])
+
+
+def grid(conv1: ConvShape, sms: int = H100_SMS, max_ctas: int | None = None) -> int:
+    """Persistent CTAs: one per two tiles (each CTA's two consumer warpgroups take its tiles in turn), at most one per
+    SM; max_ctas caps it (tests: CTAs that walk many tiles, the ring wrapping round)."""
+    ctas = min(math.ceil(tiles(conv1) / 2), sms)
+    return max(1, min(ctas, max_ctas) if max_ctas else ctas)
+
+
+def device_refusal() -> str | None:
+    """Why the current GPU cannot run the kernel, or None."""
+    from . import cuda_driver as cd
+
+    device = cd.current_device()
+    if cd.compute_capability(device) != "sm_90":
+        return f"the chain kernel needs an sm_90 GPU (wgmma, TMA); this one is {cd.compute_capability(device)}"
+    optin = cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
+    if optin < smem_bytes(c2=max(C2_CHOICES)):
+        return f"the kernel needs {smem_bytes(c2=max(C2_CHOICES))} bytes of shared memory per CTA, the GPU gives {optin}"
+    return None
+
+
+def launch_chain(shapes: tuple[ConvShape, ConvShape], x: int, residual: int, residual_scale: int, convs, y: int, z: int,
+                 *, relu=(True, True), stream=None, max_ctas: int | None = None) -> None:
+    """Conv 1 on int8 CHW32 x [N, K1, H, W] with `residual` [N, C1, H, W] into y [N, C1, H, W], and conv 2 on y into
+    z [N, C2, H, W]. `convs`: two (weight, scale, bias, out_scale) device pointer tuples, each conv's operands as
+    docs/ops.md gives them (weights packed by layout.pack_weight); residual_scale: conv 1's."""
+    from . import cuda_driver as cd
+    from .wgmma import encode_tensor_map
+
+    conv1, conv2 = shapes
+    why = refusal(conv1, conv2) or device_refusal()
+    if why:
+        raise ValueError(why)
+    if len(convs) != 2 or any(len(c) != 4 for c in convs):
+        raise ValueError("convs must be two (weight, scale, bias, out_scale) pointer tuples")
+    (w1, s1, b1, o1), (w2, s2, b2, o2) = convs
+    args = tensor_map_args(conv1, conv2.k)
+    maps = [encode_tensor_map(5, ptr, *args[name]) for name, ptr in (("x", x), ("res", residual), ("w1", w1), ("w2", w2))]
+    p = params(conv1, conv2, dict(scale1=s1, bias1=b1, out_scale1=o1, residual_scale=residual_scale, y=y, scale2=s2,
+                                  bias2=b2, out_scale2=o2, z=z), relu)
+    defines = variant(conv2.k)
+    smem = defines["CHAIN_SMEM"]
+    fn = cd.kernel_module(SOURCE, defines, arch=ARCH).function(ENTRY, smem)
+    ctas = grid(conv1, cd.device_attribute("MULTIPROCESSOR_COUNT"), max_ctas)
+    cd.launch(fn, (ctas, 1, 1), (THREADS, 1, 1), smem, stream, [ctypes.addressof(a) for a in (*maps, p)])

@@ -1,0 +1,297 @@
+// Two chained 1x1 convs in one kernel (sm_90a): a residual block's last conv and the next block's first,
+//   y = FusedConvAdd(x; W1, residual)   K1 -> C1 channels, stored (the block after reads it as its residual)
+//   z = FusedConv(y; W2)                 C1 -> C2 channels
+// with y's pixel tile handed from the first GEMM's epilogue to the second GEMM through shared memory, so y is
+// written to global memory once and never read back (plugins/chain_conv.py; docs/design/chain-conv.md).
+//
+// A tile is 64 consecutive pixels of the linear pixel index (the flat tiles of the wgmma conv: 8-pixel groups, so no
+// computed row goes unstored but in the batch's last tile), all C1 and all C2 channels. Pixels are on wgmma's M, so
+// each thread's accumulators are 8 consecutive channels of a pixel (the weight rows permuted by their tensor maps).
+// A CTA is persistent and has three warpgroups:
+//   producer (the last)  loads both weights once (resident), then per tile the x tile and the residual tile by TMA
+//                        into a ring slot;
+//   consumers 0 and 1    take the CTA's tiles in turn; per tile:
+//     GEMM1      wgmma m64nC1k32 x K1/32: A = the x tile (ring slot), B = W1 (resident)
+//     epilogue 1 docs/ops.md with the residual (ring slot) and ReLU: y's 8-byte CHW32 pieces to global memory, and
+//                the same bytes into the warpgroup's A tile, laid out as wgmma's K-major 32-byte-swizzled operand
+//     GEMM2      wgmma m64nC2k32 x C1/32: A = that tile, B = W2 (resident)
+//     epilogue 2 docs/ops.md without a residual: z's 8-byte CHW32 pieces to global memory.
+// One warpgroup's epilogues run while the other's GEMMs hold the tensor cores.
+#include "conv_params.cuh"
+#include "wgmma_pipeline.cuh"
+#include "wgmma_pixel_requantize.cuh"
+#include "wgmma_s8.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "chain_conv.cu needs the sm_90a target (wgmma, setmaxnreg)"
+#endif
+
+#ifndef CHAIN_K1
+#define CHAIN_K1 64
+#endif
+#ifndef CHAIN_C1
+#define CHAIN_C1 256
+#endif
+#ifndef CHAIN_C2
+#define CHAIN_C2 64
+#endif
+#ifndef CHAIN_STAGES
+#define CHAIN_STAGES 4
+#endif
+
+namespace trtfuse {
+namespace chain {
+
+constexpr int K1 = CHAIN_K1, C1 = CHAIN_C1, C2 = CHAIN_C2, STAGES = CHAIN_STAGES;
+constexpr int BM = 64;                      // pixels per tile: one warpgroup's m64
+constexpr int GROUPS = BM / 8;              // 8-pixel groups per tile
+constexpr int CONSUMERS = 2;                // consumer warpgroups
+constexpr int THREADS = 128 * (CONSUMERS + 1);
+constexpr int KT1 = K1 / 32, KT2 = C1 / 32;  // k32 steps of the two GEMMs (1x1: a step is a 32-channel block)
+// setmaxnreg: the 168 registers a thread gets at launch (65536 / 384, in units of 8) moved to the consumers
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(kProducerRegs + CONSUMERS * kConsumerRegs <= (CONSUMERS + 1) * (65536 / THREADS / 8 * 8), "register pool");
+static_assert(K1 % 32 == 0 && C1 % 32 == 0 && C2 % 32 == 0, "whole 32-channel blocks");
+static_assert(C1 <= 256 && C2 <= 256, "one wgmma's N per GEMM");
+// The first accumulator of each word converts on the XU pipe (s32_to_float_small, as the resident-weight wgmma tiles
+// do): exact while |acc| <= 2^24, which GEMM-K <= 1024 guarantees (|x * w| <= 2^14).
+constexpr int kAccOnXu = 1;
+static_assert(K1 <= 1024 && C1 <= 1024, "|acc| <= 2^24 for s32_to_float_small");
+
+// Shared memory, from a 1024-byte-aligned base (the launcher asks for BYTES + 1024). Operand tiles are K-major with
+// 32-byte rows per k32 step, 32-byte swizzle (wgmma's layout type 3: 8-row groups 256 bytes apart, or in the x tile,
+// as its TMA box lands them, K1 * 8 bytes apart).
+struct Smem {
+  static constexpr int W1 = 0;                          // KT1 x [C1 rows][32], rows permuted (plugins/chain_conv.py)
+  static constexpr int W2 = W1 + KT1 * C1 * 32;         // KT2 x [C2 rows][32], likewise
+  static constexpr int A_TILE = BM * C1;                // a consumer's y tile: KT2 x [64 pixels][32]
+  static constexpr int A = W2 + KT2 * C2 * 32;
+  static constexpr int X_BYTES = BM * K1;               // x tile [group][K1 / 32][8][32], 32-byte swizzle
+  static constexpr int RES_BYTES = BM * C1;             // residual tile [group][C1 / 32][8][32], unswizzled
+  static constexpr int SLOT = X_BYTES + RES_BYTES;
+  static constexpr int RING = A + CONSUMERS * A_TILE;
+  static constexpr int FACTORS = RING + STAGES * SLOT;  // folded scale1, bias1 [C1], scale2, bias2 [C2]
+  static constexpr int BARS = FACTORS + 2 * (C1 + C2) * 4;  // full[STAGES], empty[STAGES], the weights' one
+  static constexpr int BYTES = BARS + (2 * STAGES + 1) * 8;
+  static_assert(W2 % 1024 == 0 && A % 1024 == 0 && RING % 1024 == 0 && SLOT % 1024 == 0 && X_BYTES % 1024 == 0,
+                "swizzled tiles and TMA boxes start 1024-byte aligned");
+};
+#ifdef CHAIN_SMEM
+static_assert(CHAIN_SMEM == Smem::BYTES + 1024, "plugins/chain_conv.py: smem_bytes must give this kernel's shared memory");
+#endif
+
+}  // namespace chain
+
+// Mirrored by plugins/chain_conv.py: ChainParamsStruct (same field order). x, the residual and both weights reach the
+// kernel through their tensor maps only.
+struct ChainParams {
+  const float* scale1;          // [C1] conv 1 (FusedConvAdd): x_scale * w1_scale
+  const float* bias1;           // [C1]
+  const float* out_scale1;      // [1] y's scale
+  const float* residual_scale;  // [1]
+  int8_t* y;                    // [N][C1/32][H][W][32]
+  const float* scale2;          // [C2] conv 2 (FusedConv): y_scale * w2_scale
+  const float* bias2;           // [C2]
+  const float* out_scale2;      // [1] z's scale
+  int8_t* z;                    // [N][C2/32][H][W][32]
+  int N, hw, tiles, groups_per_image, box_groups, relu1, relu2;
+  FastDivmod div_hw, div_groups;  // by H * W and by groups_per_image
+};
+
+namespace chain {
+
+// Where y's bytes 8q .. 8q + 7 of channel block b, tile pixel px, go in the A tile: k32 step b's [64][32] operand, the
+// 16-byte half XOR-ed with bit 2 of the row (the 32-byte swizzle that desc_kmajor_sw32 describes, as a TMA box with
+// CU_TENSOR_MAP_SWIZZLE_32B would have written it).
+__device__ __forceinline__ int a_tile_offset(int px, int b, int q) {
+  return b * BM * 32 + px * 32 + (((q >> 1) ^ ((px >> 2) & 1)) << 4) + ((q & 1) << 3);
+}
+
+// A tile's first wgmma overwrites its accumulators (scale-d false): they need no value before it. An empty asm gives
+// them one without an instruction, so neither GEMM's accumulators are carried across tiles, and GEMM1's (C1 / 2
+// registers) and GEMM2's (C2 / 2) are never live at once.
+template <int N>
+__device__ __forceinline__ void fresh_accumulators(int (&acc)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "=r"(acc[i]));
+}
+
+// Byte offset of channel block 0, bytes 8q.., of linear pixel m in a CHW32 tensor of `blocks` channel blocks.
+__device__ __forceinline__ size_t chw32_piece(const ChainParams& p, int m, int blocks, int q) {
+  const int n = p.div_hw.div(m), pix = m - n * p.hw;
+  return ((size_t)n * blocks * p.hw + pix) * 32 + 8 * q;
+}
+
+// The producer thread: both weights once, then per tile its x and residual boxes into the next ring slot. The tensors
+// are viewed as (32, 8, blocks, G, N), G = H * W / 8 groups of 8 pixels per image (plugins/chain_conv.py), a box being
+// box_groups groups x every block, landing [group][block][8][32]. box_groups divides G, so no box crosses an image;
+// boxes past the batch (its last tile) load the batch's last box again: their rows are never stored.
+__device__ __forceinline__ void produce(const sm90::TensorMap* tmap_x, const sm90::TensorMap* tmap_res,
+                                        const sm90::TensorMap* tmap_w1, const sm90::TensorMap* tmap_w2,
+                                        const ChainParams& p, uint32_t base) {
+  sm90::regs_dealloc<kProducerRegs>();
+  if (threadIdx.x != 128 * CONSUMERS) return;
+  sm90::prefetch_tensor_map(tmap_x);
+  sm90::prefetch_tensor_map(tmap_res);
+  const MbarrierRing<STAGES> ring{base + Smem::BARS, base + Smem::BARS + STAGES * 8};
+  const uint32_t weights_full = ring.empty0 + STAGES * 8;
+  sm90::mbar_arrive_expect_tx(weights_full, KT1 * C1 * 32 + KT2 * C2 * 32);
+  for (int j = 0; j < KT1; ++j) sm90::tma_load_5d(base + Smem::W1 + j * C1 * 32, tmap_w1, weights_full, 32 * j, 0, 0, 0, 0);
+  for (int j = 0; j < KT2; ++j) sm90::tma_load_5d(base + Smem::W2 + j * C2 * 32, tmap_w2, weights_full, 32 * j, 0, 0, 0, 0);
+  const int last_box = p.N * p.groups_per_image - p.box_groups;
+  PipelineState<STAGES> it{0};
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++it) {
+    ring.wait_empty(it);
+    const uint32_t full = ring.full(it), slot = base + Smem::RING + it.index() * Smem::SLOT;
+    sm90::mbar_arrive_expect_tx(full, Smem::SLOT);
+    for (int g = 0; g < GROUPS; g += p.box_groups) {
+      const int q = min(tile * GROUPS + g, last_box), n = p.div_groups.div(q), group = q - n * p.groups_per_image;
+      sm90::tma_load_5d(slot + g * K1 * 8, tmap_x, full, 0, 0, 0, group, n);
+      sm90::tma_load_5d(slot + Smem::X_BYTES + g * C1 * 8, tmap_res, full, 0, 0, 0, group, n);
+    }
+  }
+}
+
+// docs/ops.md's per-channel factors of both convs, folded by out_scale once per CTA (every tile has all channels).
+__device__ __forceinline__ void fold_factors(const ChainParams& p, float* s_factors, int tid) {
+  const float out1 = *p.out_scale1, inv1 = __frcp_rn(out1), out2 = *p.out_scale2, inv2 = __frcp_rn(out2);
+  for (int c = tid; c < C1; c += 128 * CONSUMERS) {
+    s_factors[c] = fold_scale(p.scale1[c], out1, inv1);
+    s_factors[C1 + c] = fold_scale(p.bias1[c], out1, inv1);
+  }
+  for (int c = tid; c < C2; c += 128 * CONSUMERS) {
+    s_factors[2 * C1 + c] = fold_scale(p.scale2[c], out2, inv2);
+    s_factors[2 * C1 + C2 + c] = fold_scale(p.bias2[c], out2, inv2);
+  }
+}
+
+// The factors of block b's 8 channels that lane class q owns (channels 32b + 8q ..).
+__device__ __forceinline__ void block_factors(const float* scale, const float* bias, int b, int q, float4 (&sc)[2], float4 (&bi)[2]) {
+  const float4* f = reinterpret_cast<const float4*>(scale + 32 * b + 8 * q);
+  const float4* g = reinterpret_cast<const float4*>(bias + 32 * b + 8 * q);
+  sc[0] = f[0], sc[1] = f[1], bi[0] = g[0], bi[1] = g[1];
+}
+
+// A consumer warpgroup. Thread (warp, lane) holds tile pixels 16 warp + lane / 4 + 8h (h = 0, 1) and, per channel
+// block b, channels 32b + 8 (lane % 4) .. + 7 of each.
+__device__ __forceinline__ void consume(const ChainParams& p, int8_t* smem, uint32_t base) {
+  sm90::regs_alloc<kConsumerRegs>();
+  const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, q = lane % 4;
+  const MbarrierRing<STAGES> ring{base + Smem::BARS, base + Smem::BARS + STAGES * 8};
+  float* const s_factors = reinterpret_cast<float*>(smem + Smem::FACTORS);
+  const float *scale1 = s_factors, *bias1 = scale1 + C1, *scale2 = bias1 + C1, *bias2 = scale2 + C2;
+  const float out1 = *p.out_scale1;
+  const float rs = fold_scale(*p.residual_scale, out1, __frcp_rn(out1));
+  const float relu1 = relu_floor(p.relu1 != 0), relu2 = relu_floor(p.relu2 != 0);
+  fold_factors(p, s_factors, tid);
+  sm90::named_barrier(1, 128 * CONSUMERS);
+  sm90::mbar_wait(ring.empty0 + STAGES * 8, 0);  // the resident weights have landed
+
+  int8_t* const a_tile = smem + Smem::A + wg * Smem::A_TILE;
+  const uint32_t a_addr = base + Smem::A + wg * Smem::A_TILE;
+  const int px[2] = {16 * warp + lane / 4, 16 * warp + lane / 4 + 8};
+  const int pixels = p.N * p.hw;
+  // (warp-uniform as the compiler sees it: a trip count that might differ inside a warp would serialize the wgmmas)
+  const int first = __shfl_sync(0xffffffffu, wg, 0);
+  for (int i = first, tile = blockIdx.x + first * gridDim.x; tile < p.tiles; i += CONSUMERS, tile += CONSUMERS * gridDim.x) {
+    const PipelineState<STAGES> it{i};  // the CTA's i-th tile fills ring use i (the producer walks them in order)
+    const uint32_t slot = base + Smem::RING + it.index() * Smem::SLOT;
+    const int8_t* residual = smem + Smem::RING + it.index() * Smem::SLOT + Smem::X_BYTES;
+    bool ok[2];
+    size_t y_off[2], z_off[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = tile * BM + px[h];
+      ok[h] = m < pixels;
+      y_off[h] = ok[h] ? chw32_piece(p, m, C1 / 32, q) : 0;
+      z_off[h] = ok[h] ? chw32_piece(p, m, C2 / 32, q) : 0;
+    }
+
+    // GEMM1: y's accumulators, pixels x C1
+    int acc1[C1 / 2];
+    fresh_accumulators(acc1);
+    ring.wait_full(it);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < KT1; ++j)
+      sm90::WgmmaS8<C1>::mma(acc1, sm90::desc_kmajor(slot + j * 256, K1 * 8, 3),
+                             sm90::desc_kmajor_sw32(base + Smem::W1 + j * C1 * 32), j > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    // Every warp of the warpgroup is past its previous tile's GEMM2, which read the A tile rewritten below.
+    sm90::named_barrier(2 + wg, 128);
+
+    // Epilogue 1: y = requantize(acc1 + residual), to global memory and into the A tile.
+#pragma unroll
+    for (int b = 0; b < C1 / 32; ++b) {
+      float4 sc[2], bi[2];
+      block_factors(scale1, bias1, b, q, sc, bi);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // residual pixel px[h] = group 2 warp + h, row lane / 4 of it
+        const uint2 res = *reinterpret_cast<const uint2*>(residual + (2 * warp + h) * C1 * 8 + b * 256 + (lane / 4) * 32 + 8 * q);
+        const uint2 out = requantize_8_channels<kAccOnXu, C1 / 2, true>(acc1, b, h, sc, bi, res, rs, relu1);
+        if (ok[h]) *reinterpret_cast<uint2*>(p.y + y_off[h] + (size_t)b * p.hw * 32) = out;
+        *reinterpret_cast<uint2*>(a_tile + a_tile_offset(px[h], b, q)) = out;
+      }
+    }
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(ring.empty(it));  // this warp's reads of the slot are done
+    // The A tile, written through the generic proxy, is read next by wgmma (the async proxy), every warp's rows.
+    sm90::fence_proxy_async_shared();
+    sm90::named_barrier(2 + wg, 128);
+
+    // GEMM2: z's accumulators, pixels x C2, over y's C1 channels
+    int acc2[C2 / 2];
+    fresh_accumulators(acc2);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < KT2; ++j)
+      sm90::WgmmaS8<C2>::mma(acc2, sm90::desc_kmajor_sw32(a_addr + j * BM * 32),
+                             sm90::desc_kmajor_sw32(base + Smem::W2 + j * C2 * 32), j > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+
+    // Epilogue 2: z = requantize(acc2), no residual.
+#pragma unroll
+    for (int b = 0; b < C2 / 32; ++b) {
+      float4 sc[2], bi[2];
+      block_factors(scale2, bias2, b, q, sc, bi);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint2 out = requantize_8_channels<kAccOnXu, C2 / 2, false>(acc2, b, h, sc, bi, make_uint2(0, 0), 0.0f, relu2);
+        if (ok[h]) *reinterpret_cast<uint2*>(p.z + z_off[h] + (size_t)b * p.hw * 32) = out;
+      }
+    }
+  }
+}
+
+}  // namespace chain
+
+// min(ceil(tiles / 2), SMs) persistent CTAs (plugins/chain_conv.py: grid), 384 threads: consumer warpgroups 0 and 1,
+// then the producer warpgroup.
+extern "C" __global__ void __launch_bounds__(chain::THREADS, 1)
+    trtfuse_chain_conv(const __grid_constant__ sm90::TensorMap tmap_x, const __grid_constant__ sm90::TensorMap tmap_res,
+                       const __grid_constant__ sm90::TensorMap tmap_w1, const __grid_constant__ sm90::TensorMap tmap_w2,
+                       const ChainParams p) {
+  using namespace chain;
+  extern __shared__ __align__(1024) int8_t smem_raw[];
+  const uint32_t raw = sm90::smem_addr(smem_raw);
+  int8_t* smem = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  const uint32_t base = sm90::smem_addr(smem);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      sm90::mbar_init(base + Smem::BARS + 8 * s, 1);                 // full: the producer's arrive + the bytes
+      sm90::mbar_init(base + Smem::BARS + 8 * (STAGES + s), 4);      // empty: the 4 warps of the consuming warpgroup
+    }
+    sm90::mbar_init(base + Smem::BARS + 16 * STAGES, 1);             // the resident weights
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x / 128 == CONSUMERS)
+    produce(&tmap_x, &tmap_res, &tmap_w1, &tmap_w2, p, base);
+  else
+    consume(p, smem, base);
+}
+
+}  // namespace trtfuse

@@ -1,0 +1,64 @@
+"""The chained 1x1 convs kernel (plugins/kernels/chain_conv.cu) on the GPU: fresh random data, both outputs poisoned
+first, bit-identical to the golden pair (fused_conv_int8 twice, plugins/reference.py) and to the two fused-conv kernels
+it replaces run one after the other. Skips (saying why) where there is no GPU, or where the GPU is not an sm_90 one."""
+
+import numpy as np
+import pytest
+
+from trtfuse.bench.conv_problem import ChainProblem, DeviceChain, compare, run_separate_chain
+from trtfuse.plugins import chain_conv
+from trtfuse.plugins.cuda_driver import gpu_available
+
+ok, why = gpu_available()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not ok, reason=f"needs a CUDA GPU: {why}")]
+
+
+@pytest.fixture(autouse=True)
+def _hopper():
+    refused = chain_conv.device_refusal()
+    if refused:
+        pytest.skip(refused)
+
+
+# res2 at batch 2 (98 whole tiles of 64 pixels); 3 x 28 x 28 (2352 pixels: the last tile has 48, boxes of 2 groups);
+# 9 x 8 (72 pixels, 9 groups: one-group boxes, a last tile of 8 pixels); 4 x 6 (24 pixels, less than one tile)
+SIZES = [(2, 56, 56), (3, 28, 28), (1, 9, 8), (1, 4, 6)]
+
+
+def check(problem: ChainProblem, fused: DeviceChain) -> None:
+    y, z, y_raw, z_raw = fused.run_checked()
+    y_ref, z_ref = problem.golden()
+    assert np.array_equal(y, y_ref), ("y", compare(y, y_ref))
+    assert np.array_equal(z, z_ref), ("z", compare(z, z_ref))
+    y_sep, z_sep = run_separate_chain(problem)
+    assert np.array_equal(y_raw, y_sep) and np.array_equal(z_raw, z_sep), "the chain must equal the two convs bit for bit"
+
+
+@pytest.mark.parametrize("relu2", [True, False], ids=["relu", "no-relu"])
+@pytest.mark.parametrize("c2", chain_conv.C2_CHOICES)
+@pytest.mark.parametrize("n,h,w", SIZES, ids=lambda v: str(v))
+def test_chain_equals_golden_and_the_two_convs(n, h, w, c2, relu2):
+    problem = ChainProblem.random(n, h, w, c2, (True, relu2), seed=n * 1000 + h * 10 + w + c2)
+    assert chain_conv.refusal(*problem.shapes) is None
+    check(problem, DeviceChain(problem))
+
+
+@pytest.mark.parametrize("c2", chain_conv.C2_CHOICES)
+@pytest.mark.parametrize("max_ctas", [1, 3])
+def test_ctas_walking_many_tiles(c2, max_ctas):
+    """Few CTAs: each consumer warpgroup takes many tiles, the ring's phases wrap round many times."""
+    problem = ChainProblem.random(2, 56, 56, c2, seed=max_ctas + c2)
+    check(problem, DeviceChain(problem, max_ctas=max_ctas))
+
+
+def test_without_relu_on_the_first_conv():
+    problem = ChainProblem.random(3, 28, 28, 64, (False, True), seed=11)
+    check(problem, DeviceChain(problem))
+
+
+def test_chain_replays_give_the_same_bits():
+    fused = DeviceChain(ChainProblem.random(3, 28, 28, 128, seed=7), max_ctas=2)
+    first = fused.run_checked()
+    for _ in range(3):
+        again = fused.run_checked()
+        assert all(np.array_equal(a, b) for a, b in zip(first, again))
