@@ -249,9 +249,11 @@ class ChainProblem:
     being conv 1's golden output."""
 
     convs: tuple  # (conv1, conv2) ConvProblems, conv2.x filled in from the chain
+    conv_golden: object = None  # a per-conv golden (ConvProblem -> int8 NCHW) instead of fused_conv_int8 on the CPU
 
     @classmethod
-    def random(cls, n: int, h: int, w: int, c2: int, relu=(True, True), seed=None) -> "ChainProblem":
+    def random(cls, n: int, h: int, w: int, c2: int, relu=(True, True), seed=None, golden=None) -> "ChainProblem":
+        """golden: as conv_golden (bench kernels passes its on-device one for batch 256)."""
         from dataclasses import replace
 
         from ..plugins import chain_conv
@@ -260,7 +262,7 @@ class ChainProblem:
         seeds = rng.integers(0, 2**31, 2)
         conv1 = ConvProblem.random(ConvShape(n, chain_conv.K1, h, w, chain_conv.C1, 1, 1), True, relu[0], seeds[0])
         conv2 = ConvProblem.random(ConvShape(n, chain_conv.C1, h, w, c2, 1, 1), False, relu[1], seeds[1])
-        problem = cls((conv1, conv2))
+        problem = cls((conv1, conv2), golden)
         problem.convs = (conv1, replace(conv2, x=problem.golden_conv(0)))
         return problem
 
@@ -269,10 +271,13 @@ class ChainProblem:
         return tuple(c.shape for c in self.convs)
 
     def golden_conv(self, i: int) -> np.ndarray:
-        """Conv i's output as docs/ops.md defines it: plugins/reference.py's fused_conv_int8 on its packed weight."""
+        """Conv i's output as docs/ops.md defines it: plugins/reference.py's fused_conv_int8 on its packed weight (or
+        conv_golden's)."""
         from ..plugins.reference import fused_conv_int8
 
         c = self.convs[i]
+        if self.conv_golden is not None:
+            return self.conv_golden(c)
         sh = c.shape
         return fused_conv_int8(c.x, pack_weight(c.w, 32), c.scale, c.bias, c.out_scale, c.residual, c.residual_scale,
                                in_channels=sh.c, out_channels=sh.k, kernel_shape=(sh.r, sh.s), strides=sh.stride,

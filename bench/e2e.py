@@ -93,6 +93,8 @@ def step_group(label: str) -> str:
     if label.startswith("quantize input"):
         return "input quantize"
     block = _BLOCK_STEP.search(label)
+    if block and label.endswith("(chain)"):  # a block's conv3 and the next block's conv1, one kernel
+        return f"res{int(block.group(1)) + 1} conv3 + residual + next conv1"
     if block:
         return f"res{int(block.group(1)) + 1} {block.group(3)}"
     if label.startswith("conv1"):

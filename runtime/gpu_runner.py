@@ -13,6 +13,11 @@ only the pooled tensor, when the pool keeps the stem's scale and its shape is Re
 otherwise, or with fuse_stem_pool=False, as two. With quantized_input that kernel can read a batch's images in place
 from a device sample library by index (read_images_from): the Offline harness then gathers nothing.
 
+With fuse_chain (on by default), a residual block's last conv (FusedConvAdd 1x1) and a 1x1 FusedConv that reads its
+output (the next block's first conv) run as one kernel where plugins/chain_conv.py takes the pair and the GPU can run
+it (chain_conv.refusal, device_refusal): on res2, the block output's tile goes from one GEMM to the next through shared
+memory instead of a write and a read-back through HBM (plugins/kernels/chain_conv.cu; both outputs still written).
+
 With fuse_bottleneck=True (off by default: exact, but on the H200 slower than the three wgmma conv kernels it
 replaces, 0.495 against 0.258 ms at batch 256; docs/PERF.md), each identity bottleneck
 block FusedConv 1x1 -> FusedConv 3x3 -> FusedConvAdd 1x1 whose intermediates have no other reader and whose
@@ -38,7 +43,7 @@ from ..errors import TrtfuseError
 from ..plugins import cuda_driver as cd
 from ..plugins import network_ops
 from ..plugins.conv import ConvLaunch, precompile
-from ..plugins import bottleneck, stem
+from ..plugins import bottleneck, chain_conv, stem
 from ..plugins.layout import channel_vector, pack_weight, round_up, unpack_nchwv, unpack_weight
 from ..plugins.op_schema import DOMAIN, op_for_node
 from ..plugins.tactics import ConvShape, candidate_tactics
@@ -104,7 +109,7 @@ def load_plans(path: str, batch: int):
             except ValueError as exc:
                 raise TrtfuseError(f"--plans {path}: {node}: {exc}") from None
             del names[node]  # its conv's plan is the heuristic's, as in a runner that fused it
-        elif name == "bottleneck":
+        elif name in ("bottleneck", "chain"):  # one kernel with no plan of its own: a runner fuses it again
             del names[node]
     return SimpleNamespace(plans=list(names.items()), stem_pool_tile=tile)
 
@@ -112,7 +117,7 @@ def load_plans(path: str, batch: int):
 class CudaRunner(Top1Readout):
     def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True, fold_stem: bool = True,
                  autotune: bool = False, plans_from: "CudaRunner | None" = None, quantized_input: bool = False,
-                 fuse_stem_pool: bool = True, fuse_bottleneck: bool = False):
+                 fuse_stem_pool: bool = True, fuse_bottleneck: bool = False, fuse_chain: bool = True):
         ok, why = cd.gpu_available()
         if not ok:
             raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
@@ -125,6 +130,10 @@ class CudaRunner(Top1Readout):
         # are then never materialized
         self.fuse_bottleneck = fuse_bottleneck
         self.fused_blocks: dict[str, tuple[str, str, str]] = {}  # conv1 node name -> the block's three node names
+        # fuse_chain: a block's conv3 + residual and the next block's conv1 as one kernel (plugins/chain_conv.py); not
+        # beside fuse_bottleneck, whose blocks start at the conv1 a chain would take
+        self.fuse_chain = fuse_chain and not fuse_bottleneck
+        self.chained: dict[str, str] = {}  # conv3 node name -> the conv1 node name run in the same kernel
         self._stem = None  # (step index, node, original conv shape, input pointers by op input, relu) of the folded stem
         self.fused_stem: str | None = None  # the stem conv's node name once it runs with its max-pool
         self.stem_pool_tile: tuple[int, int] | None = None  # and the tile that kernel runs (stem.POOL_TILES)
@@ -197,6 +206,7 @@ class CudaRunner(Top1Readout):
                 continue
             if node.domain == DOMAIN and node.op_type in ("FusedConv", "FusedConvAdd"):
                 block = self._fused_bottleneck(node) if self.fuse_bottleneck else None
+                block = block or (self._chained_convs(node) if self.fuse_chain else None)
                 if block:
                     done |= block
                 else:
@@ -315,6 +325,39 @@ class CudaRunner(Top1Readout):
         self.fused_blocks[conv1.name] = tuple(n.name for n in chain.nodes)
         self.fused_away |= {conv1.output[0], conv2.output[0]}
         return {id(conv2), id(conv3)}
+
+    def _chained_convs(self, node) -> set | None:
+        """Run the FusedConvAdd `node` and a 1x1 FusedConv reading its output as the chain kernel: the id of that second
+        node (now done), or None where no reader of the output makes a pair the kernel takes, or the GPU cannot run it.
+        The output is still written (its other readers: the next block's residual, a downsample conv)."""
+        if node.op_type != "FusedConvAdd" or node.output[0] == self.output_name:
+            return None
+        names = op_for_node(node.op_type, node.domain).bind(node.input)
+        x, r = self.tensors.get(names["x"]), self.tensors.get(names["residual"])
+        if x is None or r is None or x.vec != 32 or x.folded_from:
+            return None
+        conv1 = self._conv_shape(node, x.shape)
+        y_shape = (conv1.n, conv1.k, *conv1.out_hw)
+        for user in self.consumers.get(node.output[0], []):
+            if user.domain != DOMAIN or user.op_type != "FusedConv":
+                continue
+            user_names = op_for_node(user.op_type, user.domain).bind(user.input)
+            conv2 = self._conv_shape(user, y_shape)
+            if user_names["x"] == node.output[0] and chain_conv.refusal(conv1, conv2) is None:
+                break
+        else:
+            return None
+        if chain_conv.device_refusal() is not None:
+            return None
+        convs = [tuple(self._const(bound[k]) for k in ("weight", "scale", "bias", "out_scale")) for bound in (names, user_names)]
+        residual_scale = self._const(names["residual_scale"])
+        relu = (bool(_attrs(node)["relu"]), bool(_attrs(user)["relu"]))
+        y = self.tensors[node.output[0]] = _Tensor(y_shape, 32)
+        z = self.tensors[user.output[0]] = _Tensor((conv2.n, conv2.k, *conv2.out_hw), 32)
+        self.steps.append((f"{node.name} + {user.name} (chain)", lambda s: chain_conv.launch_chain(
+            (conv1, conv2), x.buf.ptr, r.buf.ptr, residual_scale, convs, y.buf.ptr, z.buf.ptr, relu=relu, stream=s)))
+        self.chained[node.name] = user.name
+        return {id(user)}
 
     def _fastest(self, heuristic_plan: ConvLaunch, make_step, tensors) -> ConvLaunch:
         """--autotune: time every tactic and split count of this conv on its own buffers, keep the fastest.
@@ -461,10 +504,11 @@ class CudaRunner(Top1Readout):
 
     def plan_names(self) -> dict[str, str]:
         """Each conv's launch plan as "tactic name/s<split-K slices>" (the results files' `plans`); the stem fused with
-        its max-pool as "stem_pool/<tile>", the nodes of a fused bottleneck block as "bottleneck"."""
+        its max-pool as "stem_pool/<tile>", the nodes of a fused bottleneck block as "bottleneck", a chained pair as "chain"."""
         names = {name: f"stem_pool/{stem.tile_name(self.stem_pool_tile)}" if name == self.fused_stem else p.name
                  for name, p in self.plans}
         names.update((name, "bottleneck") for block in self.fused_blocks.values() for name in block)
+        names.update((name, "chain") for pair in self.chained.items() for name in pair)
         return names
 
     def read_images_from(self, library: int, indices: int) -> bool:

@@ -44,6 +44,16 @@ def test_fuse_all_resnet_matches_cpu_golden(arch, size, options):
         assert sorted(runner.fused_blocks) == (["layer1.1.conv1__fused", "layer1.2.conv1__fused"] if fits else [])
     else:
         assert not runner.fused_blocks
+    from trtfuse.plugins import chain_conv
+
+    if arch == "resnet50" and not options.get("fuse_bottleneck") and chain_conv.device_refusal() is None:
+        # each res2 block's conv3 + residual with the next block's conv1 (the last one's: res3's first) as one kernel
+        assert sorted(runner.chained.items()) == [("layer1.0.conv3__fused", "layer1.1.conv1__fused"),
+                                                  ("layer1.1.conv3__fused", "layer1.2.conv1__fused"),
+                                                  ("layer1.2.conv3__fused", "layer2.0.conv1__fused")]
+        assert {runner.plan_names()[n] for pair in runner.chained.items() for n in pair} == {"chain"}
+    else:
+        assert not runner.chained
     for name in runner.fused_away:
         with pytest.raises(TrtfuseError, match="on chip"):
             runner.fetch(name)
