@@ -348,7 +348,7 @@ def bench_chain(torch, n, c2, args, bw_tbps, records) -> dict:
     macs = conv1.k * conv1.c + conv2.k * conv2.c
     rec = {"layer": f"res2 conv3 + residual -> conv1 256->{c2}, one kernel", "batch": n, "M": m, "N": conv1.k,
            "K": macs, "K_gemm": macs, "residual": True, "tactic": f"chain/c{c2}", "family": "wgmma", "splits": 1,
-           "form": "CHW32", "fused_block": True, "heuristic": f"chain/c{c2}", "heuristic_ms": ours_ms, "ours_ms": ours_ms,
+           "form": "CHW32", "fused_block": True, "replaces": 2, "heuristic": f"chain/c{c2}", "heuristic_ms": ours_ms, "ours_ms": ours_ms,
            "unfused_ms": unfused_ms, "unfused": unfused, "correct": passes_lsb_rule(stats), **stats}
     moved = m * (conv1.c + 2 * conv1.k + conv2.k) + conv1.k * conv1.c + conv2.k * conv2.c  # x, residual, y, z, weights
     rec["floor_memory_ms"] = moved / (bw_tbps * 1e12) * 1e3
@@ -424,7 +424,8 @@ def kernel_key_figures(records: list[dict]) -> dict:
     for r in records:
         if r["batch"] == 256 and (r.get("fused_with_pool") or r.get("fused_block")):
             figures[r["layer"]] = round(r["ours_ms"], 4)
-            figures[r["layer"] + (" (two kernels)" if r.get("fused_with_pool") else " (three kernels)")] = round(r["unfused_ms"], 4)
+            replaced = r.get("replaces", 2 if r.get("fused_with_pool") else 3)  # kernels the fused one stands for
+            figures[r["layer"] + f" ({'two' if replaced == 2 else 'three'} kernels)"] = round(r["unfused_ms"], 4)
     if b256:
         figures["distinct_layers_b256_sum_ms"] = round(sum(r["ours_ms"] for r in b256), 3)
     figures["records"] = len(records)
