@@ -141,6 +141,15 @@ def replay(problem: ChainProblem):
     x_bytes = BM * K1
     last_box = p.N * p.groups_per_image - p.box_groups
     lanes1, lanes2 = epilogue_lanes(C1 // 32), epilogue_lanes(c2 // 32)
+
+    def store(out, count, channels, val, px, b, q, i):  # an epilogue's 8-byte CHW32 pieces, the pixels past the batch not
+        m = tile * BM + px
+        ok = m < pixels
+        n_img, pix = np.divmod(m, hw)
+        off = (n_img * (channels // 32) * hw + pix) * 32 + 8 * q + b * hw * 32 + i
+        out[off[ok]] = val[ok]
+        np.add.at(count, off[ok], 1)
+
     for tile in range(p.tiles):
         # the producer's boxes into a ring slot: x with 32-byte swizzle, the residual as it lands
         slot = np.full(x_bytes + BM * C1, -1000, np.int64)
@@ -157,12 +166,7 @@ def replay(problem: ChainProblem):
         ch = 32 * b + 8 * q + i
         res = slot[x_bytes + (2 * warp + h) * C1 * 8 + b * 256 + (lane // 4) * 32 + 8 * q + i]
         val = requantize(acc1[px, col], a1[ch], b1[ch], res, rs, conv1.relu)
-        m = tile * BM + px
-        ok = m < pixels
-        n_img, pix = np.divmod(m, hw)
-        off = (n_img * (C1 // 32) * hw + pix) * 32 + 8 * q + b * hw * 32 + i
-        y[off[ok]] = val[ok]
-        np.add.at(y_count, off[ok], 1)
+        store(y, y_count, C1, val, px, b, q, i)
         a_tile = np.full(BM * C1, -1000, np.int64)
         a_off = a_tile_offset(px, b, q) + i
         a_tile[a_off] = val
@@ -172,12 +176,7 @@ def replay(problem: ChainProblem):
         warp, lane, h, b, i, q, px, col = lanes2
         ch = 32 * b + 8 * q + i
         val = requantize(acc2[px, col], a2[ch], b2[ch], None, None, conv2.relu)
-        m = tile * BM + px
-        ok = m < pixels
-        n_img, pix = np.divmod(m, hw)
-        off = (n_img * (c2 // 32) * hw + pix) * 32 + 8 * q + b * hw * 32 + i
-        z[off[ok]] = val[ok]
-        np.add.at(z_count, off[ok], 1)
+        store(z, z_count, c2, val, px, b, q, i)
 
     def logical(flat, k):
         return unpack_chw32(flat.reshape(sh.n, k // 32, sh.h, sh.w, 32), k)
