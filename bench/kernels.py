@@ -107,6 +107,15 @@ def golden_on_device(torch, problem):
     return torch.round(v).clamp(-128, 127).to(torch.int8)
 
 
+def floors(bytes_moved: float, ops: float, ours_ms: float, bw_tbps: float) -> dict:
+    """A record's floors: memory (bytes_moved at the copy bandwidth measured in the run), compute (ops at the int8
+    peak), the larger of the two, and the rate ours_ms reached."""
+    memory_ms = bytes_moved / (bw_tbps * 1e12) * 1e3
+    compute_ms = ops / (INT8_PEAK_TOPS * 1e12) * 1e3
+    return {"floor_memory_ms": memory_ms, "floor_compute_ms": compute_ms, "floor_ms": max(memory_ms, compute_ms),
+            "ours_tops": ops / (ours_ms * 1e-3) / 1e12}
+
+
 def bench_layer(torch, name, shape, has_res, args, bw_tbps):
     from ..plugins.conv import ConvLaunch, precompile
     from ..plugins.elementwise import add_relu_requant
@@ -192,10 +201,7 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
            "heuristic": heuristic_plan.name, "heuristic_ms": timed[0][0],
            "ours_ms": ours_ms, "correct": correct, **stats}
     bytes_moved = x.numel() + w.numel() + y.numel() + (res.numel() if has_res else 0)
-    rec["floor_memory_ms"] = bytes_moved / (bw_tbps * 1e12) * 1e3
-    rec["floor_compute_ms"] = 2.0 * m * shape.k * shape.c * shape.r * shape.s / (INT8_PEAK_TOPS * 1e12) * 1e3
-    rec["floor_ms"] = max(rec["floor_memory_ms"], rec["floor_compute_ms"])
-    rec["ours_tops"] = 2.0 * m * shape.k * shape.c * shape.r * shape.s / (ours_ms * 1e-3) / 1e12
+    rec.update(floors(bytes_moved, 2.0 * m * shape.k * shape.c * shape.r * shape.s, ours_ms, bw_tbps))
 
     rec["unfused_ms"] = rec["cublaslt_int8_ms"] = rec["cudnn_fp16_ms"] = None
     if has_res:  # our own unfused pair: conv(+scale, bias, requant) then add + ReLU + requant
@@ -274,10 +280,7 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
            "heuristic_ms": tile_ms[stem.POOL_TILE], "ours_ms": ours_ms,
            "unfused_ms": pair_ms, "unfused": f"{pair_conv.launch_plan.name} + maxpool",
            "correct": passes_lsb_rule(stats), **stats}
-    rec["floor_memory_ms"] = (fused.x.nbytes + fused.w.nbytes + fused.y.nbytes) / (bw_tbps * 1e12) * 1e3
-    rec["floor_compute_ms"] = 2.0 * m * macs / (INT8_PEAK_TOPS * 1e12) * 1e3
-    rec["floor_ms"] = max(rec["floor_memory_ms"], rec["floor_compute_ms"])
-    rec["ours_tops"] = 2.0 * m * macs / (ours_ms * 1e-3) / 1e12
+    rec.update(floors(fused.x.nbytes + fused.w.nbytes + fused.y.nbytes, 2.0 * m * macs, ours_ms, bw_tbps))
     rec["cublaslt_int8_ms"] = rec["cudnn_fp16_ms"] = None
     return rec
 
@@ -315,10 +318,7 @@ def bench_bottleneck(torch, n, args, bw_tbps, records) -> dict:
            "fused_block": True, "heuristic": "bottleneck", "heuristic_ms": ours_ms, "ours_ms": ours_ms,
            "unfused_ms": unfused_ms, "unfused": unfused, "correct": passes_lsb_rule(stats), **stats}
     weights = sum(c.w.nbytes for c in problem.convs)
-    rec["floor_memory_ms"] = (2 * problem.x.nbytes + weights) / (bw_tbps * 1e12) * 1e3  # x read once, y written
-    rec["floor_compute_ms"] = 2.0 * m * macs / (INT8_PEAK_TOPS * 1e12) * 1e3
-    rec["floor_ms"] = max(rec["floor_memory_ms"], rec["floor_compute_ms"])
-    rec["ours_tops"] = 2.0 * m * macs / (ours_ms * 1e-3) / 1e12
+    rec.update(floors(2 * problem.x.nbytes + weights, 2.0 * m * macs, ours_ms, bw_tbps))  # x read once, y written
     rec["cublaslt_int8_ms"] = rec["cudnn_fp16_ms"] = None
     return rec
 
@@ -351,10 +351,7 @@ def bench_chain(torch, n, c2, args, bw_tbps, records) -> dict:
            "form": "CHW32", "fused_block": True, "replaces": 2, "heuristic": f"chain/c{c2}", "heuristic_ms": ours_ms, "ours_ms": ours_ms,
            "unfused_ms": unfused_ms, "unfused": unfused, "correct": passes_lsb_rule(stats), **stats}
     moved = m * (conv1.c + 2 * conv1.k + conv2.k) + conv1.k * conv1.c + conv2.k * conv2.c  # x, residual, y, z, weights
-    rec["floor_memory_ms"] = moved / (bw_tbps * 1e12) * 1e3
-    rec["floor_compute_ms"] = 2.0 * m * macs / (INT8_PEAK_TOPS * 1e12) * 1e3
-    rec["floor_ms"] = max(rec["floor_memory_ms"], rec["floor_compute_ms"])
-    rec["ours_tops"] = 2.0 * m * macs / (ours_ms * 1e-3) / 1e12
+    rec.update(floors(moved, 2.0 * m * macs, ours_ms, bw_tbps))
     rec["cublaslt_int8_ms"] = rec["cudnn_fp16_ms"] = None
     return rec
 

@@ -19,6 +19,7 @@ import math
 
 from .conv_params import fast_divmod
 from .conv_shape import H100_SMS, ConvShape
+from .wgmma import permuted_weight_map, within_tma_limits
 
 SOURCE = "chain_conv.cu"
 ENTRY = "trtfuse_chain_conv"
@@ -123,12 +124,11 @@ def tensor_map_args(conv1: ConvShape, c2: int) -> dict:
     for name, blocks, swizzle in (("x", K1 // 32, 32), ("res", C1 // 32, 0)):
         args[name] = ((32, 8, blocks, groups, n), (32, hw * 32, 256, blocks * hw * 32), (32, 8, blocks, gb, 1), (1,) * 5, swizzle)
     for name, kg, rows in (("w1", K1, C1), ("w2", C1, c2)):
-        args[name] = ((kg, 2, 4, 4, rows // 32), (kg, 8 * kg, 2 * kg, 32 * kg), (32, 2, 4, 4, rows // 32), (1,) * 5, 32)
+        args[name] = (*permuted_weight_map(kg, rows, 32, rows), 32)
     for name, (dims, strides, box, es, swizzle) in args.items():
-        ok = (len(strides) == len(dims) - 1 and all(0 < d <= 1 << 32 for d in dims)
-              and all(st % 16 == 0 and st < 1 << 40 for st in strides)
-              and all(0 < b <= min(d, 256) for b, d in zip(box, dims)) and box[0] <= max(swizzle, 32) and box[0] % 16 == 0
-              and all(e == 1 for e in es))
+        # besides the encoder's limits: no box larger than its tensor, whole 16-byte inner rows
+        ok = (within_tma_limits(dims, strides, box, es, max(swizzle, 32)) and all(b <= d for b, d in zip(box, dims))
+              and box[0] % 16 == 0)
         if not ok:
             raise ValueError(f"chain conv: {name} tensor map outside TMA limits for {conv1}: {dims} {strides} {box}")
     return args

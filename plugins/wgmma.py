@@ -119,6 +119,24 @@ def swizzle_bytes(tactic: WgmmaTactic, name: str) -> int:
     return {"w": tactic.a_box, "x": tactic.window_row_bytes, "y": 32}[name]
 
 
+def within_tma_limits(dims, strides, box, elem_strides, span: int) -> bool:
+    """Whether a tiled map is inside cuTensorMapEncodeTiled's documented limits: dims up to 2^32, byte strides
+    multiples of 16 below 2^40, boxes of 1..256 elements whose inner one fits the swizzle span, element strides
+    1..8 dividing their box."""
+    return (len(strides) == len(dims) - 1 and all(0 < d <= 1 << 32 for d in dims)
+            and all(st % 16 == 0 and st < 1 << 40 for st in strides)
+            and all(0 < b <= 256 for b in box) and box[0] <= span
+            and all(1 <= e <= 8 and b % e == 0 for b, e in zip(box, elem_strides)))
+
+
+def permuted_weight_map(kg: int, rows: int, box_k: int, box_rows: int) -> tuple:
+    """(dims, strides, box, element strides) of a packed [rows][kg] weight whose rows are permuted inside each
+    32-channel block: dims (kg, e 2, q 4, jj 4, rows / 32) with row strides (1, 8, 2, 32), so box row
+    e + 2q + 8jj + 32b is channel 32b + 8q + 2jj + e: wgmma column 8(4b + jj) + 2q + e then holds it, and each
+    thread's accumulators are 8 consecutive channels (the pixel-major tiles, the chain kernel)."""
+    return ((kg, 2, 4, 4, rows // 32), (kg, 8 * kg, 2 * kg, 32 * kg), (box_k, 2, 4, 4, box_rows // 32), (1,) * 5)
+
+
 def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -> dict:
     """(dims, byte strides of dims 1.., box, element strides) of each map (weights, activations and, for the tactics
     that store by TMA, output); checked against cuTensorMapEncodeTiled's documented limits so a bad shape fails
@@ -179,18 +197,9 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
             args["y"] = ((32, ow, shape.n, oh, kp // 32), (32, kp * oh * ow, ow * 32, oh * ow * 32),
                          (32, geo.pitch, geo.nb, geo.th, 1), (1,) * 5)
     if tactic.pixel_major:
-        # Weight rows permuted inside each 32-channel block: dims (KGpad, e 2, q 4, jj 4, Kpad/32) with row
-        # strides (1, 8, 2, 32) so box row e + 2q + 8jj + 32b is channel 32b + 8q + 2jj + e: wgmma column
-        # 8(4b + jj) + 2q + e then holds it, and each thread's accumulators are 8 consecutive channels.
-        args["w"] = ((kg_pad, 2, 4, 4, kp // 32), (kg_pad, 8 * kg_pad, 2 * kg_pad, 32 * kg_pad),
-                     (tactic.a_box, 2, 4, 4, tactic.CHANNELS // 32), (1,) * 5)
+        args["w"] = permuted_weight_map(kg_pad, kp, tactic.a_box, tactic.CHANNELS)
     for name, (dims, strides, box, es) in args.items():
-        span = swizzle_bytes(tactic, name)
-        ok = (len(strides) == len(dims) - 1 and all(0 < d <= 1 << 32 for d in dims)
-              and all(st % 16 == 0 and st < 1 << 40 for st in strides)
-              and all(0 < b <= 256 for b in box) and box[0] <= span  # inner box <= the swizzle span
-              and all(1 <= e <= 8 and b % e == 0 for b, e in zip(box, es)))
-        if not ok:
+        if not within_tma_limits(dims, strides, box, es, swizzle_bytes(tactic, name)):
             raise ValueError(f"{tactic.name}: {name} tensor map outside TMA limits for {shape}: {dims} {strides} {box} {es}")
     return args
 
