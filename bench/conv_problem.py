@@ -252,16 +252,16 @@ class ChainProblem:
     conv_golden: object = None  # a per-conv golden (ConvProblem -> int8 NCHW) instead of fused_conv_int8 on the CPU
 
     @classmethod
-    def random(cls, n: int, h: int, w: int, c2: int, relu=(True, True), seed=None, golden=None) -> "ChainProblem":
-        """golden: as conv_golden (bench kernels passes its on-device one for batch 256)."""
+    def random(cls, n: int, h: int, w: int, c2: int, relu=(True, True), seed=None, golden=None, k1: int = 64,
+               c1: int = 256) -> "ChainProblem":
+        """Conv 1 k1 -> c1 channels, conv 2 c1 -> c2 (res2's pairs by default; res3's: k1 128, c1 512). golden: as
+        conv_golden (bench kernels passes its on-device one for batch 256)."""
         from dataclasses import replace
-
-        from ..plugins import chain_conv
 
         rng = np.random.default_rng(seed)
         seeds = rng.integers(0, 2**31, 2)
-        conv1 = ConvProblem.random(ConvShape(n, chain_conv.K1, h, w, chain_conv.C1, 1, 1), True, relu[0], seeds[0])
-        conv2 = ConvProblem.random(ConvShape(n, chain_conv.C1, h, w, c2, 1, 1), False, relu[1], seeds[1])
+        conv1 = ConvProblem.random(ConvShape(n, k1, h, w, c1, 1, 1), True, relu[0], seeds[0])
+        conv2 = ConvProblem.random(ConvShape(n, c1, h, w, c2, 1, 1), False, relu[1], seeds[1])
         problem = cls((conv1, conv2), golden)
         problem.convs = (conv1, replace(conv2, x=problem.golden_conv(0)))
         return problem

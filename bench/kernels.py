@@ -323,32 +323,46 @@ def bench_bottleneck(torch, n, args, bw_tbps, records) -> dict:
     return rec
 
 
-def bench_chain(torch, n, c2, args, bw_tbps, records) -> dict:
-    """A residual block's conv3 (64 -> 256, + residual, ReLU) and the next block's conv1 (256 -> c2) as one kernel
-    (plugins/kernels/chain_conv.cu) against the two conv kernels it replaces, each timed as bench_layer times it
-    (autotuned with --autotune): from this run's own records where it has them. Both outputs (poisoned first) are
-    checked against the golden pair (docs/ops.md twice)."""
+# The chain kernel's pairs (plugins/chain_conv.py's VARIANTS) as ResNet-50 has them at 224 x 224: (K1, C1, C2) ->
+# (stage, map side, conv 1's layer, conv 2's layer), the layers named as bench/layers.py names them
+CHAIN_PAIRS = {
+    (64, 256, 64): ("res2", 56, "res2 conv3 1x1 64->256 +res", "res2 conv1 1x1 256->64"),
+    (64, 256, 128): ("res2", 56, "res2 conv3 1x1 64->256 +res", "res3 first conv1 1x1 256->128"),
+    (128, 512, 128): ("res3", 28, "res3 conv3 1x1 128->512 +res", "res3 conv1 1x1 512->128"),
+    (128, 512, 256): ("res3", 28, "res3 conv3 1x1 128->512 +res", "res4 first conv1 1x1 512->256"),
+}
+
+
+def bench_chain(torch, n, key, args, bw_tbps, records) -> dict:
+    """A residual block's conv3 (K1 -> C1, + residual, ReLU) and the next block's conv1 (C1 -> C2), key = (K1, C1,
+    C2), as one kernel (plugins/kernels/chain_conv.cu) against the two conv kernels it replaces, each timed as
+    bench_layer times it (autotuned with --autotune): from this run's own records where it has them. Both outputs
+    (poisoned first) are checked against the golden pair (docs/ops.md twice)."""
     from .conv_problem import ChainProblem, DeviceChain, passes_lsb_rule
 
+    k1, c1, c2 = key
+    stage, side, *names = CHAIN_PAIRS[key]
     cur = lambda: torch.cuda.current_stream().cuda_stream
-    problem = ChainProblem.random(n, 56, 56, c2, golden=lambda p: golden_on_device(torch, p).cpu().numpy())
+    problem = ChainProblem.random(n, side, side, c2, golden=lambda p: golden_on_device(torch, p).cpu().numpy(), k1=k1,
+                                  c1=c1)
     fused = DeviceChain(problem)
     ours_ms = graph_time_ms(torch, lambda: fused.run(stream=cur()), args.reps)
     y, z, _, _ = fused.run_checked()
     diffs = [np.abs(out.astype(np.int32) - problem.golden_conv(i).astype(np.int32)) for i, out in enumerate((y, z))]
     stats = {"exact_fraction": float(min((d == 0).mean() for d in diffs)), "max_abs_diff": int(max(d.max() for d in diffs))}
-    names = ("res2 conv3 1x1 64->256 +res", "res2 conv1 1x1 256->64" if c2 == 64 else "res3 first conv1 1x1 256->128")
     mine = {r["layer"]: r for r in records if r["batch"] == n}
     parts = [mine.get(name) or bench_layer(torch, name, shape, i == 0, args, bw_tbps)
              for i, (name, shape) in enumerate(zip(names, problem.shapes))]
     unfused_ms = sum(r["ours_ms"] for r in parts)
     unfused = " + ".join(f"{r['tactic'].split('_')[0]}/s{r['splits']}" for r in parts)
     conv1, conv2 = problem.shapes
-    m = n * 56 * 56
+    m = n * side * side
     macs = conv1.k * conv1.c + conv2.k * conv2.c
-    rec = {"layer": f"res2 conv3 + residual -> conv1 256->{c2}, one kernel", "batch": n, "M": m, "N": conv1.k,
-           "K": macs, "K_gemm": macs, "residual": True, "tactic": f"chain/c{c2}", "family": "wgmma", "splits": 1,
-           "form": "CHW32", "fused_block": True, "replaces": 2, "heuristic": f"chain/c{c2}", "heuristic_ms": ours_ms, "ours_ms": ours_ms,
+    # (res2's records keep the names their history lines have)
+    tactic = f"chain/c{c2}" if stage == "res2" else f"chain/{k1}-{c1}-{c2}"
+    rec = {"layer": f"{stage} conv3 + residual -> conv1 {c1}->{c2}, one kernel", "batch": n, "M": m, "N": conv1.k,
+           "K": macs, "K_gemm": macs, "residual": True, "tactic": tactic, "family": "wgmma", "splits": 1,
+           "form": "CHW32", "fused_block": True, "replaces": 2, "heuristic": tactic, "heuristic_ms": ours_ms, "ours_ms": ours_ms,
            "unfused_ms": unfused_ms, "unfused": unfused, "correct": passes_lsb_rule(stats), **stats}
     moved = m * (conv1.c + 2 * conv1.k + conv2.k) + conv1.k * conv1.c + conv2.k * conv2.c  # x, residual, y, z, weights
     rec.update(floors(moved, 2.0 * m * macs, ours_ms, bw_tbps))
@@ -383,10 +397,13 @@ def run(args) -> int:
             records.append({**bench_stem_pool(torch, shape, args, bw), "device": device})
         if name.startswith("res2 conv1 "):  # and res2's identity blocks as the fused bottleneck kernel
             records.append({**bench_bottleneck(torch, shape.n, args, bw, records), "device": device})
-        if name.startswith("res2 conv1 ") and chain_conv.device_refusal() is None:
-            # and, on Hopper, res2's conv3 -> next conv1 pairs as the chain kernel: within res2, and into res3
-            for c2 in chain_conv.C2_CHOICES:
-                records.append({**bench_chain(torch, shape.n, c2, args, bw, records), "device": device})
+        stage = name.split(" ")[0]
+        if name.startswith(f"{stage} conv1 ") and chain_conv.device_refusal() is None:
+            # and, on Hopper, the stage's conv3 -> next conv1 pairs as the chain kernel (after the stage's conv3 and
+            # conv1 records): within res2 and into res3, within res3 and into res4
+            for key, (pair_stage, *_) in CHAIN_PAIRS.items():
+                if pair_stage == stage and key in chain_conv.VARIANTS:
+                    records.append({**bench_chain(torch, shape.n, key, args, bw, records), "device": device})
         torch.cuda.empty_cache()
     date = datetime.date.today().isoformat()
     result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),

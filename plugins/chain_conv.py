@@ -8,14 +8,16 @@ through shared memory. Both outputs are bit-identical to the two ops in sequence
 same requantize code), so the golden reference is fused_conv_int8 twice. docs/design/chain-conv.md has the layout,
 the shared-memory budget and the bytes it saves.
 
-Built for ResNet-50's res2 boundaries: K1 = 64, C1 = 256, C2 = 64 (res2 -> res2) or 128 (res2 -> res3's first conv1),
-any N, H, W with H * W a multiple of 8. `refusal` says in one line why a pair is not taken.
+Built for ResNet-50's res2 and res3 boundaries (VARIANTS): K1 = 64, C1 = 256, C2 = 64 (res2 -> res2) or 128 (res2 ->
+res3's first conv1); K1 = 128, C1 = 512, C2 = 128 (res3 -> res3) or 256 (res3 -> res4's first conv1); any N, H, W with
+H * W a multiple of 8. `refusal` says in one line why a pair is not taken.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
+from dataclasses import dataclass
 
 from .conv_params import fast_divmod
 from .conv_shape import H100_SMS, ConvShape
@@ -26,34 +28,68 @@ ENTRY = "trtfuse_chain_conv"
 ARCH = "sm_90a"
 TILE = 64  # pixels per tile (chain_conv.cu: BM)
 THREADS = 384  # two consumer warpgroups and the producer's
-STAGES = 4  # ring slots (x tile + residual tile): each consumer warpgroup's current tile and its next
-K1 = 64  # conv 1's input channels
-C1 = 256  # conv 1's output channels = conv 2's input channels
-C2_CHOICES = (64, 128)  # conv 2's output channels
 SHARED_LIMIT = 227 * 1024  # sm_90's opt-in shared memory per block
 
 
-def smem_bytes(k1: int = K1, c1: int = C1, c2: int = 64, stages: int = STAGES) -> int:
-    """chain_conv.cu's Smem::BYTES + 1024 for aligning it (compiled in as CHAIN_SMEM, where a static_assert compares):
-    both weights, each consumer warpgroup's y tile, the ring of x + residual tiles, the folded factors, mbarriers."""
-    weights = k1 * c1 + c1 * c2
-    a_tiles = 2 * TILE * c1
-    ring = stages * TILE * (k1 + c1)
-    factors = 2 * (c1 + c2) * 4
-    return weights + a_tiles + ring + factors + (2 * stages + 1) * 8 + 1024
+@dataclass(frozen=True)
+class Variant:
+    """One build of the kernel (chain_conv.cu's defines): conv 1 k1 -> c1 channels, conv 2 c1 -> c2."""
+
+    k1: int
+    c1: int
+    c2: int
+    stages: int  # ring slots of x tile + residual tile
+    w2_stages: int  # 0: W2 resident; else W2 streamed per tile through a ring of that many k32 chunks
+    a_in_slot: bool  # GEMM2's A tile written over the residual tile in its ring slot (else one per consumer warpgroup)
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.k1, self.c1, self.c2)
+
+    @property
+    def name(self) -> str:
+        return f"{self.k1}-{self.c1}-{self.c2}"
+
+    def smem_parts(self) -> dict:
+        """chain_conv.cu's Smem, by part: docs/design/chain-conv.md's budget tables."""
+        w2 = (self.w2_stages or self.c1 // 32) * self.c2 * 32
+        return {"W1": self.k1 * self.c1, "W2": w2, "A tiles": 0 if self.a_in_slot else 2 * TILE * self.c1,
+                "ring": self.stages * TILE * (self.k1 + self.c1), "factors": 2 * (self.c1 + self.c2) * 4,
+                "mbarriers": (2 * self.stages + 1 + 2 * self.w2_stages) * 8, "alignment": 1024}
+
+    @property
+    def smem_bytes(self) -> int:
+        """Smem::BYTES + 1024 for aligning it (compiled in as CHAIN_SMEM, where a static_assert compares)."""
+        return sum(self.smem_parts().values())
+
+    def defines(self) -> dict:
+        d = {"CHAIN_K1": self.k1, "CHAIN_C1": self.c1, "CHAIN_C2": self.c2, "CHAIN_STAGES": self.stages}
+        if self.w2_stages or self.a_in_slot:  # (res2's builds keep the defines, and the cache keys, they had)
+            d.update(CHAIN_W2_STAGES=self.w2_stages, CHAIN_A_IN_SLOT=int(self.a_in_slot))
+        return {**d, "CHAIN_SMEM": self.smem_bytes}
 
 
-def variant(c2: int) -> dict:
-    """The NVRTC defines of the kernel for conv 2's output channels."""
-    if c2 not in C2_CHOICES:
-        raise ValueError(f"conv 2 has {c2} output channels; the kernel is built for {C2_CHOICES}")
-    return {"CHAIN_K1": K1, "CHAIN_C1": C1, "CHAIN_C2": c2, "CHAIN_STAGES": STAGES, "CHAIN_SMEM": smem_bytes(c2=c2)}
+# res2 (K1 64, C1 256): both weights (32 or 48 KB) and two 32 KB A tiles leave room for 4 slots of 20 KB (x 4 KB +
+# residual 16 KB). res3 (K1 128, C1 512): W1 is 64 KB and a slot 40 KB (x 8 KB + residual 32 KB), so the
+# A tiles go into the slots (two slots: each consumer warpgroup's tile), and a 128 KB W2 (into res4's first conv1,
+# 256 channels) is streamed through 8 chunks of 8 KB. docs/design/chain-conv.md has the tables.
+VARIANTS = {v.key: v for v in (Variant(64, 256, 64, 4, 0, False), Variant(64, 256, 128, 4, 0, False),
+                                Variant(128, 512, 128, 2, 0, True), Variant(128, 512, 256, 2, 8, True))}
 
 
-def compile_chain(c2: int, target: str = "cubin", use_cache: bool = True):
+def variant_of(conv1: ConvShape, c2: int) -> Variant:
+    key = (conv1.c, conv1.k, c2)
+    if key not in VARIANTS:
+        raise ValueError(f"no chain kernel computes {conv1.c} -> {conv1.k} -> {c2} channels; it is built for "
+                         + ", ".join(v.name for v in VARIANTS.values()))
+    return VARIANTS[key]
+
+
+def compile_chain(key: tuple[int, int, int], target: str = "cubin", use_cache: bool = True):
+    """The build of VARIANTS[key], key = (K1, C1, C2)."""
     from .nvrtc import compile_kernel
 
-    return compile_kernel(SOURCE, variant(c2), ARCH, target, use_cache)
+    return compile_kernel(SOURCE, VARIANTS[key].defines(), ARCH, target, use_cache)
 
 
 def _pointwise_refusal(name: str, shape: ConvShape) -> str | None:
@@ -72,12 +108,16 @@ def refusal(conv1: ConvShape, conv2: ConvShape) -> str | None:
         why = _pointwise_refusal(name, shape)
         if why:
             return why
-    if (conv1.c, conv1.k) != (K1, C1):
-        return f"conv 1 is {conv1.c} -> {conv1.k} channels, the kernel computes {K1} -> {C1}"
+    firsts = sorted({(k1, c1) for k1, c1, _ in VARIANTS})
+    if (conv1.c, conv1.k) not in firsts:
+        return (f"conv 1 is {conv1.c} -> {conv1.k} channels, the kernel computes "
+                + " or ".join(f"{k1} -> {c1}" for k1, c1 in firsts))
     if conv2.c != conv1.k or (conv2.n, conv2.h, conv2.w) != (conv1.n, conv1.h, conv1.w):
         return f"conv 2's input {conv2.n}x{conv2.c}x{conv2.h}x{conv2.w} is not conv 1's output {conv1.n}x{conv1.k}x{conv1.h}x{conv1.w}"
-    if conv2.k not in C2_CHOICES:
-        return f"conv 2 has {conv2.k} output channels, the kernel computes {' or '.join(map(str, C2_CHOICES))}"
+    c2s = [c2 for k1, c1, c2 in VARIANTS if (k1, c1) == (conv1.c, conv1.k)]
+    if conv2.k not in c2s:
+        return (f"conv 2 has {conv2.k} output channels, after a {conv1.c} -> {conv1.k} conv 1 the kernel computes "
+                + " or ".join(map(str, c2s)))
     if conv1.h * conv1.w % 8:
         return f"a {conv1.h}x{conv1.w} map does not come in 8-pixel groups (the tile's TMA boxes are whole groups)"
     if conv1.n * conv1.h * conv1.w >= 2**31:
@@ -112,18 +152,20 @@ def tensor_map_args(conv1: ConvShape, c2: int) -> dict:
     * x and the residual: the CHW32 tensor [N][CB][H][W][32] as (32, 8, CB, G, N), G = H * W / 8 groups of 8
       pixels: a box of box_groups groups x every channel block lands [group][block][8][32]. x's with 32-byte swizzle
       (wgmma's operand A, each k32 step from byte 256 * block, 8-row groups CB * 256 bytes apart); the residual's
-      unswizzled (read by the epilogue's threads).
+      unswizzled (read by the epilogue's threads), or, where GEMM2's A tile is written over it (a_in_slot), with the
+      32-byte swizzle too, so that the y bytes written in its place make wgmma's operand A as x's do.
     * weights: the packed [Kpad][KGpad] matrix with its rows permuted inside each 32-channel block, dims (KGpad, e 2,
       q 4, jj 4, Kpad / 32) with row strides (1, 8, 2, 32), so box row e + 2q + 8jj + 32b is channel 32b + 8q + 2jj + e:
       wgmma column 8(4b + jj) + 2q + e then holds it, and a thread's accumulators are 8 consecutive channels (as the
       pixel-major wgmma tiles, plugins/wgmma.py). One box of 32 bytes of GEMM-K x every row per k32 step, 32-byte
       swizzle."""
+    v = variant_of(conv1, c2)
     n, h, w = conv1.n, conv1.h, conv1.w
     hw, groups, gb = h * w, h * w // 8, box_groups(conv1)
     args = {}
-    for name, blocks, swizzle in (("x", K1 // 32, 32), ("res", C1 // 32, 0)):
+    for name, blocks, swizzle in (("x", v.k1 // 32, 32), ("res", v.c1 // 32, 32 if v.a_in_slot else 0)):
         args[name] = ((32, 8, blocks, groups, n), (32, hw * 32, 256, blocks * hw * 32), (32, 8, blocks, gb, 1), (1,) * 5, swizzle)
-    for name, kg, rows in (("w1", K1, C1), ("w2", C1, c2)):
+    for name, kg, rows in (("w1", v.k1, v.c1), ("w2", v.c1, c2)):
         args[name] = (*permuted_weight_map(kg, rows, 32, rows), 32)
     for name, (dims, strides, box, es, swizzle) in args.items():
         # besides the encoder's limits: no box larger than its tensor, whole 16-byte inner rows
@@ -151,15 +193,16 @@ def grid(conv1: ConvShape, sms: int = H100_SMS, max_ctas: int | None = None) -> 
 
 
 def device_refusal() -> str | None:
-    """Why the current GPU cannot run the kernel, or None."""
+    """Why the current GPU cannot run every variant of the kernel, or None."""
     from . import cuda_driver as cd
 
     device = cd.current_device()
     if cd.compute_capability(device) != "sm_90":
         return f"the chain kernel needs an sm_90 GPU (wgmma, TMA); this one is {cd.compute_capability(device)}"
     optin = cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
-    if optin < smem_bytes(c2=max(C2_CHOICES)):
-        return f"the kernel needs {smem_bytes(c2=max(C2_CHOICES))} bytes of shared memory per CTA, the GPU gives {optin}"
+    need = max(v.smem_bytes for v in VARIANTS.values())
+    if optin < need:
+        return f"the kernel needs {need} bytes of shared memory per CTA, the GPU gives {optin}"
     return None
 
 
@@ -182,7 +225,7 @@ def launch_chain(shapes: tuple[ConvShape, ConvShape], x: int, residual: int, res
     maps = [encode_tensor_map(5, ptr, *args[name]) for name, ptr in (("x", x), ("res", residual), ("w1", w1), ("w2", w2))]
     p = params(conv1, conv2, dict(scale1=s1, bias1=b1, out_scale1=o1, residual_scale=residual_scale, y=y, scale2=s2,
                                   bias2=b2, out_scale2=o2, z=z), relu)
-    defines = variant(conv2.k)
+    defines = variant_of(conv1, conv2.k).defines()
     smem = defines["CHAIN_SMEM"]
     fn = cd.kernel_module(SOURCE, defines, arch=ARCH).function(ENTRY, smem)
     ctas = grid(conv1, cd.device_attribute("MULTIPROCESSOR_COUNT"), max_ctas)

@@ -227,24 +227,30 @@ def test_wgmma_struct_mirrors_the_kernel():
 from trtfuse.plugins import chain_conv  # noqa: E402
 
 
-@pytest.mark.parametrize("c2", chain_conv.C2_CHOICES)
-def test_chain_conv_compiles_for_sm90a_without_spills(c2):
-    k = chain_conv.compile_chain(c2)
+@pytest.mark.parametrize("key", list(chain_conv.VARIANTS), ids=lambda k: chain_conv.VARIANTS[k].name)
+def test_chain_conv_compiles_for_sm90a_without_spills(key):
+    v = chain_conv.VARIANTS[key]
+    k = chain_conv.compile_chain(key)
     assert k.image[:4] == b"\x7fELF"
     assert set(k.resources) == {chain_conv.ENTRY}, k.log
     res = k.resources[chain_conv.ENTRY]
     assert not k.spills() and res["stack"] == 0, k.log
     assert res["registers"] * chain_conv.THREADS <= 65536
     assert "serialized" not in k.log, k.log  # ptxas' "wgmma.mma_async instructions are serialized" advisory
-    assert chain_conv.smem_bytes(c2=c2) <= chain_conv.SHARED_LIMIT
-    ptx = chain_conv.compile_chain(c2, "ptx").image.decode(errors="replace")
-    for needle in (f"wgmma.mma_async.sync.aligned.m64n{chain_conv.C1}k32.s32.s8.s8", f"wgmma.mma_async.sync.aligned.m64n{c2}k32.s32.s8.s8",
+    assert "warning" not in k.log, k.log
+    assert v.smem_bytes <= chain_conv.SHARED_LIMIT
+    ptx = chain_conv.compile_chain(key, "ptx").image.decode(errors="replace")
+    # GEMM1 in passes of at most 256 channels (one wgmma's N), GEMM2 in one
+    for needle in (f"wgmma.mma_async.sync.aligned.m64n{min(v.c1, 256)}k32.s32.s8.s8", f"wgmma.mma_async.sync.aligned.m64n{v.c2}k32.s32.s8.s8",
                    "cp.async.bulk.tensor.5d", "fence.proxy.async.shared::cta", "setmaxnreg.inc", "setmaxnreg.dec"):
         assert needle in ptx, needle
+    # every k32 step its own wgmma, unrolled: GEMM1's passes x K1 / 32, then GEMM2's C1 / 32
+    wgmmas = sum("wgmma.mma_async" in line for line in ptx.splitlines())
+    assert wgmmas == v.c1 // min(v.c1, 256) * (v.k1 // 32) + v.c1 // 32
 
 
 def test_chain_conv_refuses_plain_sm90():
     from trtfuse.plugins.nvrtc import compile_kernel
 
     with pytest.raises(Exception, match="sm_90a"):
-        compile_kernel(chain_conv.SOURCE, chain_conv.variant(64), "sm_90", "cubin", use_cache=False)
+        compile_kernel(chain_conv.SOURCE, chain_conv.VARIANTS[64, 256, 64].defines(), "sm_90", "cubin", use_cache=False)

@@ -8,15 +8,28 @@
 // computed row goes unstored but in the batch's last tile), all C1 and all C2 channels. Pixels are on wgmma's M, so
 // each thread's accumulators are 8 consecutive channels of a pixel (the weight rows permuted by their tensor maps).
 // A CTA is persistent and has three warpgroups:
-//   producer (the last)  loads both weights once (resident), then per tile the x tile and the residual tile by TMA
-//                        into a ring slot;
+//   producer (the last)  loads W1 once (resident), W2 once too unless it is streamed (below), then per tile the x
+//                        tile and the residual tile by TMA into a ring slot;
 //   consumers 0 and 1    take the CTA's tiles in turn; per tile:
-//     GEMM1      wgmma m64nC1k32 x K1/32: A = the x tile (ring slot), B = W1 (resident)
+//     GEMM1      per pass of N1 = min(C1, 256) channels (one wgmma's N; C1 / N1 passes, so no more than 128
+//                accumulators are live): wgmma m64nN1k32 x K1/32, A = the x tile (ring slot), B = W1's rows of the pass
 //     epilogue 1 docs/ops.md with the residual (ring slot) and ReLU: y's 8-byte CHW32 pieces to global memory, and
-//                the same bytes into the warpgroup's A tile, laid out as wgmma's K-major 32-byte-swizzled operand
-//     GEMM2      wgmma m64nC2k32 x C1/32: A = that tile, B = W2 (resident)
+//                the same bytes into GEMM2's A tile, laid out as wgmma's K-major 32-byte-swizzled operand
+//     GEMM2      wgmma m64nC2k32 x C1/32: A = that tile, B = W2
 //     epilogue 2 docs/ops.md without a residual: z's 8-byte CHW32 pieces to global memory.
 // One warpgroup's epilogues run while the other's GEMMs hold the tensor cores.
+//
+// Where the A tiles go (CHAIN_A_IN_SLOT) and whether W2 is resident (CHAIN_W2_STAGES) are what lets C1 = 512 fit in
+// 227 KB (docs/design/chain-conv.md has the budgets):
+//   A_IN_SLOT 0   each consumer warpgroup has an A tile of its own; the residual lands unswizzled and the ring slot is
+//                 free once epilogue 1 has read it (K1 = 64, C1 = 256: res2);
+//   A_IN_SLOT 1   the residual lands with the 32-byte swizzle, already wgmma's operand layout, and epilogue 1 writes
+//                 each y piece over the residual piece it has just read (the same thread, the same 8 bytes), so the
+//                 slot's residual tile becomes GEMM2's A tile; the slot is free once GEMM2 is done (C1 = 512: res3);
+//   W2_STAGES 0   W2 is resident;
+//   W2_STAGES S   W2 (C2 x C1, 128 KB for C2 = 256) does not fit beside W1 and two slots: a second producer thread
+//                 streams it per tile, one k32 step (C2 x 32 bytes) at a time, through a ring of S such chunks, from
+//                 L2 (every CTA reads the same weights).
 #include "conv_params.cuh"
 #include "wgmma_pipeline.cuh"
 #include "wgmma_pixel_requantize.cuh"
@@ -38,21 +51,34 @@
 #ifndef CHAIN_STAGES
 #define CHAIN_STAGES 4
 #endif
+#ifndef CHAIN_W2_STAGES
+#define CHAIN_W2_STAGES 0
+#endif
+#ifndef CHAIN_A_IN_SLOT
+#define CHAIN_A_IN_SLOT 0
+#endif
 
 namespace trtfuse {
 namespace chain {
 
-constexpr int K1 = CHAIN_K1, C1 = CHAIN_C1, C2 = CHAIN_C2, STAGES = CHAIN_STAGES;
+constexpr int K1 = CHAIN_K1, C1 = CHAIN_C1, C2 = CHAIN_C2, STAGES = CHAIN_STAGES, W2_STAGES = CHAIN_W2_STAGES;
+constexpr bool A_IN_SLOT = CHAIN_A_IN_SLOT != 0;
 constexpr int BM = 64;                      // pixels per tile: one warpgroup's m64
 constexpr int GROUPS = BM / 8;              // 8-pixel groups per tile
 constexpr int CONSUMERS = 2;                // consumer warpgroups
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int KT1 = K1 / 32, KT2 = C1 / 32;  // k32 steps of the two GEMMs (1x1: a step is a 32-channel block)
+constexpr int W2_RING = W2_STAGES > 0 ? W2_STAGES : 1;  // (W2's ring type must exist where it is not used)
+constexpr int N1 = C1 < 256 ? C1 : 256;     // GEMM1's channels per pass (one wgmma's N)
+constexpr int PASSES1 = C1 / N1;
 // setmaxnreg: the 168 registers a thread gets at launch (65536 / 384, in units of 8) moved to the consumers
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 static_assert(kProducerRegs + CONSUMERS * kConsumerRegs <= (CONSUMERS + 1) * (65536 / THREADS / 8 * 8), "register pool");
 static_assert(K1 % 32 == 0 && C1 % 32 == 0 && C2 % 32 == 0, "whole 32-channel blocks");
-static_assert(C1 <= 256 && C2 <= 256, "one wgmma's N per GEMM");
+static_assert(C1 % N1 == 0 && C2 <= 256, "GEMM1 in whole passes of one wgmma's N, GEMM2 in one");
+// A chunk is released once the wgmma after it is issued and it is done (wgmma_wait<1>): the next chunk's load must not
+// wait for the one being read
+static_assert(W2_STAGES == 0 || W2_STAGES >= 2, "a streamed W2 needs two chunks at least");
 // The first accumulator of each word converts on the XU pipe (s32_to_float_small, as the resident-weight wgmma tiles
 // do): exact while |acc| <= 2^24, which GEMM-K <= 1024 guarantees (|x * w| <= 2^14).
 constexpr int kAccOnXu = 1;
@@ -63,18 +89,20 @@ static_assert(K1 <= 1024 && C1 <= 1024, "|acc| <= 2^24 for s32_to_float_small");
 // as its TMA box lands them, K1 * 8 bytes apart).
 struct Smem {
   static constexpr int W1 = 0;                          // KT1 x [C1 rows][32], rows permuted (plugins/chain_conv.py)
-  static constexpr int W2 = W1 + KT1 * C1 * 32;         // KT2 x [C2 rows][32], likewise
-  static constexpr int A_TILE = BM * C1;                // a consumer's y tile: KT2 x [64 pixels][32]
-  static constexpr int A = W2 + KT2 * C2 * 32;
+  static constexpr int W2_CHUNK = C2 * 32;              // one k32 step of W2: [C2 rows][32], likewise
+  static constexpr int W2 = W1 + KT1 * C1 * 32;         // KT2 chunks (resident) or W2_STAGES (the streamed ring)
+  static constexpr int A_TILE = A_IN_SLOT ? 0 : BM * C1;  // a consumer's y tile: KT2 x [64 pixels][32]
+  static constexpr int A = W2 + (W2_STAGES ? W2_STAGES : KT2) * W2_CHUNK;
   static constexpr int X_BYTES = BM * K1;               // x tile [group][K1 / 32][8][32], 32-byte swizzle
-  static constexpr int RES_BYTES = BM * C1;             // residual tile [group][C1 / 32][8][32], unswizzled
+  static constexpr int RES_BYTES = BM * C1;             // residual tile [group][C1 / 32][8][32], swizzled if A_IN_SLOT
   static constexpr int SLOT = X_BYTES + RES_BYTES;
   static constexpr int RING = A + CONSUMERS * A_TILE;
   static constexpr int FACTORS = RING + STAGES * SLOT;  // folded scale1, bias1 [C1], scale2, bias2 [C2]
-  static constexpr int BARS = FACTORS + 2 * (C1 + C2) * 4;  // full[STAGES], empty[STAGES], the weights' one
-  static constexpr int BYTES = BARS + (2 * STAGES + 1) * 8;
-  static_assert(W2 % 1024 == 0 && A % 1024 == 0 && RING % 1024 == 0 && SLOT % 1024 == 0 && X_BYTES % 1024 == 0,
-                "swizzled tiles and TMA boxes start 1024-byte aligned");
+  static constexpr int BARS = FACTORS + 2 * (C1 + C2) * 4;  // full[STAGES], empty[STAGES], the resident weights' one
+  static constexpr int W2_BARS = BARS + (2 * STAGES + 1) * 8;  // the streamed W2's full[W2_STAGES], empty[W2_STAGES]
+  static constexpr int BYTES = W2_BARS + 2 * W2_STAGES * 8;
+  static_assert(W2 % 1024 == 0 && W2_CHUNK % 1024 == 0 && A % 1024 == 0 && RING % 1024 == 0 && SLOT % 1024 == 0 &&
+                X_BYTES % 1024 == 0, "swizzled tiles and TMA boxes start 1024-byte aligned");
 };
 #ifdef CHAIN_SMEM
 static_assert(CHAIN_SMEM == Smem::BYTES + 1024, "plugins/chain_conv.py: smem_bytes must give this kernel's shared memory");
@@ -107,6 +135,14 @@ __device__ __forceinline__ int a_tile_offset(int px, int b, int q) {
   return b * BM * 32 + px * 32 + (((q >> 1) ^ ((px >> 2) & 1)) << 4) + ((q & 1) << 3);
 }
 
+// Where bytes 8q .. 8q + 7 of channel block b of a ring slot's residual tile row r (0 .. 7) of group g lie, relative
+// to the tile: [group][C1 / 32][8][32], the 16-byte half XOR-ed with bit 2 of the row where the residual lands with
+// the 32-byte swizzle (A_IN_SLOT), as the box rows of the x tile do.
+__device__ __forceinline__ int residual_offset(int g, int b, int r, int q) {
+  const int piece = A_IN_SLOT ? (((q >> 1) ^ ((r >> 2) & 1)) << 4) + ((q & 1) << 3) : 8 * q;
+  return g * C1 * 8 + b * 256 + r * 32 + piece;
+}
+
 // A tile's first wgmma overwrites its accumulators (scale-d false): they need no value before it. An empty asm gives
 // them one without an instruction, so neither GEMM's accumulators are carried across tiles, and GEMM1's (C1 / 2
 // registers) and GEMM2's (C2 / 2) are never live at once.
@@ -122,22 +158,44 @@ __device__ __forceinline__ size_t chw32_piece(const ChainParams& p, int m, int b
   return ((size_t)n * blocks * p.hw + pix) * 32 + 8 * q;
 }
 
-// The producer thread: both weights once, then per tile its x and residual boxes into the next ring slot. The tensors
-// are viewed as (32, 8, blocks, G, N), G = H * W / 8 groups of 8 pixels per image (plugins/chain_conv.py), a box being
-// box_groups groups x every block, landing [group][block][8][32]. box_groups divides G, so no box crosses an image;
-// boxes past the batch (its last tile) load the batch's last box again: their rows are never stored.
+// The streamed W2: per tile of the CTA, in the order the consumers take them, its KT2 k32 chunks into W2's ring; the
+// CTA's i-th tile reads ring uses i * KT2 .. i * KT2 + KT2 - 1.
+__device__ __forceinline__ void stream_w2(const sm90::TensorMap* tmap_w2, const ChainParams& p, uint32_t base) {
+  sm90::prefetch_tensor_map(tmap_w2);
+  const MbarrierRing<W2_RING> ring{base + Smem::W2_BARS, base + Smem::W2_BARS + W2_STAGES * 8};
+  PipelineState<W2_RING> it{0};
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+    for (int j = 0; j < KT2; ++j, ++it) {
+      ring.wait_empty(it);
+      sm90::mbar_arrive_expect_tx(ring.full(it), Smem::W2_CHUNK);
+      sm90::tma_load_5d(base + Smem::W2 + it.index() * Smem::W2_CHUNK, tmap_w2, ring.full(it), 32 * j, 0, 0, 0, 0);
+    }
+  }
+}
+
+// The producer thread: the resident weights once, then per tile its x and residual boxes into the next ring slot. The
+// tensors are viewed as (32, 8, blocks, G, N), G = H * W / 8 groups of 8 pixels per image (plugins/chain_conv.py), a
+// box being box_groups groups x every block, landing [group][block][8][32]. box_groups divides G, so no box crosses an
+// image; boxes past the batch (its last tile) load the batch's last box again: their rows are never stored.
 __device__ __forceinline__ void produce(const sm90::TensorMap* tmap_x, const sm90::TensorMap* tmap_res,
                                         const sm90::TensorMap* tmap_w1, const sm90::TensorMap* tmap_w2,
                                         const ChainParams& p, uint32_t base) {
   sm90::regs_dealloc<kProducerRegs>();
+  if constexpr (W2_STAGES > 0) {
+    if (threadIdx.x == 128 * CONSUMERS + 32) {  // a warp of its own, so W2's ring never holds up the tiles' loads
+      stream_w2(tmap_w2, p, base);
+      return;
+    }
+  }
   if (threadIdx.x != 128 * CONSUMERS) return;
   sm90::prefetch_tensor_map(tmap_x);
   sm90::prefetch_tensor_map(tmap_res);
   const MbarrierRing<STAGES> ring{base + Smem::BARS, base + Smem::BARS + STAGES * 8};
   const uint32_t weights_full = ring.empty0 + STAGES * 8;
-  sm90::mbar_arrive_expect_tx(weights_full, KT1 * C1 * 32 + KT2 * C2 * 32);
+  sm90::mbar_arrive_expect_tx(weights_full, KT1 * C1 * 32 + (W2_STAGES ? 0 : KT2 * Smem::W2_CHUNK));
   for (int j = 0; j < KT1; ++j) sm90::tma_load_5d(base + Smem::W1 + j * C1 * 32, tmap_w1, weights_full, 32 * j, 0, 0, 0, 0);
-  for (int j = 0; j < KT2; ++j) sm90::tma_load_5d(base + Smem::W2 + j * C2 * 32, tmap_w2, weights_full, 32 * j, 0, 0, 0, 0);
+  if constexpr (W2_STAGES == 0)
+    for (int j = 0; j < KT2; ++j) sm90::tma_load_5d(base + Smem::W2 + j * C2 * 32, tmap_w2, weights_full, 32 * j, 0, 0, 0, 0);
   const int last_box = p.N * p.groups_per_image - p.box_groups;
   PipelineState<STAGES> it{0};
   for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, ++it) {
@@ -196,7 +254,7 @@ __device__ __forceinline__ void consume(const ChainParams& p, int8_t* smem, uint
   for (int i = first, tile = blockIdx.x + first * gridDim.x; tile < p.tiles; i += CONSUMERS, tile += CONSUMERS * gridDim.x) {
     const PipelineState<STAGES> it{i};  // the CTA's i-th tile fills ring use i (the producer walks them in order)
     const uint32_t slot = base + Smem::RING + it.index() * Smem::SLOT;
-    const int8_t* residual = smem + Smem::RING + it.index() * Smem::SLOT + Smem::X_BYTES;
+    int8_t* const residual = smem + Smem::RING + it.index() * Smem::SLOT + Smem::X_BYTES;
     bool ok[2];
     size_t y_off[2], z_off[2];
 #pragma unroll
@@ -207,50 +265,80 @@ __device__ __forceinline__ void consume(const ChainParams& p, int8_t* smem, uint
       z_off[h] = ok[h] ? chw32_piece(p, m, C2 / 32, q) : 0;
     }
 
-    // GEMM1: y's accumulators, pixels x C1
-    int acc1[C1 / 2];
-    fresh_accumulators(acc1);
-    ring.wait_full(it);
-    sm90::wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < KT1; ++j)
-      sm90::WgmmaS8<C1>::mma(acc1, sm90::desc_kmajor(slot + j * 256, K1 * 8, 3),
-                             sm90::desc_kmajor_sw32(base + Smem::W1 + j * C1 * 32), j > 0);
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    // Every warp of the warpgroup is past its previous tile's GEMM2, which read the A tile rewritten below.
-    sm90::named_barrier(2 + wg, 128);
+    for (int pass = 0; pass < PASSES1; ++pass) {
+      // GEMM1: y's accumulators, pixels x the pass's N1 channels
+      int acc1[N1 / 2];
+      fresh_accumulators(acc1);
+      if (pass == 0) ring.wait_full(it);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < KT1; ++j)
+        sm90::WgmmaS8<N1>::mma(acc1, sm90::desc_kmajor(slot + j * 256, K1 * 8, 3),
+                               sm90::desc_kmajor_sw32(base + Smem::W1 + j * C1 * 32 + pass * N1 * 32), j > 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      // Every warp of the warpgroup is past its previous tile's GEMM2, which read the A tile rewritten below.
+      if (!A_IN_SLOT && pass == 0) sm90::named_barrier(2 + wg, 128);
 
-    // Epilogue 1: y = requantize(acc1 + residual), to global memory and into the A tile.
+      // Epilogue 1: y = requantize(acc1 + residual), to global memory and into the A tile.
 #pragma unroll
-    for (int b = 0; b < C1 / 32; ++b) {
-      float4 sc[2], bi[2];
-      block_factors(scale1, bias1, b, q, sc, bi);
+      for (int b = 0; b < N1 / 32; ++b) {
+        const int cb = pass * (N1 / 32) + b;  // y's channel block
+        float4 sc[2], bi[2];
+        block_factors(scale1, bias1, cb, q, sc, bi);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // residual pixel px[h] = group 2 warp + h, row lane / 4 of it
-        const uint2 res = *reinterpret_cast<const uint2*>(residual + (2 * warp + h) * C1 * 8 + b * 256 + (lane / 4) * 32 + 8 * q);
-        const uint2 out = requantize_8_channels<kAccOnXu, C1 / 2, true>(acc1, b, h, sc, bi, res, rs, relu1);
-        if (ok[h]) *reinterpret_cast<uint2*>(p.y + y_off[h] + (size_t)b * p.hw * 32) = out;
-        *reinterpret_cast<uint2*>(a_tile + a_tile_offset(px[h], b, q)) = out;
+        for (int h = 0; h < 2; ++h) {
+          // residual pixel px[h] = group 2 warp + h, row lane / 4 of it
+          const int r_off = residual_offset(2 * warp + h, cb, lane / 4, q);
+          const uint2 res = *reinterpret_cast<const uint2*>(residual + r_off);
+          const uint2 out = requantize_8_channels<kAccOnXu, N1 / 2, true>(acc1, b, h, sc, bi, res, rs, relu1);
+          if (ok[h]) *reinterpret_cast<uint2*>(p.y + y_off[h] + (size_t)cb * p.hw * 32) = out;
+          // A_IN_SLOT: over the residual bytes just read, by the one thread that reads and writes them
+          *reinterpret_cast<uint2*>(A_IN_SLOT ? residual + r_off : a_tile + a_tile_offset(px[h], cb, q)) = out;
+        }
       }
     }
-    __syncwarp();
-    if (lane == 0) sm90::mbar_arrive(ring.empty(it));  // this warp's reads of the slot are done
+    if (!A_IN_SLOT) {
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(ring.empty(it));  // this warp's reads of the slot are done
+    }
     // The A tile, written through the generic proxy, is read next by wgmma (the async proxy), every warp's rows.
     sm90::fence_proxy_async_shared();
     sm90::named_barrier(2 + wg, 128);
 
-    // GEMM2: z's accumulators, pixels x C2, over y's C1 channels
+    // GEMM2: z's accumulators, pixels x C2, over y's C1 channels. The A tile in the slot has the x tile's layout
+    // (8-row groups C1 * 8 bytes apart); the warpgroup's own has 8-row groups 256 bytes apart.
     int acc2[C2 / 2];
     fresh_accumulators(acc2);
     sm90::wgmma_fence();
+    if constexpr (W2_STAGES == 0) {
 #pragma unroll
-    for (int j = 0; j < KT2; ++j)
-      sm90::WgmmaS8<C2>::mma(acc2, sm90::desc_kmajor_sw32(a_addr + j * BM * 32),
-                             sm90::desc_kmajor_sw32(base + Smem::W2 + j * C2 * 32), j > 0);
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
+      for (int j = 0; j < KT2; ++j)
+        sm90::WgmmaS8<C2>::mma(acc2, A_IN_SLOT ? sm90::desc_kmajor(slot + Smem::X_BYTES + j * 256, C1 * 8, 3)
+                                               : sm90::desc_kmajor_sw32(a_addr + j * BM * 32),
+                               sm90::desc_kmajor_sw32(base + Smem::W2 + j * C2 * 32), j > 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+    } else {
+      const MbarrierRing<W2_RING> w2{base + Smem::W2_BARS, base + Smem::W2_BARS + W2_STAGES * 8};
+#pragma unroll
+      for (int j = 0; j < KT2; ++j) {
+        const PipelineState<W2_RING> chunk{i * KT2 + j};
+        w2.wait_full(chunk);
+        sm90::WgmmaS8<C2>::mma(acc2, A_IN_SLOT ? sm90::desc_kmajor(slot + Smem::X_BYTES + j * 256, C1 * 8, 3)
+                                               : sm90::desc_kmajor_sw32(a_addr + j * BM * 32),
+                               sm90::desc_kmajor_sw32(base + Smem::W2 + chunk.index() * Smem::W2_CHUNK), j > 0);
+        sm90::wgmma_commit();
+        if (j > 0) {  // the previous chunk's wgmma is done: its chunk may be loaded over
+          sm90::wgmma_wait<1>();
+          if (lane == 0) sm90::mbar_arrive(w2.empty(chunk.previous()));
+        }
+      }
+      sm90::wgmma_wait<0>();
+      if (lane == 0) sm90::mbar_arrive(w2.empty(PipelineState<W2_RING>{i * KT2 + KT2 - 1}));
+    }
+    if (A_IN_SLOT && lane == 0) sm90::mbar_arrive(ring.empty(it));  // this warp's wgmmas are done with the slot
 
     // Epilogue 2: z = requantize(acc2), no residual.
 #pragma unroll
@@ -285,6 +373,10 @@ extern "C" __global__ void __launch_bounds__(chain::THREADS, 1)
       sm90::mbar_init(base + Smem::BARS + 8 * (STAGES + s), 4);      // empty: the 4 warps of the consuming warpgroup
     }
     sm90::mbar_init(base + Smem::BARS + 16 * STAGES, 1);             // the resident weights
+    for (int s = 0; s < W2_STAGES; ++s) {
+      sm90::mbar_init(base + Smem::W2_BARS + 8 * s, 1);               // full: the W2 thread's arrive + the bytes
+      sm90::mbar_init(base + Smem::W2_BARS + 8 * (W2_STAGES + s), 4);  // empty: the 4 warps of the consuming warpgroup
+    }
     sm90::fence_barrier_init();
   }
   __syncthreads();
