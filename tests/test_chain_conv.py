@@ -2,7 +2,9 @@
 struct against the kernel's, and its data movement replayed on the CPU: the TMA boxes of plugins/chain_conv.py's tensor
 maps, the ring slot and A tile layouts with their 32-byte swizzle, the wgmma accumulator layout, the epilogues' lane map
 and store offsets, exactly as chain_conv.cu computes them, must give the golden pair (fused_conv_int8 twice) with every
-output byte stored once. tests/test_chain_conv_gpu.py checks the kernel itself on Hopper."""
+output byte stored once, for every variant (res2's: an A tile per consumer warpgroup, W2 resident; res3's: GEMM1 in two
+passes, the A tile written over the swizzled residual in its slot, W2 resident or streamed through its ring).
+tests/test_chain_conv_gpu.py checks the kernel itself on Hopper."""
 
 import ctypes
 import re
@@ -18,30 +20,52 @@ from trtfuse.plugins.layout import pack_nchwv, pack_weight, unpack_chw32
 from trtfuse.plugins.reference import fma_f32, folded_scales
 from trtfuse.plugins.tactics import ConvShape
 
-K1, C1, BM = chain_conv.K1, chain_conv.C1, chain_conv.TILE
+BM = chain_conv.TILE
+RES2, RES3 = (64, 256), (128, 512)  # (K1, C1)
 
 
-def pair(n: int, h: int, w: int, c2: int) -> tuple[ConvShape, ConvShape]:
-    return ConvShape(n, K1, h, w, C1, 1, 1), ConvShape(n, C1, h, w, c2, 1, 1)
+def pair(n: int, h: int, w: int, c2: int, first=RES2) -> tuple[ConvShape, ConvShape]:
+    k1, c1 = first
+    return ConvShape(n, k1, h, w, c1, 1, 1), ConvShape(n, c1, h, w, c2, 1, 1)
 
 
-@pytest.mark.parametrize("c2", chain_conv.C2_CHOICES)
-def test_resnet50_res2_pairs_are_taken(c2):
+@pytest.mark.parametrize("key", list(chain_conv.VARIANTS), ids=lambda k: chain_conv.VARIANTS[k].name)
+def test_resnet50_pairs_are_taken(key):
+    """res2's at 56 x 56, res3's at 28 x 28 (224 x 224 images) and at 8 x 8 (64 x 64 images: one tile per image)."""
+    k1, c1, c2 = key
     for n in (1, 8, 256):
-        assert chain_conv.refusal(*pair(n, 56, 56, c2)) is None
+        for side in ((56, 16) if c1 == 256 else (28, 8)):
+            assert chain_conv.refusal(*pair(n, side, side, c2, (k1, c1))) is None
 
 
 @pytest.mark.parametrize("conv1,conv2,reason", [
-    (ConvShape(8, 128, 28, 28, 512, 1, 1), ConvShape(8, 512, 28, 28, 128, 1, 1), "channels"),  # res3 -> res3
-    (ConvShape(8, K1, 56, 56, C1, 1, 1), ConvShape(8, C1, 56, 56, 256, 1, 1), "output channels"),
-    (ConvShape(8, K1, 56, 56, C1, 1, 1), ConvShape(8, C1, 56, 56, 64, 3, 3, (1, 1), (1, 1, 1, 1)), "1x1 stride-1"),
-    (ConvShape(8, K1, 56, 56, C1, 1, 1), ConvShape(8, C1, 56, 56, 128, 1, 1, (2, 2)), "1x1 stride-1"),
-    (ConvShape(8, K1, 56, 56, C1, 1, 1), ConvShape(8, C1, 28, 28, 64, 1, 1), "not conv 1's output"),
-    (ConvShape(8, K1, 7, 7, C1, 1, 1), ConvShape(8, C1, 7, 7, 64, 1, 1), "8-pixel groups"),
+    (ConvShape(8, 256, 14, 14, 1024, 1, 1), ConvShape(8, 1024, 14, 14, 256, 1, 1), "64 -> 256 or 128 -> 512"),  # res4
+    (ConvShape(8, 64, 56, 56, 256, 1, 1), ConvShape(8, 256, 56, 56, 256, 1, 1), "the kernel computes 64 or 128"),
+    (ConvShape(8, 128, 28, 28, 512, 1, 1), ConvShape(8, 512, 28, 28, 64, 1, 1), "the kernel computes 128 or 256"),
+    (ConvShape(8, 128, 28, 28, 512, 1, 1), ConvShape(8, 512, 28, 28, 1024, 1, 1, (2, 2)), "1x1 stride-1"),  # res4's downsample
+    (ConvShape(8, 64, 56, 56, 256, 1, 1), ConvShape(8, 256, 56, 56, 64, 3, 3, (1, 1), (1, 1, 1, 1)), "1x1 stride-1"),
+    (ConvShape(8, 64, 56, 56, 256, 1, 1), ConvShape(8, 256, 56, 56, 128, 1, 1, (2, 2)), "1x1 stride-1"),
+    (ConvShape(8, 64, 56, 56, 256, 1, 1), ConvShape(8, 256, 28, 28, 64, 1, 1), "not conv 1's output"),
+    (ConvShape(8, 128, 28, 28, 512, 1, 1), ConvShape(8, 256, 28, 28, 128, 1, 1), "not conv 1's output"),
+    (ConvShape(8, 64, 7, 7, 256, 1, 1), ConvShape(8, 256, 7, 7, 64, 1, 1), "8-pixel groups"),
+    (ConvShape(8, 128, 7, 7, 512, 1, 1), ConvShape(8, 512, 7, 7, 128, 1, 1), "8-pixel groups"),
 ])
 def test_other_pairs_are_refused_saying_why(conv1, conv2, reason):
     why = chain_conv.refusal(conv1, conv2)
     assert why and reason in why, why
+
+
+def test_every_variant_fits_and_the_kernel_checks_the_budget():
+    """Each variant's shared memory fits sm_90's 227 KB, and the launcher's sum is what the kernel's Smem comes to
+    (CHAIN_SMEM, compared by a static_assert in chain_conv.cu: tests/test_kernel_build.py compiles every variant)."""
+    for v in chain_conv.VARIANTS.values():
+        assert v.smem_bytes <= chain_conv.SHARED_LIMIT, v
+        assert v.defines()["CHAIN_SMEM"] == v.smem_bytes
+        assert (v.c1 <= 256) == (not v.a_in_slot)  # res2 keeps its A tiles (and its code); res3 writes y over the residual
+    # res2's builds keep their defines (and so their compile cache keys and code)
+    assert chain_conv.VARIANTS[64, 256, 64].defines() == {"CHAIN_K1": 64, "CHAIN_C1": 256, "CHAIN_C2": 64, "CHAIN_STAGES": 4,
+                                                          "CHAIN_SMEM": 151112}
+    assert [chain_conv.VARIANTS[k].smem_bytes for k in chain_conv.VARIANTS] == [151112, 168008, 219176, 220328]
 
 
 def test_params_struct_mirrors_the_kernel():
@@ -98,15 +122,21 @@ def requantize(acc, a, b, res, rs, relu: bool) -> np.ndarray:
 
 
 def a_tile_offset(px, b, q):
-    """chain_conv.cu: a_tile_offset."""
+    """chain_conv.cu: a_tile_offset (a consumer warpgroup's own A tile)."""
     return b * BM * 32 + px * 32 + (((q >> 1) ^ ((px >> 2) & 1)) << 4) + ((q & 1) << 3)
 
 
-def resident_weight(flat: np.ndarray, args, steps: int) -> np.ndarray:
-    """The producer's weight boxes, one per k32 step at (32 j, 0, 0, 0, 0), as wgmma's B: [box row][GEMM-K]."""
+def residual_offset(g, b, r, q, c1: int, swizzled: bool):
+    """chain_conv.cu: residual_offset."""
+    piece = (((q >> 1) ^ ((r >> 2) & 1)) << 4) + ((q & 1) << 3) if swizzled else 8 * q
+    return g * c1 * 8 + b * 256 + r * 32 + piece
+
+
+def weight_boxes(flat: np.ndarray, args, steps: int) -> list[np.ndarray]:
+    """The producers' weight boxes, one per k32 step j at (32 j, 0, 0, 0, 0), each as wgmma's B: [box row][32]."""
     dims, strides, box, es, _ = args
     view = map_view(flat, dims, strides)
-    return np.concatenate([tma_box(view, (32 * j, 0, 0, 0, 0), box, es).reshape(-1, 32) for j in range(steps)], axis=1)
+    return [tma_box(view, (32 * j, 0, 0, 0, 0), box, es).reshape(-1, 32) for j in range(steps)]
 
 
 def epilogue_lanes(blocks: int):
@@ -123,24 +153,32 @@ def epilogue_lanes(blocks: int):
     return warp, lane, h, b, i, q, px, col
 
 
-def replay(problem: ChainProblem):
+POISON = -1000  # no int8 value: a byte read before anything wrote it shows
+
+
+def replay(problem: ChainProblem, max_ctas: int | None = None):
     """(y, z, y store counts, z store counts) as the kernel's CTAs compute and store them, logical NCHW."""
     conv1, conv2 = problem.convs
     sh, c2 = conv1.shape, conv2.shape.k
+    k1, c1 = sh.c, sh.k
+    v = chain_conv.variant_of(sh, c2)
+    n1 = min(c1, 256)  # GEMM1's channels per pass
+    kt2 = c1 // 32
     hw, pixels = sh.h * sh.w, sh.n * sh.h * sh.w
     args = chain_conv.tensor_map_args(sh, c2)
+    assert args["res"][4] == (32 if v.a_in_slot else 0)
     p = chain_conv.params(sh, conv2.shape, {}, (conv1.relu, conv2.relu))
     x_view = map_view(pack_nchwv(conv1.x, 32).ravel().astype(np.int64), *args["x"][:2])
     res_view = map_view(pack_nchwv(conv1.residual, 32).ravel().astype(np.int64), *args["res"][:2])
-    w1 = resident_weight(pack_weight(conv1.w, 32).ravel().astype(np.int64), args["w1"], K1 // 32)
-    w2 = resident_weight(pack_weight(conv2.w, 32).ravel().astype(np.int64), args["w2"], C1 // 32)
-    a1, b1, rs = folded_scales(conv1.scale[:C1], conv1.bias[:C1], float(conv1.out_scale[0]), float(conv1.residual_scale[0]))
+    w1 = np.concatenate(weight_boxes(pack_weight(conv1.w, 32).ravel().astype(np.int64), args["w1"], k1 // 32), axis=1)
+    w2_chunks = weight_boxes(pack_weight(conv2.w, 32).ravel().astype(np.int64), args["w2"], kt2)
+    a1, b1, rs = folded_scales(conv1.scale[:c1], conv1.bias[:c1], float(conv1.out_scale[0]), float(conv1.residual_scale[0]))
     a2, b2, _ = folded_scales(conv2.scale[:c2], conv2.bias[:c2], float(conv2.out_scale[0]), None)
-    y, z = np.zeros(sh.n * C1 * hw, np.int64), np.zeros(sh.n * c2 * hw, np.int64)
+    y, z = np.zeros(sh.n * c1 * hw, np.int64), np.zeros(sh.n * c2 * hw, np.int64)
     y_count, z_count = np.zeros_like(y), np.zeros_like(z)
-    x_bytes = BM * K1
+    x_bytes = BM * k1
     last_box = p.N * p.groups_per_image - p.box_groups
-    lanes1, lanes2 = epilogue_lanes(C1 // 32), epilogue_lanes(c2 // 32)
+    lanes1, lanes2 = epilogue_lanes(n1 // 32), epilogue_lanes(c2 // 32)
 
     def store(out, count, channels, val, px, b, q, i):  # an epilogue's 8-byte CHW32 pieces, the pixels past the batch not
         m = tile * BM + px
@@ -150,47 +188,86 @@ def replay(problem: ChainProblem):
         out[off[ok]] = val[ok]
         np.add.at(count, off[ok], 1)
 
-    for tile in range(p.tiles):
-        # the producer's boxes into a ring slot: x with 32-byte swizzle, the residual as it lands
-        slot = np.full(x_bytes + BM * C1, -1000, np.int64)
-        for g in range(0, 8, p.box_groups):
-            n, group = divmod(min(tile * 8 + g, last_box), p.groups_per_image)
-            xb = tma_box(x_view, (0, 0, 0, group, n), args["x"][2], args["x"][3]).ravel()
-            slot[sw32(g * K1 * 8 + np.arange(xb.size))] = xb
-            rb = tma_box(res_view, (0, 0, 0, group, n), args["res"][2], args["res"][3]).ravel()
-            slot[x_bytes + g * C1 * 8 + np.arange(rb.size)] = rb
-        assert (slot != -1000).all(), "a slot byte the copy engine never wrote"
-        # GEMM1: A = desc_kmajor(slot + 256 j, K1 * 8, 3), B = the W1 boxes
-        acc1 = np.concatenate([wgmma_operand(slot, 256 * j, K1 * 8, BM) for j in range(K1 // 32)], axis=1) @ w1.T
-        warp, lane, h, b, i, q, px, col = lanes1
-        ch = 32 * b + 8 * q + i
-        res = slot[x_bytes + (2 * warp + h) * C1 * 8 + b * 256 + (lane // 4) * 32 + 8 * q + i]
-        val = requantize(acc1[px, col], a1[ch], b1[ch], res, rs, conv1.relu)
-        store(y, y_count, C1, val, px, b, q, i)
-        a_tile = np.full(BM * C1, -1000, np.int64)
-        a_off = a_tile_offset(px, b, q) + i
-        a_tile[a_off] = val
-        assert (a_tile != -1000).all() and np.unique(a_off).size == a_off.size, "the A tile is every byte written once"
-        # GEMM2: A = desc_kmajor_sw32(A tile + 2048 j), B = the W2 boxes
-        acc2 = np.concatenate([wgmma_operand(a_tile, BM * 32 * j, 256, BM) for j in range(C1 // 32)], axis=1) @ w2.T
-        warp, lane, h, b, i, q, px, col = lanes2
-        ch = 32 * b + 8 * q + i
-        val = requantize(acc2[px, col], a2[ch], b2[ch], None, None, conv2.relu)
-        store(z, z_count, c2, val, px, b, q, i)
+    ctas = chain_conv.grid(sh, 132, max_ctas)
+    for cta in range(ctas):
+        # the streamed W2's ring (W2_STAGES chunks): its thread fills use u (chunk u % KT2) into slot u % W2_STAGES once
+        # use u - W2_STAGES is released; the consumer waiting for use c has released every use up to c - 2
+        w2_ring = np.full((max(v.w2_stages, 1), c2, 32), POISON, np.int64)
+        filled, cta_tiles = 0, len(range(cta, p.tiles, ctas))
+        for i, tile in enumerate(range(cta, p.tiles, ctas)):
+            # the producer's boxes into a ring slot: x with 32-byte swizzle, the residual as it lands
+            slot = np.full(x_bytes + BM * c1, POISON, np.int64)
+            for g in range(0, 8, p.box_groups):
+                n, group = divmod(min(tile * 8 + g, last_box), p.groups_per_image)
+                xb = tma_box(x_view, (0, 0, 0, group, n), args["x"][2], args["x"][3]).ravel()
+                slot[sw32(g * k1 * 8 + np.arange(xb.size))] = xb
+                rb = tma_box(res_view, (0, 0, 0, group, n), args["res"][2], args["res"][3]).ravel()
+                at = x_bytes + g * c1 * 8 + np.arange(rb.size)  # x_bytes is 1024-aligned: the swizzle's phase is the box's
+                slot[sw32(at) if v.a_in_slot else at] = rb
+            assert (slot != POISON).all(), "a slot byte the copy engine never wrote"
+            a_tile = np.full(BM * c1, POISON, np.int64)
+            written = []
+            for pss in range(c1 // n1):
+                # GEMM1 pass: A = desc_kmajor(slot + 256 j, K1 * 8, 3), B = W1's box rows pss * N1 .. + N1
+                x_op = np.concatenate([wgmma_operand(slot, 256 * j, k1 * 8, BM) for j in range(k1 // 32)], axis=1)
+                acc1 = x_op @ w1[pss * n1:(pss + 1) * n1].T
+                warp, lane, h, b, i8, q, px, col = lanes1
+                cb = pss * (n1 // 32) + b
+                ch = 32 * cb + 8 * q + i8
+                r_off = x_bytes + residual_offset(2 * warp + h, cb, lane // 4, q, c1, v.a_in_slot) + i8
+                res = slot[r_off]
+                val = requantize(acc1[px, col], a1[ch], b1[ch], res, rs, conv1.relu)
+                store(y, y_count, c1, val, px, cb, q, i8)
+                if v.a_in_slot:  # over the residual bytes the same thread has just read
+                    slot[r_off] = val
+                    written.append(r_off.ravel())
+                else:
+                    a_tile[a_tile_offset(px, cb, q) + i8] = val
+                    written.append((a_tile_offset(px, cb, q) + i8).ravel())
+            written = np.concatenate(written)
+            assert np.unique(written).size == written.size == BM * c1, "the A tile is every byte written once"
+            if v.a_in_slot:
+                assert np.array_equal(np.sort(written), x_bytes + np.arange(BM * c1)), "y over every residual byte"
+                a_ops = [wgmma_operand(slot, x_bytes + 256 * j, c1 * 8, BM) for j in range(kt2)]
+            else:
+                a_ops = [wgmma_operand(a_tile, BM * 32 * j, 256, BM) for j in range(kt2)]
+            # GEMM2: B = W2's k32 chunks, resident or from the streamed ring (each k32 step's wgmma done before its
+            # chunk is released and loaded over)
+            acc2 = np.zeros((BM, c2), np.int64)
+            for j in range(kt2):
+                if v.w2_stages:
+                    use = i * kt2 + j
+                    while filled < min(use - 1 + v.w2_stages, cta_tiles * kt2):
+                        w2_ring[filled % v.w2_stages] = w2_chunks[filled % kt2]
+                        filled += 1
+                    acc2 += a_ops[j] @ w2_ring[use % v.w2_stages].T
+                else:
+                    acc2 += a_ops[j] @ w2_chunks[j].T
+            warp, lane, h, b, i8, q, px, col = lanes2
+            ch = 32 * b + 8 * q + i8
+            val = requantize(acc2[px, col], a2[ch], b2[ch], None, None, conv2.relu)
+            store(z, z_count, c2, val, px, b, q, i8)
 
     def logical(flat, k):
         return unpack_chw32(flat.reshape(sh.n, k // 32, sh.h, sh.w, 32), k)
 
-    return logical(y, C1), logical(z, c2), y_count, z_count
+    return logical(y, c1), logical(z, c2), y_count, z_count
 
 
-# 2 x 16 x 16 (8 whole tiles, 32-group images: boxes of 8 groups); 3 x 12 x 10 (360 pixels: boxes of 1 group, a last
-# tile of 40 pixels whose boxes past the batch reload its last one); 1 x 4 x 6 (24 pixels, under one tile)
-@pytest.mark.parametrize("n,h,w,c2", [(2, 16, 16, 64), (3, 12, 10, 128), (1, 4, 6, 64), (1, 28, 28, 128)],
-                         ids=lambda v: str(v))
-def test_replay_gives_the_golden_pair_storing_each_byte_once(n, h, w, c2):
-    problem = ChainProblem.random(n, h, w, c2, seed=n * 100 + h + w)
-    y, z, y_count, z_count = replay(problem)
+# res2: 2 x 16 x 16 (8 whole tiles, 32-group images: boxes of 8 groups); 3 x 12 x 10 (360 pixels: boxes of 1 group, a
+# last tile of 40 pixels whose boxes past the batch reload its last one); 1 x 4 x 6 (24 pixels, under one tile).
+# res3: the same kinds of shape, 28 x 28 (12.25 tiles: boxes of 2 groups) and 8 x 8 (one tile an image), and CTAs
+# walking several tiles (max_ctas), so the streamed W2's ring wraps round many times.
+@pytest.mark.parametrize("n,h,w,c2,first,max_ctas", [
+    (2, 16, 16, 64, RES2, None), (3, 12, 10, 128, RES2, None), (1, 4, 6, 64, RES2, None), (1, 28, 28, 128, RES2, None),
+    (1, 28, 28, 128, RES3, None), (2, 8, 8, 256, RES3, None), (3, 12, 10, 256, RES3, 2), (1, 4, 6, 128, RES3, None),
+    (1, 28, 28, 256, RES3, 3), (2, 8, 8, 128, RES3, 1),
+], ids=lambda v: str(v))
+def test_replay_gives_the_golden_pair_storing_each_byte_once(n, h, w, c2, first, max_ctas):
+    k1, c1 = first
+    problem = ChainProblem.random(n, h, w, c2, seed=n * 100 + h + w + c2, k1=k1, c1=c1)
+    y, z, y_count, z_count = replay(problem, max_ctas)
     y_ref, z_ref = problem.golden()
     assert (y_count == 1).all() and (z_count == 1).all()
     assert np.array_equal(y, y_ref) and np.array_equal(z, z_ref)
+
