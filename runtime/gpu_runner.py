@@ -15,8 +15,9 @@ from a device sample library by index (read_images_from): the Offline harness th
 
 With fuse_chain (on by default), a residual block's last conv (FusedConvAdd 1x1) and a 1x1 FusedConv that reads its
 output (the next block's first conv) run as one kernel where plugins/chain_conv.py takes the pair and the GPU can run
-it (chain_conv.refusal, device_refusal): on res2, the block output's tile goes from one GEMM to the next through shared
-memory instead of a write and a read-back through HBM (plugins/kernels/chain_conv.cu; both outputs still written).
+it (chain_conv.refusal, device_refusal): on ResNet-50's res2 and res3 (into the next stage's first conv1 too), the block
+output's tile goes from one GEMM to the next through shared memory instead of a write and a read-back through HBM
+(plugins/kernels/chain_conv.cu; both outputs still written).
 
 With fuse_bottleneck=True (off by default: exact, but on the H200 slower than the three wgmma conv kernels it
 replaces, 0.495 against 0.258 ms at batch 256; docs/PERF.md), each identity bottleneck

@@ -20,9 +20,19 @@ def _hopper():
         pytest.skip(refused)
 
 
+VARIANTS = list(chain_conv.VARIANTS)
+IDS = [chain_conv.VARIANTS[k].name for k in VARIANTS]
+
 # res2 at batch 2 (98 whole tiles of 64 pixels); 3 x 28 x 28 (2352 pixels: the last tile has 48, boxes of 2 groups);
-# 9 x 8 (72 pixels, 9 groups: one-group boxes, a last tile of 8 pixels); 4 x 6 (24 pixels, less than one tile)
-SIZES = [(2, 56, 56), (3, 28, 28), (1, 9, 8), (1, 4, 6)]
+# 9 x 8 (72 pixels, 9 groups: one-group boxes, a last tile of 8 pixels); 4 x 6 (24 pixels, less than one tile).
+# res3 (C1 = 512) at batch 2 (1568 pixels: a last tile of 32); 8 x 8 (one tile an image, res3 at 64 x 64 images).
+SIZES = {256: [(2, 56, 56), (3, 28, 28), (1, 9, 8), (1, 4, 6)], 512: [(2, 28, 28), (3, 8, 8), (1, 9, 8), (1, 4, 6)]}
+CASES = [(key, size) for key in VARIANTS for size in SIZES[key[1]]]
+
+
+def random_problem(key, n, h, w, relu=(True, True), seed=None) -> ChainProblem:
+    k1, c1, c2 = key
+    return ChainProblem.random(n, h, w, c2, relu, seed=seed, k1=k1, c1=c1)
 
 
 def check(problem: ChainProblem, fused: DeviceChain) -> None:
@@ -35,29 +45,34 @@ def check(problem: ChainProblem, fused: DeviceChain) -> None:
 
 
 @pytest.mark.parametrize("relu2", [True, False], ids=["relu", "no-relu"])
-@pytest.mark.parametrize("c2", chain_conv.C2_CHOICES)
-@pytest.mark.parametrize("n,h,w", SIZES, ids=lambda v: str(v))
-def test_chain_equals_golden_and_the_two_convs(n, h, w, c2, relu2):
-    problem = ChainProblem.random(n, h, w, c2, (True, relu2), seed=n * 1000 + h * 10 + w + c2)
+@pytest.mark.parametrize("key,size", CASES, ids=[f"{chain_conv.VARIANTS[k].name}-{s}" for k, s in CASES])
+def test_chain_equals_golden_and_the_two_convs(key, size, relu2):
+    n, h, w = size
+    problem = random_problem(key, n, h, w, (True, relu2), seed=n * 1000 + h * 10 + w + key[2] + key[1])
     assert chain_conv.refusal(*problem.shapes) is None
     check(problem, DeviceChain(problem))
 
 
-@pytest.mark.parametrize("c2", chain_conv.C2_CHOICES)
+@pytest.mark.parametrize("key", VARIANTS, ids=IDS)
 @pytest.mark.parametrize("max_ctas", [1, 3])
-def test_ctas_walking_many_tiles(c2, max_ctas):
-    """Few CTAs: each consumer warpgroup takes many tiles, the ring's phases wrap round many times."""
-    problem = ChainProblem.random(2, 56, 56, c2, seed=max_ctas + c2)
+def test_ctas_walking_many_tiles(key, max_ctas):
+    """Few CTAs: each consumer warpgroup takes many tiles, the rings' phases (the streamed W2's too) wrap round many
+    times."""
+    side = 56 if key[1] == 256 else 28
+    problem = random_problem(key, 2, side, side, seed=max_ctas + key[2] + key[1])
     check(problem, DeviceChain(problem, max_ctas=max_ctas))
 
 
-def test_without_relu_on_the_first_conv():
-    problem = ChainProblem.random(3, 28, 28, 64, (False, True), seed=11)
+@pytest.mark.parametrize("key", [(64, 256, 64), (128, 512, 128), (128, 512, 256)],
+                         ids=lambda k: chain_conv.VARIANTS[k].name)
+def test_without_relu_on_the_first_conv(key):
+    problem = random_problem(key, 3, 28, 28, (False, True), seed=11)
     check(problem, DeviceChain(problem))
 
 
-def test_chain_replays_give_the_same_bits():
-    fused = DeviceChain(ChainProblem.random(3, 28, 28, 128, seed=7), max_ctas=2)
+@pytest.mark.parametrize("key", [(64, 256, 128), (128, 512, 256)], ids=lambda k: chain_conv.VARIANTS[k].name)
+def test_chain_replays_give_the_same_bits(key):
+    fused = DeviceChain(random_problem(key, 3, 28, 28, seed=7), max_ctas=2)
     first = fused.run_checked()
     for _ in range(3):
         again = fused.run_checked()
