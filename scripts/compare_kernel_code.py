@@ -5,7 +5,8 @@
 Each side is a tree of the repository (the base: `git archive REV`, kept under the temporary directory per commit;
 the other: this working tree), imported as `trtfuse` in a process of its own, so each compiles with its own kernel
 sources and its own tactic objects. The variants are the tactic table, every profiling build bench/wgmma_diag.py
-times and the timeline builds of the channel-major ping-pong tactics (bench/wgmma_timeline.py), keyed by label.
+times, the timeline builds of the channel-major ping-pong tactics (bench/wgmma_timeline.py) and the chained 1x1 convs
+kernel's builds ("chain K1-C1-C2", plugins/chain_conv.py), keyed by label.
 
 For each variant it prints whether the PTX for sm_90a is identical once line info, comments and the unused .global
 scalars NVRTC emits for constexpr constants are dropped (`same`), identical once virtual registers are renumbered in
@@ -49,6 +50,22 @@ def import_tree(tree: Path) -> None:
             setattr(sys.modules[name.rsplit(".", 1)[0]], name.rsplit(".", 1)[1], module)
 
 
+class ChainBuild(tuple):
+    """A build of the chained 1x1 convs kernel (plugins/chain_conv.py), (K1, C1, C2)."""
+
+
+def chain_builds() -> dict:
+    """The chain kernel's builds, labelled "chain K1-C1-C2": a tree's VARIANTS table, or, in a tree from before it,
+    res2's two (K1, C1 and C2_CHOICES); none in a tree without the kernel."""
+    try:
+        from trtfuse.plugins import chain_conv
+    except ImportError:
+        return {}
+    keys = list(chain_conv.VARIANTS) if hasattr(chain_conv, "VARIANTS") else \
+        [(chain_conv.K1, chain_conv.C1, c2) for c2 in chain_conv.C2_CHOICES]
+    return {f"chain {k1}-{c1}-{c2}": ChainBuild((k1, c1, c2)) for k1, c1, c2 in keys}
+
+
 def variants() -> list[tuple[str, object]]:
     import dataclasses
 
@@ -61,12 +78,18 @@ def variants() -> list[tuple[str, object]]:
         if i in TACTICS_BY_ID:
             out[f"timeline w{i}"] = dataclasses.replace(TACTICS_BY_ID[i], timeline=1)
             out[f"timeline+diag1 w{i}"] = dataclasses.replace(TACTICS_BY_ID[i], timeline=1, diag=1)
+    out.update(chain_builds())
     return list(out.items())
 
 
 def compile_variant(tactic, target: str) -> bytes:
     """The tree's own way of compiling a tactic: plugins/wgmma.py's compile_tactic where it exists, else the source
-    with the tactic's -D defines."""
+    with the tactic's -D defines; a chain build through the tree's chain_conv.compile_chain (keyed by C2 alone before
+    its VARIANTS table)."""
+    if isinstance(tactic, ChainBuild):
+        from trtfuse.plugins import chain_conv
+
+        return chain_conv.compile_chain(tuple(tactic) if hasattr(chain_conv, "VARIANTS") else tactic[2], target).image
     from trtfuse.plugins import wgmma
 
     if hasattr(wgmma, "compile_tactic"):
@@ -167,8 +190,9 @@ def worker(tree: str, labels: list[str], out: str, sass: bool) -> None:
 
 
 def with_sass(label: str) -> bool:
-    """SASS for the table's tactics, the ones that run; the profiling builds' PTX alone says they are unchanged."""
-    return label.startswith("table")
+    """SASS for the table's tactics and the chain builds, the ones that run; the profiling builds' PTX alone says they
+    are unchanged."""
+    return label.startswith(("table", "chain"))
 
 
 def run_side(tree: Path, labels: list[str], workdir: Path, name: str, jobs: int, sass: bool) -> dict:
