@@ -45,7 +45,7 @@ def check(problem: ChainProblem, fused: DeviceChain) -> None:
 
 
 @pytest.mark.parametrize("relu2", [True, False], ids=["relu", "no-relu"])
-@pytest.mark.parametrize("key,size", CASES, ids=[f"{chain_conv.VARIANTS[k].name}-{s}" for k, s in CASES])
+@pytest.mark.parametrize("key,size", CASES, ids=[f"{chain_conv.VARIANTS[k].name}-{'x'.join(map(str, s))}" for k, s in CASES])
 def test_chain_equals_golden_and_the_two_convs(key, size, relu2):
     n, h, w = size
     problem = random_problem(key, n, h, w, (True, relu2), seed=n * 1000 + h * 10 + w + key[2] + key[1])

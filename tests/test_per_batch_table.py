@@ -32,13 +32,18 @@ def test_the_stored_record_attributes_every_step():
     table = per_batch_table(rec["breakdown"], rec["samples_per_s"], rec["batch"])
     counts = {r["group"]: r["count"] for r in table["rows"]}
     # ResNet-50's bottlenecks per stage: 3, 4, 6, 3, each with conv1, conv2, conv3 and one downsample per stage
-    # A block's conv3 run with the next block's conv1 as one kernel (res2's: chain_conv.py) counts as both: the last
-    # res2 block's conv1 partner is res3's first conv1.
-    res2_chains = counts.get("res2 conv3 + residual + next conv1", 0)
-    into_res3 = min(res2_chains, 1)
-    chained = {"res2": (res2_chains - into_res3, res2_chains), "res3": (into_res3, 0)}  # (conv1s, conv3s) in chains
-    for stage, blocks in (("res2", 3), ("res3", 4), ("res4", 6), ("res5", 3)):
-        conv1s, conv3s = chained.get(stage, (0, 0))
+    # A block's conv3 run with the next block's conv1 as one kernel (res2's and res3's: chain_conv.py) counts as both:
+    # a stage's last block's conv1 partner is the next stage's first conv1.
+    stages = ("res2", "res3", "res4", "res5")
+    chained = {stage: [0, 0] for stage in stages}  # (conv1s, conv3s) in chains
+    for stage, after in zip(stages, stages[1:]):
+        chains = counts.get(f"{stage} conv3 + residual + next conv1", 0)
+        into_next = min(chains, 1)
+        chained[stage][0] += chains - into_next
+        chained[stage][1] += chains
+        chained[after][0] += into_next
+    for stage, blocks in zip(stages, (3, 4, 6, 3)):
+        conv1s, conv3s = chained[stage]
         got = [counts.get(f"{stage} {kind}", 0) for kind in ("conv1", "conv2", "conv3", "downsample")]
         assert [got[0] + conv1s, got[1], got[2] + conv3s, got[3]] == [blocks] * 3 + [1]
     assert sum(counts.values()) == len(rec["breakdown"])
