@@ -105,7 +105,7 @@ struct Smem {
                 X_BYTES % 1024 == 0, "swizzled tiles and TMA boxes start 1024-byte aligned");
 };
 #ifdef CHAIN_SMEM
-static_assert(CHAIN_SMEM == Smem::BYTES + 1024, "plugins/chain_conv.py: smem_bytes must give this kernel's shared memory");
+static_assert(CHAIN_SMEM == Smem::BYTES + 1024, "plugins/chain_conv.py: Variant.smem_bytes must give this kernel's shared memory");
 #endif
 
 }  // namespace chain
@@ -144,8 +144,8 @@ __device__ __forceinline__ int residual_offset(int g, int b, int r, int q) {
 }
 
 // A tile's first wgmma overwrites its accumulators (scale-d false): they need no value before it. An empty asm gives
-// them one without an instruction, so neither GEMM's accumulators are carried across tiles, and GEMM1's (C1 / 2
-// registers) and GEMM2's (C2 / 2) are never live at once.
+// them one without an instruction, so neither GEMM's accumulators are carried across tiles (or GEMM1's passes), and
+// GEMM1's (N1 / 2 registers) and GEMM2's (C2 / 2) are never live at once.
 template <int N>
 __device__ __forceinline__ void fresh_accumulators(int (&acc)[N]) {
 #pragma unroll
