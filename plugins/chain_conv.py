@@ -39,7 +39,7 @@ class Variant:
     c1: int
     c2: int
     stages: int  # ring slots of x tile + residual tile
-    w2_stages: int  # 0: W2 resident; else W2 streamed per tile through a ring of that many k32 chunks
+    w2_stages: int  # 0: W2 resident; else W2 streamed per tile through that many k32 chunks, half in each consumer's ring
     a_in_slot: bool  # GEMM2's A tile written over the residual tile in its ring slot (else one per consumer warpgroup)
 
     @property

@@ -27,9 +27,11 @@
 //                 each y piece over the residual piece it has just read (the same thread, the same 8 bytes), so the
 //                 slot's residual tile becomes GEMM2's A tile; the slot is free once GEMM2 is done (C1 = 512: res3);
 //   W2_STAGES 0   W2 is resident;
-//   W2_STAGES S   W2 (C2 x C1, 128 KB for C2 = 256) does not fit beside W1 and two slots: a second producer thread
-//                 streams it per tile, one k32 step (C2 x 32 bytes) at a time, through a ring of S such chunks, from
-//                 L2 (every CTA reads the same weights).
+//   W2_STAGES S   W2 (C2 x C1, 128 KB for C2 = 256) does not fit beside W1 and two slots: it is streamed per tile,
+//                 one k32 step (C2 x 32 bytes) at a time, from L2 (every CTA reads the same weights), through a ring
+//                 of S / 2 such chunks per consumer warpgroup, each filled by a producer thread of its own. (One ring
+//                 shared by both would let the warpgroup on the CTA's next tile wait a whole ring phase ahead of the
+//                 copies, where an mbarrier's parity cannot tell its chunk from the one a lap before.)
 #include "conv_params.cuh"
 #include "wgmma_pipeline.cuh"
 #include "wgmma_pixel_requantize.cuh"
@@ -68,7 +70,7 @@ constexpr int GROUPS = BM / 8;              // 8-pixel groups per tile
 constexpr int CONSUMERS = 2;                // consumer warpgroups
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int KT1 = K1 / 32, KT2 = C1 / 32;  // k32 steps of the two GEMMs (1x1: a step is a 32-channel block)
-constexpr int W2_RING = W2_STAGES > 0 ? W2_STAGES : 1;  // (W2's ring type must exist where it is not used)
+constexpr int W2_RING = W2_STAGES > 0 ? W2_STAGES / CONSUMERS : 1;  // chunks per consumer's W2 ring (1: not used)
 constexpr int N1 = C1 < 256 ? C1 : 256;     // GEMM1's channels per pass (one wgmma's N)
 constexpr int PASSES1 = C1 / N1;
 // setmaxnreg: the 168 registers a thread gets at launch (65536 / 384, in units of 8) moved to the consumers
@@ -78,7 +80,8 @@ static_assert(K1 % 32 == 0 && C1 % 32 == 0 && C2 % 32 == 0, "whole 32-channel bl
 static_assert(C1 % N1 == 0 && C2 <= 256, "GEMM1 in whole passes of one wgmma's N, GEMM2 in one");
 // A chunk is released once the wgmma after it is issued and it is done (wgmma_wait<1>): the next chunk's load must not
 // wait for the one being read
-static_assert(W2_STAGES == 0 || W2_STAGES >= 2, "a streamed W2 needs two chunks at least");
+static_assert(W2_STAGES == 0 || (W2_STAGES % CONSUMERS == 0 && W2_RING >= 2),
+              "a streamed W2 needs two chunks at least in each consumer's ring");
 // The first accumulator of each word converts on the XU pipe (s32_to_float_small, as the resident-weight wgmma tiles
 // do): exact while |acc| <= 2^24, which GEMM-K <= 1024 guarantees (|x * w| <= 2^14).
 constexpr int kAccOnXu = 1;
@@ -90,7 +93,7 @@ static_assert(K1 <= 1024 && C1 <= 1024, "|acc| <= 2^24 for s32_to_float_small");
 struct Smem {
   static constexpr int W1 = 0;                          // KT1 x [C1 rows][32], rows permuted (plugins/chain_conv.py)
   static constexpr int W2_CHUNK = C2 * 32;              // one k32 step of W2: [C2 rows][32], likewise
-  static constexpr int W2 = W1 + KT1 * C1 * 32;         // KT2 chunks (resident) or W2_STAGES (the streamed ring)
+  static constexpr int W2 = W1 + KT1 * C1 * 32;         // KT2 chunks (resident) or W2_STAGES (the streamed rings)
   static constexpr int A_TILE = A_IN_SLOT ? 0 : BM * C1;  // a consumer's y tile: KT2 x [64 pixels][32]
   static constexpr int A = W2 + (W2_STAGES ? W2_STAGES : KT2) * W2_CHUNK;
   static constexpr int X_BYTES = BM * K1;               // x tile [group][K1 / 32][8][32], 32-byte swizzle
@@ -99,7 +102,7 @@ struct Smem {
   static constexpr int RING = A + CONSUMERS * A_TILE;
   static constexpr int FACTORS = RING + STAGES * SLOT;  // folded scale1, bias1 [C1], scale2, bias2 [C2]
   static constexpr int BARS = FACTORS + 2 * (C1 + C2) * 4;  // full[STAGES], empty[STAGES], the resident weights' one
-  static constexpr int W2_BARS = BARS + (2 * STAGES + 1) * 8;  // the streamed W2's full[W2_STAGES], empty[W2_STAGES]
+  static constexpr int W2_BARS = BARS + (2 * STAGES + 1) * 8;  // per consumer: its W2 ring's full[W2_RING], empty[W2_RING]
   static constexpr int BYTES = W2_BARS + 2 * W2_STAGES * 8;
   static_assert(W2 % 1024 == 0 && W2_CHUNK % 1024 == 0 && A % 1024 == 0 && RING % 1024 == 0 && SLOT % 1024 == 0 &&
                 X_BYTES % 1024 == 0, "swizzled tiles and TMA boxes start 1024-byte aligned");
@@ -158,17 +161,25 @@ __device__ __forceinline__ size_t chw32_piece(const ChainParams& p, int m, int b
   return ((size_t)n * blocks * p.hw + pix) * 32 + 8 * q;
 }
 
-// The streamed W2: per tile of the CTA, in the order the consumers take them, its KT2 k32 chunks into W2's ring; the
-// CTA's i-th tile reads ring uses i * KT2 .. i * KT2 + KT2 - 1.
-__device__ __forceinline__ void stream_w2(const sm90::TensorMap* tmap_w2, const ChainParams& p, uint32_t base) {
+// Consumer warpgroup wg's W2 ring: its chunks and its full and empty mbarriers.
+__device__ __forceinline__ uint32_t w2_chunks(uint32_t base, int wg) { return base + Smem::W2 + wg * W2_RING * Smem::W2_CHUNK; }
+__device__ __forceinline__ MbarrierRing<W2_RING> w2_ring(uint32_t base, int wg) {
+  const uint32_t bars = base + Smem::W2_BARS + wg * 2 * W2_RING * 8;
+  return {bars, bars + W2_RING * 8};
+}
+
+// The streamed W2 of consumer warpgroup wg: per tile it takes (the CTA's tiles wg, wg + 2, ..), its KT2 k32 chunks
+// into its ring; its t-th tile reads ring uses t * KT2 .. t * KT2 + KT2 - 1.
+__device__ __forceinline__ void stream_w2(const sm90::TensorMap* tmap_w2, const ChainParams& p, uint32_t base, int wg) {
   sm90::prefetch_tensor_map(tmap_w2);
-  const MbarrierRing<W2_RING> ring{base + Smem::W2_BARS, base + Smem::W2_BARS + W2_STAGES * 8};
+  const MbarrierRing<W2_RING> ring = w2_ring(base, wg);
+  const uint32_t chunks = w2_chunks(base, wg);
   PipelineState<W2_RING> it{0};
-  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+  for (int tile = blockIdx.x + wg * gridDim.x; tile < p.tiles; tile += CONSUMERS * gridDim.x) {
     for (int j = 0; j < KT2; ++j, ++it) {
       ring.wait_empty(it);
       sm90::mbar_arrive_expect_tx(ring.full(it), Smem::W2_CHUNK);
-      sm90::tma_load_5d(base + Smem::W2 + it.index() * Smem::W2_CHUNK, tmap_w2, ring.full(it), 32 * j, 0, 0, 0, 0);
+      sm90::tma_load_5d(chunks + it.index() * Smem::W2_CHUNK, tmap_w2, ring.full(it), 32 * j, 0, 0, 0, 0);
     }
   }
 }
@@ -182,8 +193,10 @@ __device__ __forceinline__ void produce(const sm90::TensorMap* tmap_x, const sm9
                                         const ChainParams& p, uint32_t base) {
   sm90::regs_dealloc<kProducerRegs>();
   if constexpr (W2_STAGES > 0) {
-    if (threadIdx.x == 128 * CONSUMERS + 32) {  // a warp of its own, so W2's ring never holds up the tiles' loads
-      stream_w2(tmap_w2, p, base);
+    // warps 1 and 2 of the producer warpgroup, one per consumer's ring, so no ring holds up another or the tiles' loads
+    const int w2_warp = threadIdx.x / 32 - 4 * CONSUMERS - 1;
+    if (threadIdx.x % 32 == 0 && w2_warp >= 0 && w2_warp < CONSUMERS) {
+      stream_w2(tmap_w2, p, base, w2_warp);
       return;
     }
   }
@@ -321,14 +334,16 @@ __device__ __forceinline__ void consume(const ChainParams& p, int8_t* smem, uint
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
     } else {
-      const MbarrierRing<W2_RING> w2{base + Smem::W2_BARS, base + Smem::W2_BARS + W2_STAGES * 8};
+      const MbarrierRing<W2_RING> w2 = w2_ring(base, wg);
+      const uint32_t chunks = w2_chunks(base, wg);
+      const int t = i / CONSUMERS;  // this warpgroup's t-th tile of the CTA
 #pragma unroll
       for (int j = 0; j < KT2; ++j) {
-        const PipelineState<W2_RING> chunk{i * KT2 + j};
+        const PipelineState<W2_RING> chunk{t * KT2 + j};
         w2.wait_full(chunk);
         sm90::WgmmaS8<C2>::mma(acc2, A_IN_SLOT ? sm90::desc_kmajor(slot + Smem::X_BYTES + j * 256, C1 * 8, 3)
                                                : sm90::desc_kmajor_sw32(a_addr + j * BM * 32),
-                               sm90::desc_kmajor_sw32(base + Smem::W2 + chunk.index() * Smem::W2_CHUNK), j > 0);
+                               sm90::desc_kmajor_sw32(chunks + chunk.index() * Smem::W2_CHUNK), j > 0);
         sm90::wgmma_commit();
         if (j > 0) {  // the previous chunk's wgmma is done: its chunk may be loaded over
           sm90::wgmma_wait<1>();
@@ -336,7 +351,7 @@ __device__ __forceinline__ void consume(const ChainParams& p, int8_t* smem, uint
         }
       }
       sm90::wgmma_wait<0>();
-      if (lane == 0) sm90::mbar_arrive(w2.empty(PipelineState<W2_RING>{i * KT2 + KT2 - 1}));
+      if (lane == 0) sm90::mbar_arrive(w2.empty(PipelineState<W2_RING>{t * KT2 + KT2 - 1}));
     }
     if (A_IN_SLOT && lane == 0) sm90::mbar_arrive(ring.empty(it));  // this warp's wgmmas are done with the slot
 
@@ -373,10 +388,12 @@ extern "C" __global__ void __launch_bounds__(chain::THREADS, 1)
       sm90::mbar_init(base + Smem::BARS + 8 * (STAGES + s), 4);      // empty: the 4 warps of the consuming warpgroup
     }
     sm90::mbar_init(base + Smem::BARS + 16 * STAGES, 1);             // the resident weights
-    for (int s = 0; s < W2_STAGES; ++s) {
-      sm90::mbar_init(base + Smem::W2_BARS + 8 * s, 1);               // full: the W2 thread's arrive + the bytes
-      sm90::mbar_init(base + Smem::W2_BARS + 8 * (W2_STAGES + s), 4);  // empty: the 4 warps of the consuming warpgroup
-    }
+    for (int wg = 0; wg < (W2_STAGES ? CONSUMERS : 0); ++wg)
+      for (int s = 0; s < W2_RING; ++s) {
+        const MbarrierRing<W2_RING> w2 = w2_ring(base, wg);
+        sm90::mbar_init(w2.full0 + 8 * s, 1);   // full: its W2 thread's arrive + the bytes
+        sm90::mbar_init(w2.empty0 + 8 * s, 4);  // empty: the 4 warps of that consumer warpgroup
+      }
     sm90::fence_barrier_init();
   }
   __syncthreads();
