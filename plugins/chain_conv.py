@@ -41,6 +41,9 @@ class Variant:
     stages: int  # ring slots of x tile + residual tile
     w2_stages: int  # 0: W2 resident; else W2 streamed per tile through that many k32 chunks, half in each consumer's ring
     a_in_slot: bool  # GEMM2's A tile written over the residual tile in its ring slot (else one per consumer warpgroup)
+    # False where the variant measured slower than the two conv kernels it replaces (docs/design/chain-conv.md): it is
+    # built, tested and benched, but the GPU runner leaves that pair to the two kernels
+    in_runner: bool = True
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -74,7 +77,7 @@ class Variant:
 # A tiles go into the slots (two slots: each consumer warpgroup's tile), and a 128 KB W2 (into res4's first conv1,
 # 256 channels) is streamed through 8 chunks of 8 KB. docs/design/chain-conv.md has the tables.
 VARIANTS = {v.key: v for v in (Variant(64, 256, 64, 4, 0, False), Variant(64, 256, 128, 4, 0, False),
-                                Variant(128, 512, 128, 2, 0, True), Variant(128, 512, 256, 2, 8, True))}
+                                Variant(128, 512, 128, 2, 0, True), Variant(128, 512, 256, 2, 8, True, in_runner=False))}
 
 
 def variant_of(conv1: ConvShape, c2: int) -> Variant:

@@ -344,7 +344,8 @@ class CudaRunner(Top1Readout):
                 continue
             user_names = op_for_node(user.op_type, user.domain).bind(user.input)
             conv2 = self._conv_shape(user, y_shape)
-            if user_names["x"] == node.output[0] and chain_conv.refusal(conv1, conv2) is None:
+            if (user_names["x"] == node.output[0] and chain_conv.refusal(conv1, conv2) is None
+                    and chain_conv.variant_of(conv1, conv2.k).in_runner):
                 break
         else:
             return None
