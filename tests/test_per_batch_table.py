@@ -31,21 +31,20 @@ def test_the_stored_record_attributes_every_step():
     rec = json.loads(RECORD.read_text())
     table = per_batch_table(rec["breakdown"], rec["samples_per_s"], rec["batch"])
     counts = {r["group"]: r["count"] for r in table["rows"]}
-    # ResNet-50's bottlenecks per stage: 3, 4, 6, 3, each with conv1, conv2, conv3 and one downsample per stage
-    # A block's conv3 run with the next block's conv1 as one kernel (res2's and res3's: chain_conv.py) counts as both:
-    # a stage's last block's conv1 partner is the next stage's first conv1.
+    # ResNet-50's bottlenecks per stage: 3, 4, 6, 3, each with conv1, conv2, conv3 and one downsample per stage. A
+    # block's conv3 run with the next block's conv1 as one kernel (a "(chain)" step) is one row, and counts as both:
+    # each of the step's two nodes is counted in the stage its name says.
     stages = ("res2", "res3", "res4", "res5")
-    chained = {stage: [0, 0] for stage in stages}  # (conv1s, conv3s) in chains
-    for stage, after in zip(stages, stages[1:]):
-        chains = counts.get(f"{stage} conv3 + residual + next conv1", 0)
-        into_next = min(chains, 1)
-        chained[stage][0] += chains - into_next
-        chained[stage][1] += chains
-        chained[after][0] += into_next
+    found = {(stage, kind): 0 for stage in stages for kind in ("conv1", "conv2", "conv3", "downsample")}
+    for b in rec["breakdown"]:
+        if step_group(b["step"]).startswith("res"):
+            for node in b["step"].removesuffix(" (chain)").split(" + "):
+                group = step_group(node)
+                found[tuple(group.split(" ", 1))] += 1
     for stage, blocks in zip(stages, (3, 4, 6, 3)):
-        conv1s, conv3s = chained[stage]
-        got = [counts.get(f"{stage} {kind}", 0) for kind in ("conv1", "conv2", "conv3", "downsample")]
-        assert [got[0] + conv1s, got[1], got[2] + conv3s, got[3]] == [blocks] * 3 + [1]
+        assert [found[stage, kind] for kind in ("conv1", "conv2", "conv3", "downsample")] == [blocks] * 3 + [1]
+    chains = [b["step"] for b in rec["breakdown"] if b["step"].endswith("(chain)")]
+    assert sum(counts.get(f"{stage} conv3 + residual + next conv1", 0) for stage in stages) == len(chains)
     assert sum(counts.values()) == len(rec["breakdown"])
     assert table["sum_of_steps_ms"] == pytest.approx(sum(b["ms"] for b in rec["breakdown"]))
     assert table["sum_of_steps_ms"] == pytest.approx(rec["forward_ms_sum_of_steps"])
