@@ -146,6 +146,9 @@ def add_arguments(p) -> None:
     flags.plans(p, "run the tuned plans a results file of the same batch records (`bench e2e -o`, `offline -o`) "
                 "instead of tuning")
     p.add_argument("--no-fold-stem", action="store_true", help="run the stem on CHW4 instead of space-to-depth")
+    p.add_argument("--energy", action="store_true",
+                   help="also read the board's energy counter (NVML) around each step run back to back and around the "
+                        "forward in flight: millijoules per batch by kind of layer (bench/energy.py)")
 
 
 def run(args) -> int:
@@ -171,7 +174,13 @@ def run(args) -> int:
     ok, why = cd.gpu_available()
     if not ok:
         raise TrtfuseError(f"trtfuse bench e2e needs an NVIDIA GPU: {why}")
-    steps = progress(total=6, desc="e2e", unit="step")
+    if args.energy:
+        from .energy import nvml_refusal
+
+        why = nvml_refusal(cd.current_device())
+        if why:
+            raise TrtfuseError(f"--energy reads NVML's energy counter, which is not readable here: {why}")
+    steps = progress(total=7 if args.energy else 6, desc="e2e", unit="step")
     t0 = time.perf_counter()
     _, fused = build_fused_resnet50(args.batch)
     prep_s = time.perf_counter() - t0
@@ -190,6 +199,15 @@ def run(args) -> int:
     steps.update(1)
     breakdown = layer_breakdown(runners[0])
     steps.update(1)
+    energy = None
+    if args.energy:
+        from .energy import Nvml, forward_energy, per_batch_energy, step_energy
+
+        meter = Nvml(cd.current_device())
+        forward = forward_energy(runners, meter, args.seconds)
+        by_step = step_energy(runners[0], meter)
+        energy = {"forward": forward, "steps": by_step, "per_batch": per_batch_energy(by_step, args.batch, forward)}
+        steps.update(1)
     torch_fp16 = None if args.no_torch else torch_fp16_samples_per_s(args.batch, args.seconds)
     steps.update(1)
     steps.close()
@@ -204,11 +222,15 @@ def run(args) -> int:
               "forward_ms_sum_of_steps": sum(b["ms"] for b in breakdown),
               "model_prep_seconds": prep_s, "breakdown": breakdown,
               "per_batch": per_batch_table(breakdown, ours, args.batch)}
+    if energy:
+        result["energy"] = energy
     from . import record_result
 
     path = record_result("e2e", device, result, getattr(args, "output", None),
-                         {k: result[k] for k in ("samples_per_s", "samples_per_s_one_stream", "offline_pipeline_samples_per_s",
-                                                 "torch_fp16_samples_per_s", "forward_ms_sum_of_steps")})
+                         {**{k: result[k] for k in ("samples_per_s", "samples_per_s_one_stream", "offline_pipeline_samples_per_s",
+                                                    "torch_fp16_samples_per_s", "forward_ms_sum_of_steps")},
+                          **({"forward_mj_per_image": energy["forward"]["mj_per_image"],
+                              "forward_watts": energy["forward"]["watts"]} if energy else {})})
     if getattr(args, "json", False):
         print_json(result)
     else:
@@ -217,6 +239,14 @@ def run(args) -> int:
                     [[r["group"], r["count"], f"{r['ms']:.3f}", f"{100 * r['share']:.1f} %"] for r in table["rows"]])
         print(f"steps timed alone sum to {table['sum_of_steps_ms']:.3f} ms; with {args.streams} graphs in flight a batch "
               f"takes {table['batch_ms_in_flight']:.3f} ms")
+        if energy:
+            e, fwd = energy["per_batch"], energy["forward"]
+            print_table(["kind of layer", "count", "mJ per batch", "mJ per image", "share", "W", "SM MHz"],
+                        [[r["group"], r["count"], f"{r['mj']:.1f}", f"{r['mj_per_image']:.3f}", f"{100 * r['share']:.1f} %",
+                          f"{r['watts']:.0f}", f"{r['sm_mhz']:.0f}"] for r in e["rows"]])
+            print(f"steps run alone sum to {e['sum_of_steps_mj']:.1f} mJ a batch; the forward in flight: "
+                  f"{e['forward_mj_per_batch']:.1f} mJ a batch ({fwd['mj_per_image']:.3f} mJ an image) at "
+                  f"{fwd['watts']:.0f} W, SM {fwd['sm_mhz']:.0f} MHz, {fwd['samples_per_s']:,.0f} samples/s")
         fmt = lambda v: "-" if v is None else f"{v:,.0f}"
         print_table(["measurement", "value"], [
             ["samples/s (ours, %d streams)" % args.streams, fmt(ours)], ["samples/s (ours, 1 stream)", fmt(ours_one)],
