@@ -5,7 +5,8 @@
 # same run), then LoadGen Offline on 1..N GPUs. Results in $OUT.
 #   bash scripts/device_e2e.sh "1 2"      (MIN_DURATION=300: LoadGen's minimum duration; SKIP_E2E=1: no graph loop;
 #                                          BATCH=512 STREAMS=3: batch size and graphs in flight per GPU; QPS: per GPU;
-#                                          PLANS=bench/results/e2e-NVIDIA_H200.json: its tuned plans for both steps, no autotune)
+#                                          PLANS=bench/results/e2e-NVIDIA_H200.json: its tuned plans for both steps, no autotune;
+#                                          ENERGY=1: the graph loop also reads the board's energy counter, bench e2e --energy)
 set -uo pipefail
 GPUS=${1:-1}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -20,7 +21,8 @@ nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperatu
   -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1; tail -2 "$OUT/gpu_tests.txt"
 $T models resnet50 -o /tmp/r50.onnx > /dev/null && $T rewrite /tmp/r50.onnx -o /tmp/r50_all.onnx --fuse all > /dev/null || exit 1
 tune="--autotune"; [ -n "${PLANS:-}" ] && tune="--plans $PLANS"  # a results file's plans of the same batch: minutes saved
-[ "${SKIP_E2E:-0}" = 1 ] || $T bench e2e --batch "${BATCH:-256}" --streams "${STREAMS:-6}" $tune -o "$OUT/e2e.json" 2>&1 | tail -25
+energy=""; [ "${ENERGY:-0}" = 1 ] && energy="--energy"
+[ "${SKIP_E2E:-0}" = 1 ] || $T bench e2e --batch "${BATCH:-256}" --streams "${STREAMS:-6}" $tune $energy -o "$OUT/e2e.json" 2>&1 | tail -50
 for g in $GPUS; do
   extra=""; [ "$g" = "1" ] && extra="--compare-torch"
   [ "$g" != "1" ] && extra="--scaling"  # the 1-GPU run of the same call first: scaling_vs_1gpu in the record
