@@ -28,14 +28,11 @@ class Nvml:
         except OSError as exc:
             raise RuntimeError(f"no NVML ({library}: {exc})") from None
         self._call("nvmlInit_v2")
-        from ..plugins import cuda_driver as cd
+        from ..plugins.cuda_driver import pci_bus_id
 
-        drv = cd._driver()
-        cd.check(drv.cuInit(0))
-        bus_id = cd.check(drv.cuDeviceGetPCIBusId(32, cd.check(drv.cuDeviceGet(device_ordinal))))
-        bus_id = bus_id.split(b"\0")[0] if isinstance(bus_id, bytes) else bus_id.encode()
         self.handle = ctypes.c_void_p()
-        self._call("nvmlDeviceGetHandleByPciBusId_v2", ctypes.c_char_p(bus_id), ctypes.byref(self.handle))
+        self._call("nvmlDeviceGetHandleByPciBusId_v2", ctypes.c_char_p(pci_bus_id(device_ordinal).encode()),
+                   ctypes.byref(self.handle))
 
     def _call(self, name: str, *args) -> None:
         rc = getattr(self.lib, name)(*args)
@@ -98,13 +95,9 @@ def step_energy(runner, meter: Nvml, seconds: float = 0.6, warmup: float = 0.3, 
 def forward_energy(runners, meter: Nvml, seconds: float, warmup: float = 1.0) -> dict:
     """The whole forward with len(runners) graphs in flight, round-robin (bench/e2e.py: time_runners' loop): joules
     per image, mean watts, samples/s and the median SM clock over `seconds`."""
-    def run_once():
-        for r in runners:
-            r.launch()
-        for r in runners:
-            r.stream.synchronize()
-        return sum(r.batch for r in runners)
-    m = measure(run_once, meter, seconds, warmup)
+    from .e2e import launch_round
+
+    m = measure(lambda: launch_round(runners), meter, seconds, warmup)
     return {"mj_per_image": 1e3 * m["joules"] / m["images"], "watts": m["watts"],
             "samples_per_s": m["images"] / m["seconds"], "sm_mhz": m["sm_mhz"], "seconds": m["seconds"]}
 

@@ -103,6 +103,14 @@ def device_name(device_ordinal: int = 0) -> str:
     return name.split(b"\0")[0].decode()
 
 
+def pci_bus_id(device_ordinal: int = 0) -> str:
+    """The GPU's PCI bus id (domain:bus:device.function), by which NVML and nvidia-smi know it: their order need not be CUDA's."""
+    drv = _driver()
+    check(drv.cuInit(0))
+    bus_id = check(drv.cuDeviceGetPCIBusId(32, check(drv.cuDeviceGet(device_ordinal))))
+    return bus_id.split(b"\0")[0].decode()
+
+
 class _DriverMemory:
     """Memory the driver allocated at `ptr`, released once (free(), or when the object is collected)."""
 
