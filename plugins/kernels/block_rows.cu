@@ -47,8 +47,8 @@ constexpr int TILE = BM * 32;               // one k32 step of a [64 rows][32] o
 // conv3's 256 channels go in two passes of one m64n128 wgmma each (64 accumulators live) and no warpgroup moves
 // registers.
 constexpr int N3 = 128, PASSES3 = C / N3;
-// A row's a is read by conv2 for rows k - 1 .. k + 1; conv1 writing row k + 1 while conv2 reads k - 1 .. k + 1 needs
-// four slots. x[r] is read by conv3 two rows after conv1 took it: X_STAGES - 3 rows of prefetch.
+// conv2's window is three a rows (three slots would be correct); the fourth lets conv1 write a[r + 2] while conv2
+// reads a[r - 1 .. r + 1]. x[r] is held from its load until conv3's row r, about two rows after conv1 took it.
 static_assert(A_STAGES >= 4 && B_STAGES >= 2 && X_STAGES >= 4, "ring depths of the schedule");
 // The first accumulator of each word converts on the XU pipe: exact while |acc| <= 2^24, GEMM-K <= 1024.
 constexpr int kAccOnXu = 1;
