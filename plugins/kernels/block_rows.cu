@@ -11,8 +11,8 @@
 //   conv1 (WG 0)   per row k: wgmma m64n64k32 x 8 on x[k] (its ring slot), requantize, a[k] into the a ring
 //   conv2 (WG 1)   per row r: wgmma m64n64k32 x 18 over a[r-1], a[r], a[r+1] (a zero tile past the image), b[r]
 //                  into the b ring
-//   conv3 (WG 2)   per row r: wgmma m64n128k32 x 2 per half of the 256 channels on b[r], requantize with the residual x[r] (still in its slot),
-//                  y[r] to global memory, then x[r]'s slot goes back to the producer
+//   conv3 (WG 2)   per row r and half of the 256 channels: wgmma m64n128k32 x 2 on b[r], requantize with the
+//                  residual x[r] (still in its slot), y[r] to global memory; then x[r]'s slot goes back
 //   producer (WG 3) the three weights once (resident), then per row x[r] by TMA into the x ring.
 // Each ring counts one use per row, continuously across the CTA's images, so every stage walks the same use
 // sequence (PipelineState). conv1 runs up to a row ahead of conv2 (the 3x3 needs a[r + 1]), conv3 a row behind.
@@ -27,7 +27,7 @@
 #include "wgmma_s8.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "block_rows.cu needs the sm_90a target (wgmma, setmaxnreg)"
+#error "block_rows.cu needs the sm_90a target (wgmma)"
 #endif
 
 #ifndef BLOCK_ROWS_X_STAGES
