@@ -242,6 +242,58 @@ def run_separate_convs(problem: BottleneckProblem) -> np.ndarray:
     return raw
 
 
+def fused_conv_golden(c: ConvProblem) -> np.ndarray:
+    """A conv's output as docs/ops.md defines it: plugins/reference.py's fused_conv_int8 on its packed weight."""
+    from ..plugins.reference import fused_conv_int8
+
+    sh = c.shape
+    return fused_conv_int8(c.x, pack_weight(c.w, 32), c.scale, c.bias, c.out_scale, c.residual, c.residual_scale,
+                           in_channels=sh.c, out_channels=sh.k, kernel_shape=(sh.r, sh.s), strides=sh.stride,
+                           pads=sh.pads, relu=int(c.relu))
+
+
+class BlockProblem(BottleneckProblem):
+    """The identity bottleneck block as the row-pipeline kernel (plugins/block_rows.py) is checked against it: a
+    BottleneckProblem whose convs are chained, and whose output is defined, by fused_conv_int8 three times."""
+
+    @classmethod
+    def random(cls, n: int, h: int, w: int, relu: bool = True, seed=None, golden=None) -> "BlockProblem":
+        return super().random(n, h, w, relu, seed, golden or fused_conv_golden)
+
+
+class DeviceBlockRows:
+    """A BlockProblem on the GPU as the row-pipeline block kernel runs it; max_ctas caps its persistent grid."""
+
+    def __init__(self, problem: BottleneckProblem, max_ctas: int | None = None):
+        from ..plugins import cuda_driver as cd
+
+        self.p, self.max_ctas = problem, max_ctas
+        self.x = cd.DeviceBuffer.from_array(pack_nchwv(problem.x, 32))
+        self.convs = [tuple(cd.DeviceBuffer.from_array(a) for a in (pack_weight(c.w, 32), c.scale, c.bias, c.out_scale))
+                      for c in problem.convs]
+        self.residual_scale = cd.DeviceBuffer.from_array(problem.convs[2].residual_scale)
+        n, _, h, w = problem.x.shape
+        self.y_shape = (n, problem.convs[2].shape.k // 32, h, w, 32)
+        self.y = cd.DeviceBuffer(int(np.prod(self.y_shape)))
+
+    def run(self, stream=None) -> None:
+        from ..plugins import block_rows
+
+        block_rows.launch(self.p.shapes, self.x.ptr, [tuple(b.ptr for b in c) for c in self.convs],
+                          self.residual_scale.ptr, self.y.ptr, relu=tuple(c.relu for c in self.p.convs), stream=stream,
+                          max_ctas=self.max_ctas)
+
+    def run_checked(self) -> tuple[np.ndarray, np.ndarray]:
+        """Poison y, launch, synchronize; return (logical int8 output, raw CHW32 output)."""
+        from ..plugins import cuda_driver as cd
+
+        self.y.fill(POISON)
+        self.run()
+        cd.check(cd._driver().cuCtxSynchronize())
+        raw = self.y.download(self.y_shape, np.int8)
+        return unpack_chw32(raw, self.p.convs[2].shape.k), raw
+
+
 @dataclass
 class ChainProblem:
     """Two chained 1x1 convs on fresh random data, as the chain kernel runs them (plugins/chain_conv.py): conv 1

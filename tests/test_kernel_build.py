@@ -254,3 +254,38 @@ def test_chain_conv_refuses_plain_sm90():
 
     with pytest.raises(Exception, match="sm_90a"):
         compile_kernel(chain_conv.SOURCE, chain_conv.VARIANTS[64, 256, 64].defines(), "sm_90", "cubin", use_cache=False)
+
+
+# ---- the row-pipeline bottleneck block (plugins/kernels/block_rows.cu): sm_90a only ----
+from trtfuse.plugins import block_rows  # noqa: E402
+
+
+def test_block_rows_compiles_for_sm90a_without_spills():
+    k = block_rows.compile_block_rows()
+    assert k.image[:4] == b"\x7fELF"
+    assert set(k.resources) == {block_rows.ENTRY}, k.log
+    res = k.resources[block_rows.ENTRY]
+    assert not k.spills() and res["stack"] == 0, k.log
+    assert res["registers"] * block_rows.THREADS <= 65536
+    assert "serialized" not in k.log, k.log  # ptxas' "wgmma.mma_async instructions are serialized" advisory
+    assert "warning" not in k.log, k.log
+    assert block_rows.smem_bytes() <= block_rows.SHARED_LIMIT
+    ptx = block_rows.compile_block_rows("ptx").image.decode(errors="replace")
+    for needle in ("cp.async.bulk.tensor.5d", "fence.proxy.async.shared::cta", "mbarrier.try_wait.parity"):
+        assert needle in ptx, needle
+    # every k32 step its own wgmma, unrolled: conv1 8 and conv2 18 of m64n64, conv3 2 per 128-channel half
+    wgmmas = [line.split()[0] for line in ptx.splitlines() if "wgmma.mma_async" in line]
+    assert wgmmas.count("wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8") == 8 + 18
+    assert wgmmas.count("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8") == 2 * 2 and len(wgmmas) == 30
+
+
+def test_block_rows_refuses_plain_sm90():
+    with pytest.raises(Exception, match="sm_90a"):
+        compile_kernel(block_rows.SOURCE, block_rows.defines(), "sm_90", "cubin", use_cache=False)
+
+
+def test_block_rows_smem_define_is_checked_by_the_kernel():
+    # a launcher whose budget drifted from the kernel's Smem does not compile
+    with pytest.raises(Exception, match="smem_bytes"):
+        compile_kernel(block_rows.SOURCE, {**block_rows.defines(), "BLOCK_ROWS_SMEM": block_rows.smem_bytes() + 8},
+                       "sm_90a", "cubin", use_cache=False)
