@@ -285,18 +285,24 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     return rec
 
 
-def bench_bottleneck(torch, n, args, bw_tbps, records) -> dict:
-    """res2's identity bottleneck block as one kernel (plugins/kernels/bottleneck.cu) against the three conv kernels it
-    replaces: their autotuned (or heuristic) times from this run's own records where it has them, else the three
-    heuristic plans timed here. The fused output (poisoned first) is checked against the golden chain computed on the
-    device, and the time of each of the kernel's variants is kept (patch buffers)."""
+# res2's identity block as one kernel: kind -> (record's tactic and layer suffix, the device class's name)
+BLOCK_KERNELS = {"bottleneck": ("bottleneck", ""), "block_rows": ("block_rows", ", row pipeline")}
+
+
+def bench_bottleneck(torch, n, args, bw_tbps, records, kind: str = "bottleneck") -> dict:
+    """res2's identity bottleneck block as one kernel against the three conv kernels it replaces: kind "bottleneck"
+    (plugins/kernels/bottleneck.cu, mma, patch buffers) or "block_rows" (plugins/kernels/block_rows.cu, wgmma, the
+    row pipeline; Hopper only). The three convs' autotuned (or heuristic) times come from this run's own records where
+    it has them, else the three heuristic plans are timed here. The fused output (poisoned first) is checked against
+    the golden chain computed on the device."""
     from ..plugins import bottleneck
     from ..plugins.conv import ConvLaunch
-    from .conv_problem import BottleneckProblem, DeviceBottleneck, DeviceConv, passes_lsb_rule
+    from .conv_problem import BottleneckProblem, DeviceBlockRows, DeviceBottleneck, DeviceConv, passes_lsb_rule
 
+    tactic, suffix = BLOCK_KERNELS[kind]
     cur = lambda: torch.cuda.current_stream().cuda_stream
     problem = BottleneckProblem.random(n, 56, 56, golden=lambda p: golden_on_device(torch, p).cpu().numpy())
-    fused = DeviceBottleneck(problem)
+    fused = DeviceBlockRows(problem) if kind == "block_rows" else DeviceBottleneck(problem)
     ours_ms = graph_time_ms(torch, lambda: fused.run(stream=cur()), args.reps)
     out, _ = fused.run_checked()
     diff = np.abs(out.astype(np.int32) - problem.golden().astype(np.int32))
@@ -313,9 +319,10 @@ def bench_bottleneck(torch, n, args, bw_tbps, records) -> dict:
         unfused = " + ".join(f"{d.launch_plan.tactic.name.split('_')[0]}/s{d.launch_plan.splits}" for d in convs)
     m = n * 56 * 56
     macs = sum(c.shape.k * c.shape.c * c.shape.r * c.shape.s for c in problem.convs)
-    rec = {"layer": "res2 bottleneck 256->64->64->256 +res", "batch": n, "M": m, "N": bottleneck.CHANNELS, "K": macs,
-           "K_gemm": macs, "residual": True, "tactic": "bottleneck", "family": "mma", "splits": 1, "form": "CHW32",
-           "fused_block": True, "heuristic": "bottleneck", "heuristic_ms": ours_ms, "ours_ms": ours_ms,
+    rec = {"layer": "res2 bottleneck 256->64->64->256 +res" + suffix, "batch": n, "M": m, "N": bottleneck.CHANNELS,
+           "K": macs, "K_gemm": macs, "residual": True, "tactic": tactic,
+           "family": "wgmma" if kind == "block_rows" else "mma", "splits": 1, "form": "CHW32",
+           "fused_block": True, "heuristic": tactic, "heuristic_ms": ours_ms, "ours_ms": ours_ms,
            "unfused_ms": unfused_ms, "unfused": unfused, "correct": passes_lsb_rule(stats), **stats}
     weights = sum(c.w.nbytes for c in problem.convs)
     rec.update(floors(2 * problem.x.nbytes + weights, 2.0 * m * macs, ours_ms, bw_tbps))  # x read once, y written
@@ -372,7 +379,7 @@ def bench_chain(torch, n, key, args, bw_tbps, records) -> dict:
 
 def run(args) -> int:
     torch = _torch()
-    from ..plugins import chain_conv
+    from ..plugins import block_rows, chain_conv
     from ..plugins import cuda_driver as cd
     from .layers import resnet50_layers, seed000_layers
 
@@ -397,6 +404,8 @@ def run(args) -> int:
             records.append({**bench_stem_pool(torch, shape, args, bw), "device": device})
         if name.startswith("res2 conv1 "):  # and res2's identity blocks as the fused bottleneck kernel
             records.append({**bench_bottleneck(torch, shape.n, args, bw, records), "device": device})
+            if block_rows.device_refusal() is None:
+                records.append({**bench_bottleneck(torch, shape.n, args, bw, records, "block_rows"), "device": device})
         stage = name.split(" ")[0]
         if name.startswith(f"{stage} conv1 ") and chain_conv.device_refusal() is None:
             # and, on Hopper, the stage's conv3 -> next conv1 pairs as the chain kernel (after the stage's conv3 and
