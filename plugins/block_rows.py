@@ -2,8 +2,8 @@
 conv1 (1x1 256 -> 64), conv2 (3x3 pad 1, 64 -> 64) and conv3 (1x1 64 -> 256 with the block input as residual), each
 with its requantize and ReLU, a and b kept in shared memory a few rows at a time, y the only tensor written.
 
-A persistent CTA takes whole images and walks their rows through a pipeline of three wgmma warpgroups (conv1 on row
-r + 1, conv2 on row r, conv3 on row r - 1) fed by a TMA producer; a row of W <= 64 pixels is one m64 tile. The output
+A persistent CTA takes whole images and walks their rows through a pipeline of wgmma warpgroups (conv1 on row r + 1,
+conv2 on row r, conv3 on row r - 1 as two warpgroups of 128 channels each) fed by a TMA producer; a row of W <= 64 pixels is one m64 tile. The output
 is bit-identical to plugins/reference.py's fused_conv_int8 three times (the same integer accumulators, the same
 requantize code). docs/design/block-rows.md has the schedule and the shared-memory budget. `refusal` says in one line
 why a block is not taken; the kernel is not yet wired into the GPU runner.
@@ -19,7 +19,7 @@ from .wgmma import permuted_weight_map, within_tma_limits
 SOURCE = "block_rows.cu"
 ENTRY = "trtfuse_block_rows"
 ARCH = "sm_90a"
-THREADS = 512  # conv1, conv2, conv3 warpgroups and the producer's
+THREADS = 640  # the conv1, conv2 and two conv3 warpgroups, and the producer's
 CHANNELS, WIDTH = 256, 64  # block input / output channels, bottleneck width
 TILE_ROWS = 64  # pixels of an image row on wgmma's M (block_rows.cu: BM)
 SHARED_LIMIT = 227 * 1024  # sm_90's opt-in shared memory per block

@@ -1,7 +1,7 @@
 """The row-pipeline bottleneck block kernel (plugins/kernels/block_rows.cu) without a GPU: which blocks it takes, its
 params struct and shared-memory budget against the kernel's, and its data movement and schedule replayed on the CPU.
 
-The replay runs the kernel's four roles (the TMA producer, the conv1, conv2 and conv3 warpgroups) as coroutines over
+The replay runs the kernel's roles (the TMA producer, the conv1, conv2 and two conv3 warpgroups) as coroutines over
 one shared-memory array per CTA, interleaved in random orders, synchronised only by models of the kernel's mbarriers
 (the arrival counts read from block_rows.cu, the waits by phase parity as PipelineState computes it). Every wait
 asserts that its barrier is within one phase of the one it means (so the parity cannot alias a lap before or after),
@@ -29,6 +29,9 @@ from trtfuse.plugins.tactics import ConvShape
 SOURCE = (Path(block_rows.__file__).parent / "kernels" / block_rows.SOURCE).read_text()
 C, WIDTH, BM = block_rows.CHANNELS, block_rows.WIDTH, block_rows.TILE_ROWS
 TILE = BM * 32
+# conv3's warpgroups, and the channels of one of its passes, as the kernel has them
+CONV3_WGS = int(re.search(r"constexpr int CONV3_WGS = (\d+);", SOURCE).group(1))
+CONV3_N = int(re.search(r"#define BLOCK_ROWS_CONV3_N (\d+)\n", SOURCE).group(1))
 
 
 def block(n: int, h: int, w: int) -> tuple[ConvShape, ConvShape, ConvShape]:
@@ -122,8 +125,9 @@ def tile_offset(m, j, q):
 
 def arrival_counts() -> dict:
     """Each ring barrier's arrival count, as the kernel initialises it."""
-    counts = {f"{ring}_{kind}": int(c) for ring, kind, c in
-              re.findall(r"mbar_init\(rings\.(\w)\.(full|empty)0 \+ 8 \* s, (\d+)\)", SOURCE)}
+    assert re.search(r"constexpr int CONV3_WARPS = 4 \* CONV3_WGS;", SOURCE)
+    counts = {f"{ring}_{kind}": 4 * CONV3_WGS if c == "CONV3_WARPS" else int(c) for ring, kind, c in
+              re.findall(r"mbar_init\(rings\.(\w)\.(full|empty)0 \+ 8 \* s, (\d+|CONV3_WARPS)\)", SOURCE)}
     assert len(counts) == 6 and "mbar_init(rings.weights_full, 1)" in SOURCE
     return counts
 
@@ -179,12 +183,17 @@ class Ring:
         assert self.owed[u % self.S] >= 0
 
     def release(self, u: int, arrivals: int):
-        assert self.owed[u % self.S] == 0, f"{self.name}: use {u} given back with reads owed"
-        self.empty[u % self.S].arrive(arrivals)
+        """One reader's arrivals on the slot's empty barrier; the one that completes its phase frees the slot, which
+        must then owe no reads (a slot several roles read is given back by each, once done with it)."""
+        self.read(u)
+        bar = self.empty[u % self.S]
+        phase = bar.phase
+        bar.arrive(arrivals)
+        assert bar.phase == phase or self.owed[u % self.S] == 0, f"{self.name}: use {u} given back with reads owed"
 
 
 class Cta:
-    """One CTA's shared memory, barriers and the four roles of block_rows.cu as generators: each yields a predicate
+    """One CTA's shared memory, barriers and the roles of block_rows.cu as generators: each yields a predicate
     that must hold before it goes on (an mbarrier wait), or None (a point where another role may run)."""
 
     def __init__(self, problem, cta: int, ctas: int, sm: Smem):
@@ -223,8 +232,8 @@ class Cta:
         for n in self.images:
             for r in range(self.H):
                 yield self.x.wait_empty(u)
-                # read by conv1 (its wgmmas) and conv3 (the residual)
-                self.x.fill(u, 2)
+                # read by conv1 (its wgmmas) and each conv3 warpgroup (the residual)
+                self.x.fill(u, 1 + CONV3_WGS)
                 slot = sm.X + (u % sm.XS) * sm.X_SLOT
                 for j in range(8):
                     b = tma_box(self.x_view, (0, 0, r, j, n), *self.args["x"][2:4]).ravel()
@@ -306,7 +315,7 @@ class Cta:
                 if r == self.H - 1:
                     self.a.release(row0 + r, 4)
                 yield self.b.wait_empty(u)
-                self.b.fill(u, 1)
+                self.b.fill(u, CONV3_WGS)
                 ch = 32 * jb + 8 * q + i
                 val = requantize(acc[px, col], a2[ch], b2[ch], None, None, self.relu[1])
                 at = sm.B + (u % sm.BS) * sm.A_COPY
@@ -316,13 +325,15 @@ class Cta:
                 yield None
             row0 += self.H
 
-    # -- conv3 --
-    def conv3(self):
+    # -- conv3, warpgroup g: channels [g C / CONV3_WGS, (g + 1) C / CONV3_WGS) --
+    def conv3(self, g: int):
         sm = self.sm
         yield self.weights_ready()
         w3 = np.concatenate([self.operand(sm.W3 + j * C * 32, C) for j in range(2)], axis=1)
         a3, b3, rs = self.f[2]
-        warp, lane, h, jb, i, q, px, col = epilogue_lanes(128 // 32)
+        c3 = C // CONV3_WGS
+        passes = c3 // CONV3_N
+        warp, lane, h, jb, i, q, px, col = epilogue_lanes(CONV3_N // 32)
         plane = self.H * self.W * 32
         u = 0
         for n in self.images:
@@ -334,13 +345,14 @@ class Cta:
                 b_slot = sm.B + (u % sm.BS) * sm.A_COPY
                 residual = sm.X + (u % sm.XS) * sm.X_SLOT
                 bt = np.concatenate([self.operand(b_slot + j * TILE) for j in range(2)], axis=1)
-                for pss in range(2):
-                    acc = bt @ w3[pss * 128:(pss + 1) * 128].T
-                    if pss == 1:
+                for pss in range(passes):
+                    c0 = g * c3 + pss * CONV3_N
+                    acc = bt @ w3[c0:c0 + CONV3_N].T
+                    if pss == passes - 1:
                         self.b.done_reading(u)
                         self.b.release(u, 4)
                         yield None
-                    j = pss * 4 + jb
+                    j = c0 // 32 + jb
                     ch = 32 * j + 8 * q + i
                     res = self.smem[residual + tile_offset(px, j, q) + i]
                     ok = px < self.W
@@ -355,10 +367,10 @@ class Cta:
                 yield None
 
     def run(self, rng: np.random.Generator):
-        """The four roles interleaved at random, each step of one that can go on."""
-        roles = [self.produce(), self.conv1(), self.conv2(), self.conv3()]
-        waiting = [None] * 4
-        live = set(range(4))
+        """The roles interleaved at random, each step of one that can go on."""
+        roles = [self.produce(), self.conv1(), self.conv2()] + [self.conv3(g) for g in range(CONV3_WGS)]
+        waiting = [None] * len(roles)
+        live = set(range(len(roles)))
         while live:
             ready = [k for k in sorted(live) if waiting[k] is None or waiting[k]()]
             assert ready, "deadlock: every role waits on a barrier"

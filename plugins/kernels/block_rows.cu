@@ -7,13 +7,17 @@
 // requantize code (wgmma_pixel_requantize.cuh) as the wgmma conv kernels.
 //
 // A CTA is persistent and takes whole images; per image it walks the rows. A row is W <= 64 pixels on wgmma's M
-// (rows W .. 63 of every tile are junk: computed, never stored, never read into a stored pixel). Four warpgroups:
-//   conv1 (WG 0)   per row k: wgmma m64n64k32 x 8 on x[k] (its ring slot), requantize, a[k] into the a ring
-//   conv2 (WG 1)   per row r: wgmma m64n64k32 x 18 over a[r-1], a[r], a[r+1] (a zero tile past the image), b[r]
-//                  into the b ring
-//   conv3 (WG 2)   per row r and half of the 256 channels: wgmma m64n128k32 x 2 on b[r], requantize with the
-//                  residual x[r] (still in its slot), y[r] to global memory; then x[r]'s slot goes back
-//   producer (WG 3) the three weights once (resident), then per row x[r] by TMA into the x ring.
+// (rows W .. 63 of every tile are junk: computed, never stored, never read into a stored pixel). Five warpgroups:
+//   conv1 (WG 0)     per row k: wgmma m64n64k32 x 8 on x[k] (its ring slot), requantize, a[k] into the a ring
+//   conv2 (WG 1)     per row r: wgmma m64n64k32 x 18 over a[r-1], a[r], a[r+1] (a zero tile past the image), b[r]
+//                    into the b ring
+//   conv3 (WG 2, 3)  per row r, each warpgroup its 128 of the 256 channels in two 64-channel passes: wgmma
+//                    m64n64k32 x 2 on b[r], requantize with the residual x[r] (still in its slot), y[r] to global
+//                    memory; then x[r]'s slot goes back
+//   producer (WG 4)  the three weights once (resident), then per row x[r] by TMA into the x ring.
+// conv3 has two warpgroups because its epilogue is the pipeline's longest: 256 channels with the residual against
+// conv1's and conv2's 64 (measured: with one conv3 warpgroup it issued on every cycle it could while conv1 and conv2
+// waited on its rings; docs/design/block-rows.md).
 // Each ring counts one use per row, continuously across the CTA's images, so every stage walks the same use
 // sequence (PipelineState). conv1 runs up to a row ahead of conv2 (the 3x3 needs a[r + 1]), conv3 a row behind.
 //
@@ -40,13 +44,19 @@ namespace rows {
 constexpr int C = 256, WIDTH = 64;          // block channels, bottleneck width
 constexpr int BM = 64;                      // tile rows (pixels of an image row, padded): one warpgroup's m64
 constexpr int X_STAGES = BLOCK_ROWS_X_STAGES, A_STAGES = 4, B_STAGES = 2;
-constexpr int THREADS = 512;                // conv1, conv2, conv3, producer
+constexpr int CONV3_WGS = 2;                // conv3's warpgroups, 128 channels each
+constexpr int GEMM_THREADS = 128 * (2 + CONV3_WGS), THREADS = GEMM_THREADS + 128;  // + the producer's warpgroup
+constexpr int CONV3_WARPS = 4 * CONV3_WGS;  // arrivals that give an x or b slot back
 constexpr int KT1 = C / 32, KT2 = 9 * WIDTH / 32, KT3 = WIDTH / 32;  // k32 steps of the three GEMMs
 constexpr int TILE = BM * 32;               // one k32 step of a [64 rows][32] operand tile
-// 512 threads: ptxas builds every path for 128 registers (65536 / 512), which setmaxnreg cannot raise afterwards, so
-// conv3's 256 channels go in two passes of one m64n128 wgmma each (64 accumulators live) and no warpgroup moves
-// registers.
-constexpr int N3 = 128, PASSES3 = C / N3;
+// 640 threads: ptxas builds every path for 96 registers (65536 / 640, to a multiple of 8), which setmaxnreg cannot
+// raise afterwards, so a conv3 warpgroup's 128 channels go in passes of N3 channels (BLOCK_ROWS_CONV3_N: two passes
+// of m64n64, 32 accumulators live, or one of m64n128, 64) and no warpgroup moves registers.
+#ifndef BLOCK_ROWS_CONV3_N
+#define BLOCK_ROWS_CONV3_N 64
+#endif
+constexpr int N3 = BLOCK_ROWS_CONV3_N, C3 = C / CONV3_WGS, PASSES3 = C3 / N3;
+static_assert(N3 == 64 || N3 == 128, "a conv3 pass is one m64n64 or m64n128 wgmma per k32 step");
 // conv2's window is three a rows (three slots would be correct); the fourth lets conv1 write a[r + 2] while conv2
 // reads a[r - 1 .. r + 1]. x[r] is held from its load until conv3's row r, about two rows after conv1 took it.
 static_assert(A_STAGES >= 4 && B_STAGES >= 2 && X_STAGES >= 4, "ring depths of the schedule");
@@ -102,7 +112,7 @@ struct BlockRowsParams {
 namespace rows {
 
 // The three rings' mbarriers. Full: x by the copy engine's bytes, a and b by the 128 threads that wrote the row. Empty:
-// one arrival per warp of the reader that frees the slot (conv3 for x, conv2 for a, conv3 for b).
+// one arrival per warp of the reader that frees the slot (conv3's eight warps for x and b, conv2's four for a).
 struct Rings {
   MbarrierRing<X_STAGES> x;
   MbarrierRing<A_STAGES> a;
@@ -127,10 +137,10 @@ __device__ __forceinline__ void fresh_accumulators(int (&acc)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "=r"(acc[i]));
 }
 
-// docs/ops.md's per-channel factors of a conv folded by its out_scale, for channels [0, k), by the 384 GEMM threads.
+// docs/ops.md's per-channel factors of a conv folded by its out_scale, for channels [0, k), by the GEMM threads.
 __device__ __forceinline__ void fold(const float* scale, const float* bias, const float* out_scale, int k, float* dst) {
   const float out = *out_scale, inv = __frcp_rn(out);
-  for (int c = threadIdx.x; c < k; c += 384) {
+  for (int c = threadIdx.x; c < k; c += GEMM_THREADS) {
     dst[c] = fold_scale(scale[c], out, inv);
     dst[k + c] = fold_scale(bias[c], out, inv);
   }
@@ -246,9 +256,10 @@ __device__ __forceinline__ void conv2_row(const BlockRowsParams& p, int8_t* smem
   publish(rings.b.full(bs));
 }
 
-// conv3: y[r] = requantize(b[r] W3 + residual x[r]), stored; then x[r]'s slot is free.
+// conv3, warpgroup g: y[r]'s channels [128 g, 128 g + 128) = requantize(b[r] W3 + residual x[r]), stored; then this
+// warpgroup is done with x[r]'s slot.
 __device__ __forceinline__ void conv3_row(const BlockRowsParams& p, int8_t* smem, uint32_t base, const Rings& rings,
-                                          const Lane& t, int n, int r, float rs, PipelineState<X_STAGES> xs,
+                                          const Lane& t, int g, int n, int r, float rs, PipelineState<X_STAGES> xs,
                                           PipelineState<B_STAGES> bs) {
   const uint32_t b_slot = base + Smem::B + bs.index() * Smem::A_COPY;
   const int8_t* const residual = smem + Smem::X + xs.index() * Smem::X_SLOT;
@@ -265,13 +276,13 @@ __device__ __forceinline__ void conv3_row(const BlockRowsParams& p, int8_t* smem
 #pragma unroll
     for (int j = 0; j < KT3; ++j)
       sm90::WgmmaS8<N3>::mma(acc, sm90::desc_kmajor_sw32(b_slot + j * TILE),
-                             sm90::desc_kmajor_sw32(base + Smem::W3 + j * C * 32 + pass * N3 * 32), j > 0);
+                             sm90::desc_kmajor_sw32(base + Smem::W3 + j * C * 32 + (g * C3 + pass * N3) * 32), j > 0);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     if (pass == PASSES3 - 1) t.warp_arrive(rings.b.empty(bs));
 #pragma unroll
     for (int jb = 0; jb < N3 / 32; ++jb) {
-      const int j = pass * (N3 / 32) + jb;  // y's channel block
+      const int j = (g * C3 + pass * N3) / 32 + jb;  // y's channel block
       float4 sc[2], bi[2];
       block_factors(folded, C, j, t.q, sc, bi);
 #pragma unroll
@@ -291,7 +302,7 @@ __device__ __forceinline__ void conv3_row(const BlockRowsParams& p, int8_t* smem
 __device__ __forceinline__ void produce(const sm90::TensorMap* tmap_x, const sm90::TensorMap* tmap_w1,
                                         const sm90::TensorMap* tmap_w2, const sm90::TensorMap* tmap_w3,
                                         const BlockRowsParams& p, uint32_t base, const Rings& rings) {
-  if (threadIdx.x != 384) return;
+  if (threadIdx.x != GEMM_THREADS) return;
   sm90::prefetch_tensor_map(tmap_x);
   sm90::mbar_arrive_expect_tx(rings.weights_full, Smem::X - Smem::W1);
   for (int j = 0; j < KT1; ++j) sm90::tma_load_5d(base + Smem::W1 + j * WIDTH * 32, tmap_w1, rings.weights_full, 32 * j, 0, 0, 0, 0);
@@ -309,8 +320,8 @@ __device__ __forceinline__ void produce(const sm90::TensorMap* tmap_x, const sm9
 
 }  // namespace rows
 
-// min(N, SMs) persistent CTAs (plugins/block_rows.py: grid), 512 threads: the conv1, conv2 and conv3 warpgroups, then
-// the producer's. The main loop: every GEMM warpgroup walks the same rows of the same images, each its own stage.
+// min(N, SMs) persistent CTAs (plugins/block_rows.py: grid), 640 threads: the conv1, conv2 and two conv3 warpgroups,
+// then the producer's. The main loop: every GEMM warpgroup walks the same rows of the same images, each its own stage.
 extern "C" __global__ void __launch_bounds__(rows::THREADS, 1)
     trtfuse_block_rows(const __grid_constant__ sm90::TensorMap tmap_x, const __grid_constant__ sm90::TensorMap tmap_w1,
                        const __grid_constant__ sm90::TensorMap tmap_w2, const __grid_constant__ sm90::TensorMap tmap_w3,
@@ -322,9 +333,9 @@ extern "C" __global__ void __launch_bounds__(rows::THREADS, 1)
   const uint32_t base = sm90::smem_addr(smem);
   const Rings rings(base);
   if (threadIdx.x == 0) {
-    for (int s = 0; s < X_STAGES; ++s) sm90::mbar_init(rings.x.full0 + 8 * s, 1), sm90::mbar_init(rings.x.empty0 + 8 * s, 4);
+    for (int s = 0; s < X_STAGES; ++s) sm90::mbar_init(rings.x.full0 + 8 * s, 1), sm90::mbar_init(rings.x.empty0 + 8 * s, CONV3_WARPS);
     for (int s = 0; s < A_STAGES; ++s) sm90::mbar_init(rings.a.full0 + 8 * s, 128), sm90::mbar_init(rings.a.empty0 + 8 * s, 4);
-    for (int s = 0; s < B_STAGES; ++s) sm90::mbar_init(rings.b.full0 + 8 * s, 128), sm90::mbar_init(rings.b.empty0 + 8 * s, 4);
+    for (int s = 0; s < B_STAGES; ++s) sm90::mbar_init(rings.b.full0 + 8 * s, 128), sm90::mbar_init(rings.b.empty0 + 8 * s, CONV3_WARPS);
     sm90::mbar_init(rings.weights_full, 1);
     sm90::fence_barrier_init();
   }
@@ -337,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(rows::THREADS, 1)
 
   // (warp-uniform as the compiler sees it, so that no wgmma is issued from what it takes for a divergent branch)
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
-  if (wg == 3) {
+  if (wg == 2 + CONV3_WGS) {
     produce(&tmap_x, &tmap_w1, &tmap_w2, &tmap_w3, p, base, rings);
     return;
   }
@@ -346,7 +357,7 @@ extern "C" __global__ void __launch_bounds__(rows::THREADS, 1)
   fold(p.scale2, p.bias2, p.out_scale2, WIDTH, folded + 2 * WIDTH);
   fold(p.scale3, p.bias3, p.out_scale3, C, folded + 4 * WIDTH);
   const float out3 = *p.out_scale3, rs = fold_scale(*p.residual_scale, out3, __frcp_rn(out3));
-  sm90::named_barrier(1, 384);
+  sm90::named_barrier(1, GEMM_THREADS);
   sm90::mbar_wait(rings.weights_full, 0);
 
   const Lane t;
@@ -357,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(rows::THREADS, 1)
     for (int r = 0; r < p.H; ++r, ++xs, ++bs) {
       if (wg == 0) conv1_row(p, smem, base, rings, t, xs, PipelineState<A_STAGES>{row0 + r});
       if (wg == 1) conv2_row(p, smem, base, rings, t, r, row0, bs);
-      if (wg == 2) conv3_row(p, smem, base, rings, t, n, r, rs, xs, bs);
+      if (wg >= 2) conv3_row(p, smem, base, rings, t, wg - 2, n, r, rs, xs, bs);
     }
 }
 
