@@ -19,7 +19,8 @@ from .wgmma import permuted_weight_map, within_tma_limits
 SOURCE = "block_rows.cu"
 ENTRY = "trtfuse_block_rows"
 ARCH = "sm_90a"
-THREADS = 640  # the conv1, conv2 and two conv3 warpgroups, and the producer's
+CONV3_WGS, CONV3_N = 2, 64  # conv3's warpgroups (256 / CONV3_WGS channels each) and the channels of one of its passes
+THREADS = 128 * (3 + CONV3_WGS)  # the conv1, conv2 and conv3 warpgroups, and the producer's
 CHANNELS, WIDTH = 256, 64  # block input / output channels, bottleneck width
 TILE_ROWS = 64  # pixels of an image row on wgmma's M (block_rows.cu: BM)
 SHARED_LIMIT = 227 * 1024  # sm_90's opt-in shared memory per block
@@ -44,7 +45,8 @@ def smem_bytes(x_stages: int = X_STAGES) -> int:
 
 
 def defines() -> dict:
-    return {"BLOCK_ROWS_X_STAGES": X_STAGES, "BLOCK_ROWS_SMEM": smem_bytes()}
+    return {"BLOCK_ROWS_X_STAGES": X_STAGES, "BLOCK_ROWS_CONV3_WGS": CONV3_WGS, "BLOCK_ROWS_CONV3_N": CONV3_N,
+            "BLOCK_ROWS_SMEM": smem_bytes()}
 
 
 def compile_block_rows(target: str = "cubin", use_cache: bool = True):

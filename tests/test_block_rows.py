@@ -30,8 +30,7 @@ SOURCE = (Path(block_rows.__file__).parent / "kernels" / block_rows.SOURCE).read
 C, WIDTH, BM = block_rows.CHANNELS, block_rows.WIDTH, block_rows.TILE_ROWS
 TILE = BM * 32
 # conv3's warpgroups, and the channels of one of its passes, as the kernel has them
-CONV3_WGS = int(re.search(r"constexpr int CONV3_WGS = (\d+);", SOURCE).group(1))
-CONV3_N = int(re.search(r"#define BLOCK_ROWS_CONV3_N (\d+)\n", SOURCE).group(1))
+CONV3_WGS, CONV3_N = block_rows.CONV3_WGS, block_rows.CONV3_N
 
 
 def block(n: int, h: int, w: int) -> tuple[ConvShape, ConvShape, ConvShape]:
@@ -64,8 +63,10 @@ def test_budget_fits_and_mirrors_the_kernel():
     """smem_bytes is what the kernel's Smem comes to (BLOCK_ROWS_SMEM, compared by a static_assert in block_rows.cu:
     tests/test_kernel_build.py compiles it), and fits sm_90's 227 KB."""
     assert block_rows.smem_bytes() == 217272 <= block_rows.SHARED_LIMIT
-    assert block_rows.defines() == {"BLOCK_ROWS_X_STAGES": 5, "BLOCK_ROWS_SMEM": 217272}
-    assert re.search(r"#define BLOCK_ROWS_X_STAGES 5\n", SOURCE)
+    assert block_rows.defines() == {"BLOCK_ROWS_X_STAGES": 5, "BLOCK_ROWS_CONV3_WGS": block_rows.CONV3_WGS,
+                                    "BLOCK_ROWS_CONV3_N": block_rows.CONV3_N, "BLOCK_ROWS_SMEM": 217272}
+    for name in ("X_STAGES", "CONV3_WGS", "CONV3_N"):  # the kernel's defaults are the launcher's
+        assert re.search(rf"#define BLOCK_ROWS_{name} {getattr(block_rows, name)}\n", SOURCE), name
     m = re.search(r"X_STAGES = BLOCK_ROWS_X_STAGES, A_STAGES = (\d+), B_STAGES = (\d+);", SOURCE)
     assert (int(m.group(1)), int(m.group(2))) == (block_rows.A_STAGES, block_rows.B_STAGES)
     assert Smem().BYTES + 1024 == block_rows.smem_bytes()

@@ -273,10 +273,13 @@ def test_block_rows_compiles_for_sm90a_without_spills():
     ptx = block_rows.compile_block_rows("ptx").image.decode(errors="replace")
     for needle in ("cp.async.bulk.tensor.5d", "fence.proxy.async.shared::cta", "mbarrier.try_wait.parity"):
         assert needle in ptx, needle
-    # every k32 step its own wgmma, unrolled: conv1 8 and conv2 18 of m64n64; conv3 (one code path for both its
-    # warpgroups) 2 per 64-channel pass, two passes for a warpgroup's 128 channels
+    # every k32 step its own wgmma, unrolled: conv1 8 and conv2 18 of m64n64; conv3 (one code path for all its
+    # warpgroups) 2 per pass of CONV3_N channels, as many passes as a warpgroup's share of the 256 takes
     wgmmas = [line.split()[0] for line in ptx.splitlines() if "wgmma.mma_async" in line]
-    assert wgmmas.count("wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8") == 8 + 18 + 2 * 2 == len(wgmmas)
+    n64 = "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8"
+    conv3 = f"wgmma.mma_async.sync.aligned.m64n{block_rows.CONV3_N}k32.s32.s8.s8"
+    passes = block_rows.CHANNELS // block_rows.CONV3_WGS // block_rows.CONV3_N
+    assert wgmmas.count(n64) + (wgmmas.count(conv3) if conv3 != n64 else 0) == len(wgmmas) == 8 + 18 + 2 * passes
 
 
 def test_block_rows_refuses_plain_sm90():

@@ -44,7 +44,10 @@ namespace rows {
 constexpr int C = 256, WIDTH = 64;          // block channels, bottleneck width
 constexpr int BM = 64;                      // tile rows (pixels of an image row, padded): one warpgroup's m64
 constexpr int X_STAGES = BLOCK_ROWS_X_STAGES, A_STAGES = 4, B_STAGES = 2;
-constexpr int CONV3_WGS = 2;                // conv3's warpgroups, 128 channels each
+#ifndef BLOCK_ROWS_CONV3_WGS
+#define BLOCK_ROWS_CONV3_WGS 2
+#endif
+constexpr int CONV3_WGS = BLOCK_ROWS_CONV3_WGS;  // conv3's warpgroups, C / CONV3_WGS channels each
 constexpr int GEMM_THREADS = 128 * (2 + CONV3_WGS), THREADS = GEMM_THREADS + 128;  // + the producer's warpgroup
 constexpr int CONV3_WARPS = 4 * CONV3_WGS;  // arrivals that give an x or b slot back
 constexpr int KT1 = C / 32, KT2 = 9 * WIDTH / 32, KT3 = WIDTH / 32;  // k32 steps of the three GEMMs
@@ -56,7 +59,7 @@ constexpr int TILE = BM * 32;               // one k32 step of a [64 rows][32] o
 #define BLOCK_ROWS_CONV3_N 64
 #endif
 constexpr int N3 = BLOCK_ROWS_CONV3_N, C3 = C / CONV3_WGS, PASSES3 = C3 / N3;
-static_assert(N3 == 64 || N3 == 128, "a conv3 pass is one m64n64 or m64n128 wgmma per k32 step");
+static_assert((N3 == 64 || N3 == 128) && C3 % N3 == 0, "a conv3 pass is one m64n64 or m64n128 wgmma per k32 step");
 // conv2's window is three a rows (three slots would be correct); the fourth lets conv1 write a[r + 2] while conv2
 // reads a[r - 1 .. r + 1]. x[r] is held from its load until conv3's row r, about two rows after conv1 took it.
 static_assert(A_STAGES >= 4 && B_STAGES >= 2 && X_STAGES >= 4, "ring depths of the schedule");
