@@ -69,10 +69,12 @@ def load_samples(spec: str, count: int, size: int = 224, model=None):
 class _Worker:
     """Drains `jobs`, a queue of (sample indices, response ids, done) ended by None, calling
     done(ids, top1 int32 array) per batch, or done(ids, None) for a batch that failed (or came after a
-    failure). The first failure is kept in `error` and re-raised by run_offline after the run."""
+    failure). The first failure is kept in `error` and re-raised by run_offline after the run. Workers given one
+    `jobs` queue share it: each takes the next batch when it can start it, so a slower GPU takes fewer batches
+    instead of finishing its share last."""
 
-    def __init__(self, threads: list[threading.Thread]):
-        self.jobs: queue.Queue = queue.Queue()
+    def __init__(self, threads: list[threading.Thread], jobs: queue.Queue | None = None):
+        self.jobs: queue.Queue = queue.Queue() if jobs is None else jobs
         self.error: BaseException | None = None
         self._error_lock = threading.Lock()
         self.threads = threads
@@ -95,8 +97,16 @@ class _Worker:
 
     def close(self, timeout: float = 60.0) -> None:
         """No more jobs: let the threads finish what is queued and in flight."""
-        self.jobs.put(None)
-        for t in self.threads:
+        close_workers([self], timeout)
+
+
+def close_workers(workers: list[_Worker], timeout: float = 60.0) -> None:
+    """End every worker: one None each into its jobs queue (a shared queue gets one per worker that drains it, each
+    taking one), then wait for all their threads."""
+    for w in workers:
+        w.jobs.put(None)
+    for w in workers:
+        for t in w.threads:
             t.join(timeout=timeout)
 
 
@@ -149,10 +159,10 @@ class _GpuWorker(_Worker):
     start(indices) and wait() -> top-1 array). A slot goes back to the free queue once its top-1 is copied
     out, before the batch is answered."""
 
-    def __init__(self, slots: list, thread_setup=None):
+    def __init__(self, slots: list, thread_setup=None, jobs: queue.Queue | None = None):
         super().__init__([threading.Thread(target=self._launch_loop, name="offline-launch", daemon=True),
                           threading.Thread(target=self._complete_loop, name="offline-complete", daemon=True),
-                          threading.Thread(target=self._respond_loop, name="offline-respond", daemon=True)])
+                          threading.Thread(target=self._respond_loop, name="offline-respond", daemon=True)], jobs)
         self.slots = slots
         self._thread_setup = thread_setup or (lambda: None)  # e.g. make the GPU's context current
         self._free: queue.Queue = queue.Queue()
@@ -169,15 +179,15 @@ class _GpuWorker(_Worker):
             self._fail(exc)
         try:
             while True:
+                # a free runner first, then the next batch: a batch is taken only when it can start (from a shared
+                # queue, by whichever GPU frees a runner first)
+                slot = self._free.get()
                 job = self.jobs.get()
                 if job is None:
+                    self._free.put(slot)
                     return
                 indices, ids, done = job
-                if self.error is not None:
-                    self._answer(done, ids, None)
-                    continue
-                slot = self._free.get()
-                if self.error is not None:  # the completion thread failed while this batch waited for a runner
+                if self.error is not None:  # this worker failed: answer its batches empty
                     self._free.put(slot)
                     self._answer(done, ids, None)
                     continue
@@ -241,15 +251,17 @@ def _device_samples(runner, samples: np.ndarray, batch: int):
     return out, per
 
 
-def _cuda_worker(make_runner, batch: int, samples: np.ndarray, device: int, streams: int) -> _GpuWorker:
-    """A _GpuWorker on GPU `device` with `streams` runners from make_runner(), samples put on it once."""
+def _cuda_worker(make_runner, batch: int, samples: np.ndarray, device: int, streams: int,
+                 jobs: queue.Queue | None = None) -> _GpuWorker:
+    """A _GpuWorker on GPU `device` with `streams` runners from make_runner(), samples put on it once; `jobs`: the
+    queue it shares with the other GPUs' workers."""
     from ..plugins import cuda_driver as cd
 
     ctx = cd.context(device)
     runners = [make_runner() for _ in range(streams)]
     on_device, sample_bytes = _device_samples(runners[0], samples, batch)  # preprocessed once, kept on the GPU
     slots = [_RunnerSlot(r, on_device, sample_bytes, batch) for r in runners]
-    return _GpuWorker(slots, thread_setup=lambda: cd.check(cd._driver().cuCtxSetCurrent(ctx)))
+    return _GpuWorker(slots, thread_setup=lambda: cd.check(cd._driver().cuCtxSetCurrent(ctx)), jobs=jobs)
 
 
 class _OrtWorker(_Worker):
@@ -443,13 +455,12 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
             for d in range(1, n_gpus):
                 engines[d] = TrtEngine(model_path, d)
             makers = [lambda e=engines[d]: TrtRunner(e, batch) for d in range(n_gpus)]
-        workers = []
+        workers, jobs = [], queue.Queue()  # one queue for every GPU: each takes batches as it frees runners
         try:
             for d in range(n_gpus):
-                workers.append(_cuda_worker(makers[d], batch, images, d, streams))
+                workers.append(_cuda_worker(makers[d], batch, images, d, streams, jobs))
         except BaseException:
-            for w in workers:
-                w.close()
+            close_workers(workers)
             raise
     else:
         n_gpus = 0
@@ -461,8 +472,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
                 expected_qps = CPU_QPS_MARGIN * drive_workers(workers, batch, count, max(4 * batch, 16),
                                                               min_seconds=CPU_WARMUP_S)
             except BaseException:
-                for w in workers:
-                    w.close()
+                close_workers(workers)
                 raise
     if expected_qps is None:
         expected_qps = DEFAULT_GPU_QPS
@@ -477,8 +487,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         try:
             out["pipeline_samples_per_s"] = drive_workers(workers, batch, count, expected_qps * min_duration_s)
         except BaseException:
-            for w in workers:
-                w.close()
+            close_workers(workers)
             raise
     out.update(run_loadgen(workers, count, batch, pad_last_batch=n_gpus > 0 or static_batch is not None, mode=mode, log_dir=log_dir,
                            expected_qps=expected_qps, min_duration_s=min_duration_s, labels=labels,
@@ -586,8 +595,7 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
         wall = time.perf_counter() - start
     finally:
         sys.setswitchinterval(switch_interval)
-        for w in workers:
-            w.close()
+        close_workers(workers)
         lg.DestroyQSL(qsl)
         lg.DestroyFastSUT(sut)
     failed = [w.error for w in workers if w.error is not None]

@@ -159,10 +159,12 @@ class FakeGpu:
     next batch would overwrite the answers under the responder (the done() below checks after a pause). Failures: the
     n-th start (a launch error) or the n-th wait (an error the event reports), counted over all slots."""
 
-    def __init__(self, batch: int, slots: int, fail_start: int | None = None, fail_wait: int | None = None):
+    def __init__(self, batch: int, slots: int, fail_start: int | None = None, fail_wait: int | None = None,
+                 batch_s: float = 0.0):
         self.lock = threading.Lock()
         self.starts = self.waits = 0
         self.fail_start, self.fail_wait = fail_start, fail_wait
+        self.batch_s = batch_s  # how long a batch 'runs': wait() returns that long after start()
         self.slots = [FakeSlot(self, batch) for _ in range(slots)]
 
     def count(self, what: str) -> int:
@@ -174,15 +176,18 @@ class FakeGpu:
 class FakeSlot:
     def __init__(self, gpu: FakeGpu, batch: int):
         self.gpu, self.top1 = gpu, np.full(batch, -1, np.int32)
+        self.ready_at = 0.0
 
     def start(self, indices):
         if self.gpu.count("starts") == self.gpu.fail_start:
             raise RuntimeError("CUDA driver error CUDA_ERROR_LAUNCH_FAILED")
         self.top1[:] = model_top1(indices)
+        self.ready_at = time.monotonic() + self.gpu.batch_s
 
     def wait(self):
         if self.gpu.count("waits") == self.gpu.fail_wait:
             raise RuntimeError("CUDA driver error CUDA_ERROR_ILLEGAL_ADDRESS")
+        time.sleep(max(0.0, self.ready_at - time.monotonic()))
         return self.top1
 
 
@@ -230,6 +235,28 @@ def test_gpu_worker_answers_every_query_once_with_its_own_top1():
     assert sorted(responder.ids.elements()) == sorted(i for _, ids in sent.values() for i in ids)
     assert max(responder.ids.values()) == 1
     for b, (indices, _) in sent.items():  # only the real samples of the padded last batch are answered
+        assert responder.answers[b] == model_top1(indices).tolist(), b
+
+
+def test_gpus_sharing_one_queue_take_batches_as_they_free_runners():
+    """Two GPUs, one three times slower per batch, drain one queue (as run_offline gives its GPU workers): the faster
+    takes most of the batches instead of a half dealt in advance, every query is answered once with its own top-1, and
+    close_workers ends both (each taking one of the Nones in the shared queue)."""
+    import queue
+
+    from trtfuse.runtime.offline import _GpuWorker, close_workers
+
+    jobs, responder = queue.Queue(), Responder(pause_s=0.0)
+    fast, slow = FakeGpu(batch=8, slots=2, batch_s=0.004), FakeGpu(batch=8, slots=2, batch_s=0.012)
+    workers = [_GpuWorker(fast.slots, jobs=jobs), _GpuWorker(slow.slots, jobs=jobs)]
+    assert workers[0].jobs is workers[1].jobs is jobs
+    sent = _submit(workers[0], responder, batches=60, batch=8)
+    close_workers(workers, timeout=10)
+    assert not any(t.is_alive() for w in workers for t in w.threads) and all(w.error is None for w in workers)
+    assert fast.starts + slow.starts == 60 and fast.starts >= 1.5 * slow.starts, (fast.starts, slow.starts)
+    assert sorted(responder.ids.elements()) == sorted(i for _, ids in sent.values() for i in ids)
+    assert max(responder.ids.values()) == 1
+    for b, (indices, _) in sent.items():
         assert responder.answers[b] == model_top1(indices).tolist(), b
 
 
