@@ -25,6 +25,7 @@ batch's are still completed (empty), so LoadGen never waits forever. LoadGen's o
 
 from __future__ import annotations
 
+import collections
 import math
 import queue
 import re
@@ -66,6 +67,35 @@ def load_samples(spec: str, count: int, size: int = 224, model=None):
     return data.all().astype(np.float32), labels
 
 
+class JobFeed:
+    """The GPU workers' shared queue of jobs: put() one job (or None, which ends one worker), put_batches() an
+    iterator of jobs cut only as workers take them. An Offline query's batches are cut as the GPUs ask for them, a
+    few a millisecond, instead of all up front: cutting 22 million samples holds the GIL for seconds, which slowed the
+    first tenth of a 4-GPU run to two thirds of its steady rate while the launchers waited for the interpreter."""
+
+    def __init__(self):
+        self._ready = threading.Condition()
+        self._sources: collections.deque = collections.deque()  # iterators of jobs, taken from in order
+
+    def put(self, job) -> None:
+        self.put_batches(iter((job,)))
+
+    def put_batches(self, jobs) -> None:
+        with self._ready:
+            self._sources.append(iter(jobs))
+            self._ready.notify_all()
+
+    def get(self):
+        with self._ready:
+            while True:
+                while self._sources:
+                    try:
+                        return next(self._sources[0])
+                    except StopIteration:
+                        self._sources.popleft()
+                self._ready.wait()
+
+
 class _Worker:
     """Drains `jobs`, a queue of (sample indices, response ids, done) ended by None, calling
     done(ids, top1 int32 array) per batch, or done(ids, None) for a batch that failed (or came after a
@@ -73,8 +103,8 @@ class _Worker:
     `jobs` queue share it: each takes the next batch when it can start it, so a slower GPU takes fewer batches
     instead of finishing its share last."""
 
-    def __init__(self, threads: list[threading.Thread], jobs: queue.Queue | None = None):
-        self.jobs: queue.Queue = queue.Queue() if jobs is None else jobs
+    def __init__(self, threads: list[threading.Thread], jobs: queue.Queue | JobFeed | None = None):
+        self.jobs = queue.Queue() if jobs is None else jobs
         self.error: BaseException | None = None
         self._error_lock = threading.Lock()
         self.threads = threads
@@ -159,7 +189,7 @@ class _GpuWorker(_Worker):
     start(indices) and wait() -> top-1 array). A slot goes back to the free queue once its top-1 is copied
     out, before the batch is answered."""
 
-    def __init__(self, slots: list, thread_setup=None, jobs: queue.Queue | None = None):
+    def __init__(self, slots: list, thread_setup=None, jobs: queue.Queue | JobFeed | None = None):
         super().__init__([threading.Thread(target=self._launch_loop, name="offline-launch", daemon=True),
                           threading.Thread(target=self._complete_loop, name="offline-complete", daemon=True),
                           threading.Thread(target=self._respond_loop, name="offline-respond", daemon=True)], jobs)
@@ -252,7 +282,7 @@ def _device_samples(runner, samples: np.ndarray, batch: int):
 
 
 def _cuda_worker(make_runner, batch: int, samples: np.ndarray, device: int, streams: int,
-                 jobs: queue.Queue | None = None) -> _GpuWorker:
+                 jobs: JobFeed | None = None) -> _GpuWorker:
     """A _GpuWorker on GPU `device` with `streams` runners from make_runner(), samples put on it once; `jobs`: the
     queue it shares with the other GPUs' workers."""
     from ..plugins import cuda_driver as cd
@@ -455,7 +485,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
             for d in range(1, n_gpus):
                 engines[d] = TrtEngine(model_path, d)
             makers = [lambda e=engines[d]: TrtRunner(e, batch) for d in range(n_gpus)]
-        workers, jobs = [], queue.Queue()  # one queue for every GPU: each takes batches as it frees runners
+        workers, jobs = [], JobFeed()  # one queue for every GPU: each takes batches as it frees runners
         try:
             for d in range(n_gpus):
                 workers.append(_cuda_worker(makers[d], batch, images, d, streams, jobs))
@@ -498,15 +528,17 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
     return out
 
 
+FEED_CHUNK_BATCHES = 8  # batches converted at a time while the GPUs wait on the feed: 4096 samples, a fraction of a ms
 SERVER_LATENCY_BOUND_MS = 15.0  # MLPerf's ResNet-50 Server scenario: p99 latency at most 15 ms
 
 
-def cut_batches(ids, indices, batch: int, pad_last_batch: bool):
+def cut_batches(ids, indices, batch: int, pad_last_batch: bool, max_chunk_batches: int = 256):
     """(sample indices as int64, response ids) per batch of a query, converted from LoadGen's two lists as they are
     consumed: converting a 300 s Offline query's 25.7 million indices at once held back the first launch by 1.7 s (67 ns
     a sample, the H200 run's answer timeline). With pad_last_batch (a static-shape graph) the last batch is padded with
-    repeats of its first index; its ids stay its own."""
-    chunk_batches, start = 1, 0  # the first batch alone, then chunks doubling up to 256 batches: few numpy calls
+    repeats of its first index; its ids stay its own. Cut as workers take them (JobFeed), a chunk of at most
+    max_chunk_batches is converted while the other GPUs wait for the feed."""
+    chunk_batches, start = 1, 0  # the first batch alone, then chunks doubling up to the cap: few numpy calls
     while start < len(ids):
         end = min(len(ids), start + chunk_batches * batch)
         chunk = np.asarray(indices[start:end], dtype=np.int64)
@@ -515,7 +547,7 @@ def cut_batches(ids, indices, batch: int, pad_last_batch: bool):
             if pad_last_batch and len(idx) < batch:
                 idx = np.concatenate([idx, np.repeat(idx[:1], batch - len(idx))])
             yield idx, ids[start + first : start + first + batch]
-        start, chunk_batches = end, min(2 * chunk_batches, 256)
+        start, chunk_batches = end, min(2 * chunk_batches, max_chunk_batches)
 
 
 def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: bool, mode: str, log_dir: str,
@@ -524,7 +556,8 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
                 latency_bound_ms: float = SERVER_LATENCY_BOUND_MS) -> dict:
     """LoadGen's Offline scenario (or, scenario="server", its Server scenario at `expected_qps` queries/s with
     p99 latency bound `latency_bound_ms`) over `count` samples served by `workers` (started, each with a `jobs`
-    queue, dealt batches round-robin); closes the workers. Raises after the run if one of them failed."""
+    queue, dealt batches round-robin; workers sharing one JobFeed take the batches as they free runners, each cut as
+    it is taken); closes the workers. Raises after the run if one of them failed."""
     lg = _loadgen()
     if scenario not in ("offline", "server"):
         raise TrtfuseError(f"LoadGen scenario {scenario!r}: offline or server")
@@ -556,6 +589,11 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
         # Each batch is queued as soon as it is cut, so the GPUs start on the first while the rest are cut.
         issued_at.append(time.perf_counter())
         issued[0] += len(ids)
+        feed = workers[0].jobs
+        if isinstance(feed, JobFeed) and all(w.jobs is feed for w in workers):  # cut as the workers take them
+            feed.put_batches((idx, batch_ids, done) for idx, batch_ids in
+                             cut_batches(ids, indices, batch, pad_last_batch, FEED_CHUNK_BATCHES))
+            return
         for idx, batch_ids in cut_batches(ids, indices, batch, pad_last_batch):
             workers[dealt[0] % len(workers)].jobs.put((idx, batch_ids, done))
             dealt[0] += 1

@@ -242,11 +242,9 @@ def test_gpus_sharing_one_queue_take_batches_as_they_free_runners():
     """Two GPUs, one three times slower per batch, drain one queue (as run_offline gives its GPU workers): the faster
     takes most of the batches instead of a half dealt in advance, every query is answered once with its own top-1, and
     close_workers ends both (each taking one of the Nones in the shared queue)."""
-    import queue
+    from trtfuse.runtime.offline import JobFeed, _GpuWorker, close_workers
 
-    from trtfuse.runtime.offline import _GpuWorker, close_workers
-
-    jobs, responder = queue.Queue(), Responder(pause_s=0.0)
+    jobs, responder = JobFeed(), Responder(pause_s=0.0)
     fast, slow = FakeGpu(batch=8, slots=2, batch_s=0.004), FakeGpu(batch=8, slots=2, batch_s=0.012)
     workers = [_GpuWorker(fast.slots, jobs=jobs), _GpuWorker(slow.slots, jobs=jobs)]
     assert workers[0].jobs is workers[1].jobs is jobs
@@ -258,6 +256,48 @@ def test_gpus_sharing_one_queue_take_batches_as_they_free_runners():
     assert max(responder.ids.values()) == 1
     for b, (indices, _) in sent.items():
         assert responder.answers[b] == model_top1(indices).tolist(), b
+
+
+def test_job_feed_cuts_batches_only_as_they_are_taken():
+    from trtfuse.runtime.offline import JobFeed
+
+    feed, cut = JobFeed(), []
+
+    def batches(n):
+        for b in range(n):
+            cut.append(b)
+            yield b
+
+    feed.put("single")
+    feed.put_batches(batches(5))
+    feed.put(None)
+    assert feed.get() == "single" and cut == []
+    assert [feed.get(), feed.get()] == [0, 1] and cut == [0, 1]  # nothing cut ahead of the takers
+    assert [feed.get() for _ in range(3)] == [2, 3, 4] and feed.get() is None
+    got = []
+    taker = threading.Thread(target=lambda: got.append(feed.get()))
+    taker.start()  # an empty feed blocks until a job comes
+    time.sleep(0.05)
+    assert got == []
+    feed.put_batches(iter(["late"]))
+    taker.join(5)
+    assert got == ["late"]
+
+
+def test_loadgen_over_gpus_sharing_a_job_feed(tmp_path):
+    """Under LoadGen, two workers on one JobFeed (as run_offline's GPUs): every sample answered once with its own
+    top-1, both workers taking batches."""
+    from trtfuse.runtime.offline import JobFeed, _GpuWorker, run_loadgen
+
+    feed, gpus = JobFeed(), [FakeGpu(batch=8, slots=2, batch_s=0.001) for _ in range(2)]
+    workers = [_GpuWorker(g.slots, jobs=feed) for g in gpus]
+    result = run_loadgen(workers, 45, 8, pad_last_batch=True, mode="accuracy", log_dir=str(tmp_path / "logs"),
+                         expected_qps=2000.0, min_duration_s=0.2)
+    assert result["accuracy_responses"] == 45 and result["samples_completed"] == 45
+    assert all(g.starts > 0 for g in gpus) and not _loadgen_errors(tmp_path)
+    entries = json.loads((tmp_path / "logs" / "mlperf_log_accuracy.json").read_text())
+    got = {e["qsl_idx"]: int.from_bytes(bytes.fromhex(e["data"]), "little", signed=True) for e in entries}
+    assert got == {i: int(model_top1(i)) for i in range(45)}
 
 
 def test_runners_go_on_while_loadgen_is_still_answering():
