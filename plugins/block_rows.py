@@ -19,7 +19,7 @@ from .wgmma import permuted_weight_map, within_tma_limits
 SOURCE = "block_rows.cu"
 ENTRY = "trtfuse_block_rows"
 ARCH = "sm_90a"
-CONV3_WGS, CONV3_N = 4, 64  # conv3's warpgroups (256 / CONV3_WGS channels each) and the channels of one of its passes
+CONV3_WGS, CONV3_N = 2, 64  # conv3's warpgroups (256 / CONV3_WGS channels each) and the channels of one of its passes
 THREADS = 128 * (3 + CONV3_WGS)  # the conv1, conv2 and conv3 warpgroups, and the producer's
 CHANNELS, WIDTH = 256, 64  # block input / output channels, bottleneck width
 TILE_ROWS = 64  # pixels of an image row on wgmma's M (block_rows.cu: BM)
@@ -87,7 +87,7 @@ def refusal(conv1: ConvShape, conv2: ConvShape, conv3: ConvShape) -> str | None:
 class BlockRowsParamsStruct(ctypes.Structure):
     """Mirror of trtfuse::BlockRowsParams (plugins/kernels/block_rows.cu); same field order."""
 
-    _fields_ = [(n, ctypes.c_uint64) for n in ("x", "scale1", "bias1", "out_scale1", "scale2", "bias2", "out_scale2",
+    _fields_ = [(n, ctypes.c_uint64) for n in ("scale1", "bias1", "out_scale1", "scale2", "bias2", "out_scale2",
                                                "scale3", "bias3", "out_scale3", "residual_scale", "y")] + [
         (n, ctypes.c_int32) for n in ("N", "H", "W", "relu1", "relu2", "relu3")]
 
@@ -157,7 +157,7 @@ def launch(shapes: tuple[ConvShape, ConvShape, ConvShape], x: int, convs, residu
     conv1 = shapes[0]
     args = tensor_map_args(conv1)
     maps = [encode_tensor_map(5, ptr, *args[name]) for name, ptr in (("x", x), ("w1", w1), ("w2", w2), ("w3", w3))]
-    p = params(conv1, dict(x=x, scale1=s1, bias1=b1, out_scale1=o1, scale2=s2, bias2=b2, out_scale2=o2, scale3=s3, bias3=b3,
+    p = params(conv1, dict(scale1=s1, bias1=b1, out_scale1=o1, scale2=s2, bias2=b2, out_scale2=o2, scale3=s3, bias3=b3,
                            out_scale3=o3, residual_scale=residual_scale, y=y), relu)
     smem = smem_bytes()
     fn = cd.kernel_module(SOURCE, defines(), arch=ARCH).function(ENTRY, smem)

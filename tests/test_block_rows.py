@@ -78,10 +78,10 @@ def test_params_struct_mirrors_the_kernel():
     for line in body.splitlines():
         line = line.split("//")[0].strip().rstrip(";")
         if line:
-            _, names = re.match(r"(const float\*|const int8_t\*|int8_t\*|int) (.*)", line).groups()
+            _, names = re.match(r"(const float\*|int8_t\*|int) (.*)", line).groups()
             fields += [s.strip() for s in names.split(",")]
     assert [f for f, _ in block_rows.BlockRowsParamsStruct._fields_] == fields
-    assert ctypes.sizeof(block_rows.BlockRowsParamsStruct) == 12 * 8 + 6 * 4
+    assert ctypes.sizeof(block_rows.BlockRowsParamsStruct) == 11 * 8 + 6 * 4
 
 
 def test_grid_is_one_cta_per_image_up_to_the_sms():
@@ -210,8 +210,7 @@ class Cta:
         self.weights = Barrier(1)
         args = block_rows.tensor_map_args(sh)
         self.args = args
-        self.x_packed = pack_nchwv(conv1.x, 32).ravel().astype(np.int64)  # [N][8][H][W][32], as conv3 reads it
-        self.x_view = map_view(self.x_packed, *args["x"][:2])
+        self.x_view = map_view(pack_nchwv(conv1.x, 32).ravel().astype(np.int64), *args["x"][:2])
         self.w_flat = [pack_weight(c.w, 32).ravel().astype(np.int64) for c in problem.convs]
         self.f = [folded_scales(c.scale[:c.shape.k], c.bias[:c.shape.k], float(c.out_scale[0]),
                                 None if c.residual_scale is None else float(c.residual_scale[0])) for c in problem.convs]
@@ -234,8 +233,8 @@ class Cta:
         for n in self.images:
             for r in range(self.H):
                 yield self.x.wait_empty(u)
-                # read by conv1's wgmmas only (conv3 reads the residual from global memory)
-                self.x.fill(u, 1)
+                # read by conv1 (its wgmmas) and each conv3 warpgroup (the residual)
+                self.x.fill(u, 1 + CONV3_WGS)
                 slot = sm.X + (u % sm.XS) * sm.X_SLOT
                 for j in range(8):
                     b = tma_box(self.x_view, (0, 0, r, j, n), *self.args["x"][2:4]).ravel()
@@ -268,7 +267,6 @@ class Cta:
                 assert (xa[:self.W] != POISON).all(), "a pixel of the row the copy engine never wrote"
                 acc = xa @ w1.T
                 self.x.done_reading(u)
-                self.x.release(u, 4)
                 yield None
                 yield self.a.wait_empty(u)
                 # read by conv2 for rows k - 1 .. k + 1 inside the image
@@ -342,8 +340,11 @@ class Cta:
         for n in self.images:
             for r in range(self.H):
                 yield self.b.wait_full(u)
+                yield self.x.wait_full(u)
                 self.b.read(u)
+                self.x.read(u)
                 b_slot = sm.B + (u % sm.BS) * sm.A_COPY
+                residual = sm.X + (u % sm.XS) * sm.X_SLOT
                 bt = np.concatenate([self.operand(b_slot + j * TILE) for j in range(2)], axis=1)
                 for pss in range(passes):
                     c0 = g * c3 + pss * CONV3_N
@@ -354,13 +355,15 @@ class Cta:
                         yield None
                     j = c0 // 32 + jb
                     ch = 32 * j + 8 * q + i
+                    res = self.smem[residual + tile_offset(px, j, q) + i]
                     ok = px < self.W
-                    off = (n * 8 + j) * plane + (r * self.W + px) * 32 + 8 * q + i
-                    # the residual: the same bytes of the block input as y's (0 for the junk pixels, never loaded)
-                    res = np.where(ok, self.x_packed[np.where(ok, off, 0)], 0)
+                    assert (res[ok] != POISON).all()
                     val = requantize(acc[px, col], a3[ch], b3[ch], res, rs, self.relu[2])
+                    off = (n * 8 + j) * plane + (r * self.W + px) * 32 + 8 * q + i
                     self.y[off[ok]] = val[ok]
                     np.add.at(self.y_count, off[ok], 1)
+                self.x.done_reading(u)
+                self.x.release(u, 4)
                 u += 1
                 yield None
 

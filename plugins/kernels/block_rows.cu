@@ -11,13 +11,10 @@
 //   conv1 (WG 0)     per row k: wgmma m64n64k32 x 8 on x[k] (its ring slot), requantize, a[k] into the a ring
 //   conv2 (WG 1)     per row r: wgmma m64n64k32 x 18 over a[r-1], a[r], a[r+1] (a zero tile past the image), b[r]
 //                    into the b ring
-//   conv3 (WG 2 ..)  per row r, each warpgroup its share of the 256 channels in passes of N3: wgmma m64nN3k32 x 2
-//                    on b[r], requantize with the residual x[r] (read again from global memory, where L2 still holds
-//                    it), y[r] to global memory
-//   producer (last)  the three weights once (resident), then per row x[r] by TMA into the x ring.
-// conv1 gives x[r]'s slot back once its wgmmas are done: conv3 reads the residual from L2, not from the slot, so a
-// slot is held for the copy's latency and conv1's GEMM only (holding it until conv3's row r, two or three rows later,
-// left the producer waiting on the ring and conv1 waiting on the copies).
+//   conv3 (WG 2, 3)  per row r, each warpgroup its 128 of the 256 channels in two 64-channel passes: wgmma
+//                    m64n64k32 x 2 on b[r], requantize with the residual x[r] (still in its slot), y[r] to global
+//                    memory; then x[r]'s slot goes back
+//   producer (WG 4)  the three weights once (resident), then per row x[r] by TMA into the x ring.
 // conv3 has two warpgroups because its epilogue is the pipeline's longest: 256 channels with the residual against
 // conv1's and conv2's 64 (measured: with one conv3 warpgroup it issued on every cycle it could while conv1 and conv2
 // waited on its rings; docs/design/block-rows.md).
@@ -48,11 +45,11 @@ constexpr int C = 256, WIDTH = 64;          // block channels, bottleneck width
 constexpr int BM = 64;                      // tile rows (pixels of an image row, padded): one warpgroup's m64
 constexpr int X_STAGES = BLOCK_ROWS_X_STAGES, A_STAGES = 4, B_STAGES = 2;
 #ifndef BLOCK_ROWS_CONV3_WGS
-#define BLOCK_ROWS_CONV3_WGS 4
+#define BLOCK_ROWS_CONV3_WGS 2
 #endif
 constexpr int CONV3_WGS = BLOCK_ROWS_CONV3_WGS;  // conv3's warpgroups, C / CONV3_WGS channels each
 constexpr int GEMM_THREADS = 128 * (2 + CONV3_WGS), THREADS = GEMM_THREADS + 128;  // + the producer's warpgroup
-constexpr int CONV3_WARPS = 4 * CONV3_WGS;  // arrivals that give a b slot back
+constexpr int CONV3_WARPS = 4 * CONV3_WGS;  // arrivals that give an x or b slot back
 constexpr int KT1 = C / 32, KT2 = 9 * WIDTH / 32, KT3 = WIDTH / 32;  // k32 steps of the three GEMMs
 constexpr int TILE = BM * 32;               // one k32 step of a [64 rows][32] operand tile
 // 640 threads: ptxas builds every path for 96 registers (65536 / 640, to a multiple of 8), which setmaxnreg cannot
@@ -64,7 +61,7 @@ constexpr int TILE = BM * 32;               // one k32 step of a [64 rows][32] o
 constexpr int N3 = BLOCK_ROWS_CONV3_N, C3 = C / CONV3_WGS, PASSES3 = C3 / N3;
 static_assert((N3 == 64 || N3 == 128) && C3 % N3 == 0, "a conv3 pass is one m64n64 or m64n128 wgmma per k32 step");
 // conv2's window is three a rows (three slots would be correct); the fourth lets conv1 write a[r + 2] while conv2
-// reads a[r - 1 .. r + 1]. x[r] is held from its load until conv1's GEMM on it is done.
+// reads a[r - 1 .. r + 1]. x[r] is held from its load until conv3's row r, about two rows after conv1 took it.
 static_assert(A_STAGES >= 4 && B_STAGES >= 2 && X_STAGES >= 4, "ring depths of the schedule");
 // The first accumulator of each word converts on the XU pipe: exact while |acc| <= 2^24, GEMM-K <= 1024.
 constexpr int kAccOnXu = 1;
@@ -101,7 +98,6 @@ static_assert(BLOCK_ROWS_SMEM == Smem::BYTES + 1024, "plugins/block_rows.py: sme
 // Mirrored by plugins/block_rows.py: BlockRowsParams (same field order). x and the weights reach the kernel through
 // their tensor maps only.
 struct BlockRowsParams {
-  const int8_t* x;              // [N][8][H][W][32] the block input: conv3's residual (conv1 reads it by TMA)
   const float* scale1;          // [64] conv1: x_scale * w1_scale
   const float* bias1;           // [64]
   const float* out_scale1;      // [1] a's scale
@@ -119,8 +115,7 @@ struct BlockRowsParams {
 namespace rows {
 
 // The three rings' mbarriers. Full: x by the copy engine's bytes, a and b by the 128 threads that wrote the row. Empty:
-// one arrival per warp of the reader that frees the slot (conv1's four for x, conv2's four for a, every conv3 warp for
-// b).
+// one arrival per warp of the reader that frees the slot (conv3's eight warps for x and b, conv2's four for a).
 struct Rings {
   MbarrierRing<X_STAGES> x;
   MbarrierRing<A_STAGES> a;
@@ -193,7 +188,6 @@ __device__ __forceinline__ void conv1_row(const BlockRowsParams& p, int8_t* smem
     sm90::WgmmaS8<WIDTH>::mma(acc, sm90::desc_kmajor_sw32(x_slot + j * TILE), sm90::desc_kmajor_sw32(base + Smem::W1 + j * WIDTH * 32), j > 0);
   sm90::wgmma_commit();
   sm90::wgmma_wait<0>();
-  t.warp_arrive(rings.x.empty(xs));  // x[k]'s only reader in shared memory
 
   rings.a.wait_empty(as);
   int8_t* const slot = smem + Smem::A + as.index() * Smem::A_SLOT;
@@ -265,26 +259,20 @@ __device__ __forceinline__ void conv2_row(const BlockRowsParams& p, int8_t* smem
   publish(rings.b.full(bs));
 }
 
-// conv3, warpgroup g: y[r]'s channels [C3 g, C3 (g + 1)) = requantize(b[r] W3 + residual x[r]), stored.
+// conv3, warpgroup g: y[r]'s channels [128 g, 128 g + 128) = requantize(b[r] W3 + residual x[r]), stored; then this
+// warpgroup is done with x[r]'s slot.
 __device__ __forceinline__ void conv3_row(const BlockRowsParams& p, int8_t* smem, uint32_t base, const Rings& rings,
-                                          const Lane& t, int g, int n, int r, float rs, PipelineState<B_STAGES> bs) {
+                                          const Lane& t, int g, int n, int r, float rs, PipelineState<X_STAGES> xs,
+                                          PipelineState<B_STAGES> bs) {
   const uint32_t b_slot = base + Smem::B + bs.index() * Smem::A_COPY;
+  const int8_t* const residual = smem + Smem::X + xs.index() * Smem::X_SLOT;
   const float* folded = reinterpret_cast<const float*>(smem + Smem::FACTORS) + 4 * WIDTH;
   const float relu = relu_floor(p.relu3 != 0);
   const size_t plane = (size_t)p.H * p.W * 32;  // one channel block of one image
-  // pixel px[h]'s 8 bytes of channel block j (x and y alike)
-  const auto at = [&](int j, int h) { return ((size_t)n * KT1 + j) * plane + ((size_t)r * p.W + t.px[h]) * 32 + 8 * t.q; };
+  rings.b.wait_full(bs);
+  rings.x.wait_full(xs);  // (complete long since: conv1 waited for it; this orders the copy engine's bytes for us too)
 #pragma unroll
   for (int pass = 0; pass < PASSES3; ++pass) {
-    // the residual first: its loads are in flight while b[r] is waited for and the wgmmas run
-    uint2 res[N3 / 32][2];
-#pragma unroll
-    for (int jb = 0; jb < N3 / 32; ++jb)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        res[jb][h] = t.px[h] < p.W ? __ldg(reinterpret_cast<const uint2*>(p.x + at((g * C3 + pass * N3) / 32 + jb, h)))
-                                   : make_uint2(0, 0);
-    if (pass == 0) rings.b.wait_full(bs);
     int acc[N3 / 2];
     fresh_accumulators(acc);
     sm90::wgmma_fence();
@@ -302,11 +290,14 @@ __device__ __forceinline__ void conv3_row(const BlockRowsParams& p, int8_t* smem
       block_factors(folded, C, j, t.q, sc, bi);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint2 out = requantize_8_channels<kAccOnXu, N3 / 2, true>(acc, jb, h, sc, bi, res[jb][h], rs, relu);
-        if (t.px[h] < p.W) *reinterpret_cast<uint2*>(p.y + at(j, h)) = out;
+        const uint2 res = *reinterpret_cast<const uint2*>(residual + tile_offset(t.px[h], j, t.q));
+        const uint2 out = requantize_8_channels<kAccOnXu, N3 / 2, true>(acc, jb, h, sc, bi, res, rs, relu);
+        if (t.px[h] < p.W)
+          *reinterpret_cast<uint2*>(p.y + ((size_t)n * KT1 + j) * plane + ((size_t)r * p.W + t.px[h]) * 32 + 8 * t.q) = out;
       }
     }
   }
+  t.warp_arrive(rings.x.empty(xs));
 }
 
 // The producer thread: the weights once, then x[r] of every row of the CTA's images, channel block j of the row into
@@ -345,7 +336,7 @@ extern "C" __global__ void __launch_bounds__(rows::THREADS, 1)
   const uint32_t base = sm90::smem_addr(smem);
   const Rings rings(base);
   if (threadIdx.x == 0) {
-    for (int s = 0; s < X_STAGES; ++s) sm90::mbar_init(rings.x.full0 + 8 * s, 1), sm90::mbar_init(rings.x.empty0 + 8 * s, 4);
+    for (int s = 0; s < X_STAGES; ++s) sm90::mbar_init(rings.x.full0 + 8 * s, 1), sm90::mbar_init(rings.x.empty0 + 8 * s, CONV3_WARPS);
     for (int s = 0; s < A_STAGES; ++s) sm90::mbar_init(rings.a.full0 + 8 * s, 128), sm90::mbar_init(rings.a.empty0 + 8 * s, 4);
     for (int s = 0; s < B_STAGES; ++s) sm90::mbar_init(rings.b.full0 + 8 * s, 128), sm90::mbar_init(rings.b.empty0 + 8 * s, CONV3_WARPS);
     sm90::mbar_init(rings.weights_full, 1);
@@ -380,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(rows::THREADS, 1)
     for (int r = 0; r < p.H; ++r, ++xs, ++bs) {
       if (wg == 0) conv1_row(p, smem, base, rings, t, xs, PipelineState<A_STAGES>{row0 + r});
       if (wg == 1) conv2_row(p, smem, base, rings, t, r, row0, bs);
-      if (wg >= 2) conv3_row(p, smem, base, rings, t, wg - 2, n, r, rs, bs);
+      if (wg >= 2) conv3_row(p, smem, base, rings, t, wg - 2, n, r, rs, xs, bs);
     }
 }
 
