@@ -19,7 +19,7 @@ from .wgmma import permuted_weight_map, within_tma_limits
 SOURCE = "block_rows.cu"
 ENTRY = "trtfuse_block_rows"
 ARCH = "sm_90a"
-CONV3_WGS, CONV3_N = 2, 64  # conv3's warpgroups (256 / CONV3_WGS channels each) and the channels of one of its passes
+CONV3_WGS, CONV3_N = 4, 64  # conv3's warpgroups (256 / CONV3_WGS channels each) and the channels of one of its passes
 THREADS = 128 * (3 + CONV3_WGS)  # the conv1, conv2 and conv3 warpgroups, and the producer's
 CHANNELS, WIDTH = 256, 64  # block input / output channels, bottleneck width
 TILE_ROWS = 64  # pixels of an image row on wgmma's M (block_rows.cu: BM)

@@ -7,17 +7,18 @@
 // requantize code (wgmma_pixel_requantize.cuh) as the wgmma conv kernels.
 //
 // A CTA is persistent and takes whole images; per image it walks the rows. A row is W <= 64 pixels on wgmma's M
-// (rows W .. 63 of every tile are junk: computed, never stored, never read into a stored pixel). Five warpgroups:
-//   conv1 (WG 0)     per row k: wgmma m64n64k32 x 8 on x[k] (its ring slot), requantize, a[k] into the a ring
-//   conv2 (WG 1)     per row r: wgmma m64n64k32 x 18 over a[r-1], a[r], a[r+1] (a zero tile past the image), b[r]
-//                    into the b ring
-//   conv3 (WG 2, 3)  per row r, each warpgroup its 128 of the 256 channels in two 64-channel passes: wgmma
-//                    m64n64k32 x 2 on b[r], requantize with the residual x[r] (still in its slot), y[r] to global
-//                    memory; then x[r]'s slot goes back
-//   producer (WG 4)  the three weights once (resident), then per row x[r] by TMA into the x ring.
-// conv3 has two warpgroups because its epilogue is the pipeline's longest: 256 channels with the residual against
-// conv1's and conv2's 64 (measured: with one conv3 warpgroup it issued on every cycle it could while conv1 and conv2
-// waited on its rings; docs/design/block-rows.md).
+// (rows W .. 63 of every tile are junk: computed, never stored, never read into a stored pixel; a warp whose pixels
+// are all junk skips their requantize). The warpgroups:
+//   conv1 (WG 0)        per row k: wgmma m64n64k32 x 8 on x[k] (its ring slot), requantize, a[k] into the a ring
+//   conv2 (WG 1)        per row r: wgmma m64n64k32 x 18 over a[r-1], a[r], a[r+1] (a zero tile past the image),
+//                       b[r] into the b ring
+//   conv3 (WG 2 .. 5)   per row r, each warpgroup its C / CONV3_WGS of the 256 channels in passes of N3: wgmma
+//                       m64nN3k32 x 2 on b[r], requantize with the residual x[r] (still in its slot), y[r] to
+//                       global memory; then it is done with x[r]'s slot
+//   producer (the last) the three weights once (resident), then per row x[r] by TMA into the x ring.
+// conv3 has several warpgroups because its epilogue is the pipeline's longest: 256 channels with the residual against
+// conv1's and conv2's 64 (measured: one conv3 warpgroup issued on every cycle it could while conv1 and conv2 waited
+// on its rings; docs/design/block-rows.md has the measurements behind CONV3_WGS and N3).
 // Each ring counts one use per row, continuously across the CTA's images, so every stage walks the same use
 // sequence (PipelineState). conv1 runs up to a row ahead of conv2 (the 3x3 needs a[r + 1]), conv3 a row behind.
 //
@@ -45,7 +46,7 @@ constexpr int C = 256, WIDTH = 64;          // block channels, bottleneck width
 constexpr int BM = 64;                      // tile rows (pixels of an image row, padded): one warpgroup's m64
 constexpr int X_STAGES = BLOCK_ROWS_X_STAGES, A_STAGES = 4, B_STAGES = 2;
 #ifndef BLOCK_ROWS_CONV3_WGS
-#define BLOCK_ROWS_CONV3_WGS 2
+#define BLOCK_ROWS_CONV3_WGS 4
 #endif
 constexpr int CONV3_WGS = BLOCK_ROWS_CONV3_WGS;  // conv3's warpgroups, C / CONV3_WGS channels each
 constexpr int GEMM_THREADS = 128 * (2 + CONV3_WGS), THREADS = GEMM_THREADS + 128;  // + the producer's warpgroup
@@ -162,6 +163,8 @@ struct Lane {
   int warp, lane, q, px[2];
   __device__ __forceinline__ Lane() : warp((threadIdx.x % 128) / 32), lane(threadIdx.x % 32), q(lane % 4),
                                       px{16 * warp + lane / 4, 16 * warp + lane / 4 + 8} {}
+  // whether every pixel this warp holds at h is past the row's end (the same for the warp's 32 lanes)
+  __device__ __forceinline__ bool junk(int h, int w) const { return 16 * warp + 8 * h >= w; }
   // one arrival per warp, once every lane is done with what it guards
   __device__ __forceinline__ void warp_arrive(uint32_t bar) const {
     __syncwarp();
@@ -199,8 +202,9 @@ __device__ __forceinline__ void conv1_row(const BlockRowsParams& p, int8_t* smem
     block_factors(folded, WIDTH, j, t.q, sc, bi);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint2 out = requantize_8_channels<kAccOnXu, WIDTH / 2, false>(acc, j, h, sc, bi, make_uint2(0, 0), 0.0f, relu);
-      const uint2 v = t.px[h] < p.W ? out : make_uint2(0, 0);  // the junk pixels become the right border's zeros
+      // the junk pixels become the right border's zeros
+      const uint2 v = t.junk(h, p.W) ? make_uint2(0, 0) : t.px[h] >= p.W ? make_uint2(0, 0)
+                    : requantize_8_channels<kAccOnXu, WIDTH / 2, false>(acc, j, h, sc, bi, make_uint2(0, 0), 0.0f, relu);
 #pragma unroll
       for (int s = 0; s < 3; ++s) {
         const int m = t.px[h] + 1 - s;  // copy s, tile row m, holds pixel m + s - 1
@@ -253,8 +257,9 @@ __device__ __forceinline__ void conv2_row(const BlockRowsParams& p, int8_t* smem
     block_factors(folded, WIDTH, j, t.q, sc, bi);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      *reinterpret_cast<uint2*>(slot + tile_offset(t.px[h], j, t.q)) =
-          requantize_8_channels<kAccOnXu, WIDTH / 2, false>(acc, j, h, sc, bi, make_uint2(0, 0), 0.0f, relu);
+      if (!t.junk(h, p.W))  // (conv3 reads junk rows of b only into junk rows of y)
+        *reinterpret_cast<uint2*>(slot + tile_offset(t.px[h], j, t.q)) =
+            requantize_8_channels<kAccOnXu, WIDTH / 2, false>(acc, j, h, sc, bi, make_uint2(0, 0), 0.0f, relu);
   }
   publish(rings.b.full(bs));
 }
@@ -290,6 +295,7 @@ __device__ __forceinline__ void conv3_row(const BlockRowsParams& p, int8_t* smem
       block_factors(folded, C, j, t.q, sc, bi);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        if (t.junk(h, p.W)) continue;
         const uint2 res = *reinterpret_cast<const uint2*>(residual + tile_offset(t.px[h], j, t.q));
         const uint2 out = requantize_8_channels<kAccOnXu, N3 / 2, true>(acc, jb, h, sc, bi, res, rs, relu);
         if (t.px[h] < p.W)
@@ -323,7 +329,7 @@ __device__ __forceinline__ void produce(const sm90::TensorMap* tmap_x, const sm9
 
 }  // namespace rows
 
-// min(N, SMs) persistent CTAs (plugins/block_rows.py: grid), 640 threads: the conv1, conv2 and two conv3 warpgroups,
+// min(N, SMs) persistent CTAs (plugins/block_rows.py: grid), THREADS threads: the conv1, conv2 and conv3 warpgroups,
 // then the producer's. The main loop: every GEMM warpgroup walks the same rows of the same images, each its own stage.
 extern "C" __global__ void __launch_bounds__(rows::THREADS, 1)
     trtfuse_block_rows(const __grid_constant__ sm90::TensorMap tmap_x, const __grid_constant__ sm90::TensorMap tmap_w1,
