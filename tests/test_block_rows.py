@@ -320,10 +320,7 @@ class Cta:
                 ch = 32 * jb + 8 * q + i
                 val = requantize(acc[px, col], a2[ch], b2[ch], None, None, self.relu[1])
                 at = sm.B + (u % sm.BS) * sm.A_COPY
-                # a warp whose 8 pixels at h are all past the row's end skips them (Lane::junk): those rows of b
-                # keep what they held, read by conv3 only into junk rows of y
-                kept = ~(16 * warp + 8 * h >= self.W)
-                self.smem[at + tile_offset(px[kept], jb[kept], q[kept]) + i[kept]] = val[kept]
+                self.smem[at + tile_offset(px, jb, q) + i] = val
                 self.b.full[u % sm.BS].arrive(128)
                 u += 1
                 yield None

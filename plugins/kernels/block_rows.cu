@@ -7,8 +7,9 @@
 // requantize code (wgmma_pixel_requantize.cuh) as the wgmma conv kernels.
 //
 // A CTA is persistent and takes whole images; per image it walks the rows. A row is W <= 64 pixels on wgmma's M
-// (rows W .. 63 of every tile are junk: computed, never stored, never read into a stored pixel; a warp whose pixels
-// are all junk skips their requantize). The warpgroups:
+// (rows W .. 63 of every tile are junk: computed, never stored, never read into a stored pixel; a warp whose pixels are
+// all junk still requantizes them: skipping them measured slower, the branch costing the other warps' interleaving of
+// their two pixel halves). The warpgroups:
 //   conv1 (WG 0)        per row k: wgmma m64n64k32 x 8 on x[k] (its ring slot), requantize, a[k] into the a ring
 //   conv2 (WG 1)        per row r: wgmma m64n64k32 x 18 over a[r-1], a[r], a[r+1] (a zero tile past the image),
 //                       b[r] into the b ring
@@ -163,8 +164,6 @@ struct Lane {
   int warp, lane, q, px[2];
   __device__ __forceinline__ Lane() : warp((threadIdx.x % 128) / 32), lane(threadIdx.x % 32), q(lane % 4),
                                       px{16 * warp + lane / 4, 16 * warp + lane / 4 + 8} {}
-  // whether every pixel this warp holds at h is past the row's end (the same for the warp's 32 lanes)
-  __device__ __forceinline__ bool junk(int h, int w) const { return 16 * warp + 8 * h >= w; }
   // one arrival per warp, once every lane is done with what it guards
   __device__ __forceinline__ void warp_arrive(uint32_t bar) const {
     __syncwarp();
@@ -202,9 +201,8 @@ __device__ __forceinline__ void conv1_row(const BlockRowsParams& p, int8_t* smem
     block_factors(folded, WIDTH, j, t.q, sc, bi);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      // the junk pixels become the right border's zeros
-      const uint2 v = t.junk(h, p.W) ? make_uint2(0, 0) : t.px[h] >= p.W ? make_uint2(0, 0)
-                    : requantize_8_channels<kAccOnXu, WIDTH / 2, false>(acc, j, h, sc, bi, make_uint2(0, 0), 0.0f, relu);
+      const uint2 out = requantize_8_channels<kAccOnXu, WIDTH / 2, false>(acc, j, h, sc, bi, make_uint2(0, 0), 0.0f, relu);
+      const uint2 v = t.px[h] < p.W ? out : make_uint2(0, 0);  // the junk pixels become the right border's zeros
 #pragma unroll
       for (int s = 0; s < 3; ++s) {
         const int m = t.px[h] + 1 - s;  // copy s, tile row m, holds pixel m + s - 1
@@ -257,9 +255,8 @@ __device__ __forceinline__ void conv2_row(const BlockRowsParams& p, int8_t* smem
     block_factors(folded, WIDTH, j, t.q, sc, bi);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      if (!t.junk(h, p.W))  // (conv3 reads junk rows of b only into junk rows of y)
-        *reinterpret_cast<uint2*>(slot + tile_offset(t.px[h], j, t.q)) =
-            requantize_8_channels<kAccOnXu, WIDTH / 2, false>(acc, j, h, sc, bi, make_uint2(0, 0), 0.0f, relu);
+      *reinterpret_cast<uint2*>(slot + tile_offset(t.px[h], j, t.q)) =
+          requantize_8_channels<kAccOnXu, WIDTH / 2, false>(acc, j, h, sc, bi, make_uint2(0, 0), 0.0f, relu);
   }
   publish(rings.b.full(bs));
 }
@@ -295,7 +292,6 @@ __device__ __forceinline__ void conv3_row(const BlockRowsParams& p, int8_t* smem
       block_factors(folded, C, j, t.q, sc, bi);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (t.junk(h, p.W)) continue;
         const uint2 res = *reinterpret_cast<const uint2*>(residual + tile_offset(t.px[h], j, t.q));
         const uint2 out = requantize_8_channels<kAccOnXu, N3 / 2, true>(acc, jb, h, sc, bi, res, rs, relu);
         if (t.px[h] < p.W)
