@@ -3,10 +3,11 @@ conv1 (1x1 256 -> 64), conv2 (3x3 pad 1, 64 -> 64) and conv3 (1x1 64 -> 256 with
 with its requantize and ReLU, a and b kept in shared memory a few rows at a time, y the only tensor written.
 
 A persistent CTA takes whole images and walks their rows through a pipeline of wgmma warpgroups (conv1 on row r + 1,
-conv2 on row r, conv3 on row r - 1 as two warpgroups of 128 channels each) fed by a TMA producer; a row of W <= 64 pixels is one m64 tile. The output
-is bit-identical to plugins/reference.py's fused_conv_int8 three times (the same integer accumulators, the same
-requantize code). docs/design/block-rows.md has the schedule and the shared-memory budget. `refusal` says in one line
-why a block is not taken; the kernel is not yet wired into the GPU runner.
+conv2 on row r, conv3 on row r - 1 as CONV3_WGS warpgroups sharing the 256 channels) fed by a TMA producer; a row of
+W <= 64 pixels is one m64 tile. The output is bit-identical to plugins/reference.py's fused_conv_int8 three times (the
+same integer accumulators, the same requantize code). docs/design/block-rows.md has the schedule, the shared-memory
+budget and what bounds its speed. `refusal` says in one line why a block is not taken. `bench kernels` times it; the
+GPU runner does not run it (res2's blocks run as conv2 and the chain kernel's pairs, as fast).
 """
 
 from __future__ import annotations

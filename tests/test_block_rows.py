@@ -1,7 +1,7 @@
 """The row-pipeline bottleneck block kernel (plugins/kernels/block_rows.cu) without a GPU: which blocks it takes, its
 params struct and shared-memory budget against the kernel's, and its data movement and schedule replayed on the CPU.
 
-The replay runs the kernel's roles (the TMA producer, the conv1, conv2 and two conv3 warpgroups) as coroutines over
+The replay runs the kernel's roles (the TMA producer, the conv1 and conv2 warpgroups, each conv3 warpgroup) as coroutines over
 one shared-memory array per CTA, interleaved in random orders, synchronised only by models of the kernel's mbarriers
 (the arrival counts read from block_rows.cu, the waits by phase parity as PipelineState computes it). Every wait
 asserts that its barrier is within one phase of the one it means (so the parity cannot alias a lap before or after),
