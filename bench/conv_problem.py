@@ -261,20 +261,12 @@ class BlockProblem(BottleneckProblem):
         return super().random(n, h, w, relu, seed, golden or fused_conv_golden)
 
 
-class DeviceBlockRows:
+class DeviceBlockRows(DeviceBottleneck):
     """A BlockProblem on the GPU as the row-pipeline block kernel runs it; max_ctas caps its persistent grid."""
 
     def __init__(self, problem: BottleneckProblem, max_ctas: int | None = None):
-        from ..plugins import cuda_driver as cd
-
-        self.p, self.max_ctas = problem, max_ctas
-        self.x = cd.DeviceBuffer.from_array(pack_nchwv(problem.x, 32))
-        self.convs = [tuple(cd.DeviceBuffer.from_array(a) for a in (pack_weight(c.w, 32), c.scale, c.bias, c.out_scale))
-                      for c in problem.convs]
-        self.residual_scale = cd.DeviceBuffer.from_array(problem.convs[2].residual_scale)
-        n, _, h, w = problem.x.shape
-        self.y_shape = (n, problem.convs[2].shape.k // 32, h, w, 32)
-        self.y = cd.DeviceBuffer(int(np.prod(self.y_shape)))
+        super().__init__(problem)
+        self.max_ctas = max_ctas
 
     def run(self, stream=None) -> None:
         from ..plugins import block_rows
@@ -282,16 +274,6 @@ class DeviceBlockRows:
         block_rows.launch(self.p.shapes, self.x.ptr, [tuple(b.ptr for b in c) for c in self.convs],
                           self.residual_scale.ptr, self.y.ptr, relu=tuple(c.relu for c in self.p.convs), stream=stream,
                           max_ctas=self.max_ctas)
-
-    def run_checked(self) -> tuple[np.ndarray, np.ndarray]:
-        """Poison y, launch, synchronize; return (logical int8 output, raw CHW32 output)."""
-        from ..plugins import cuda_driver as cd
-
-        self.y.fill(POISON)
-        self.run()
-        cd.check(cd._driver().cuCtxSynchronize())
-        raw = self.y.download(self.y_shape, np.int8)
-        return unpack_chw32(raw, self.p.convs[2].shape.k), raw
 
 
 @dataclass

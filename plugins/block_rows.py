@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import ctypes
 
+from . import bottleneck
 from .conv_shape import H100_SMS, ConvShape
-from .wgmma import permuted_weight_map, within_tma_limits
+from .wgmma import hopper_refusal, permuted_weight_map, within_tma_limits
 
 SOURCE = "block_rows.cu"
 ENTRY = "trtfuse_block_rows"
@@ -56,28 +57,13 @@ def compile_block_rows(target: str = "cubin", use_cache: bool = True):
     return compile_kernel(SOURCE, defines(), ARCH, target, use_cache)
 
 
-def _conv_refusal(name: str, shape: ConvShape, c: int, k: int, r: int, pads: tuple) -> str | None:
-    if shape.in_vec not in (0, 32) or shape.vec != 32:
-        return f"{name} reads a {shape.vec}-channel vector layout, the kernel reads CHW32"
-    if (shape.c, shape.k) != (c, k):
-        return f"{name} is {shape.c} -> {shape.k} channels, the kernel computes {c} -> {k}"
-    if (shape.r, shape.s) != (r, r) or tuple(shape.stride) != (1, 1) or tuple(shape.pads) != pads:
-        return (f"{name} is {shape.r}x{shape.s} stride {shape.stride[0]}x{shape.stride[1]} pads {tuple(shape.pads)}, "
-                f"the kernel runs {r}x{r} stride 1 pads {pads}")
-    return None
-
-
 def refusal(conv1: ConvShape, conv2: ConvShape, conv3: ConvShape) -> str | None:
-    """Why conv1 -> conv2 -> conv3 (+ the block input as conv3's residual) cannot run as this kernel, or None if it can.
-    That the residual is the block input and that a and b have no other reader is the caller's graph check."""
-    for why in (_conv_refusal("conv1", conv1, CHANNELS, WIDTH, 1, (0, 0, 0, 0)),
-                _conv_refusal("conv2", conv2, WIDTH, WIDTH, 3, (1, 1, 1, 1)),
-                _conv_refusal("conv3", conv3, WIDTH, CHANNELS, 1, (0, 0, 0, 0))):
-        if why:
-            return why
-    for name, a, b in (("conv2", conv1, conv2), ("conv3", conv2, conv3)):
-        if (b.n, b.h, b.w) != (a.n, *a.out_hw):
-            return f"{name}'s input {b.n}x{b.h}x{b.w} is not its producer's output {a.n}x{a.out_hw[0]}x{a.out_hw[1]}"
+    """Why conv1 -> conv2 -> conv3 (+ the block input as conv3's residual) cannot run as this kernel, or None if it can:
+    the identity block bottleneck.refusal takes, with rows of at most one wgmma tile. That the residual is the block
+    input and that a and b have no other reader is the caller's graph check."""
+    why = bottleneck.refusal(conv1, conv2, conv3)
+    if why:
+        return why
     if conv1.w > TILE_ROWS:
         return f"a {conv1.w}-pixel image row is over the {TILE_ROWS} pixels of one wgmma tile"
     if conv1.n * CHANNELS * conv1.h * conv1.w >= 2**31 or conv1.n >= 2**31:
@@ -130,15 +116,7 @@ def grid(shape: ConvShape, sms: int = H100_SMS, max_ctas: int | None = None) -> 
 
 def device_refusal() -> str | None:
     """Why the current GPU cannot run the kernel, or None."""
-    from . import cuda_driver as cd
-
-    device = cd.current_device()
-    if cd.compute_capability(device) != "sm_90":
-        return f"the block rows kernel needs an sm_90 GPU (wgmma, TMA); this one is {cd.compute_capability(device)}"
-    optin = cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
-    if optin < smem_bytes():
-        return f"the kernel needs {smem_bytes()} bytes of shared memory per CTA, the GPU gives {optin}"
-    return None
+    return hopper_refusal("the block rows kernel", smem_bytes())
 
 
 def launch(shapes: tuple[ConvShape, ConvShape, ConvShape], x: int, convs, residual_scale: int, y: int, *,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .conv_params import fast_divmod
 from .conv_shape import H100_SMS, ConvShape
-from .wgmma import permuted_weight_map, within_tma_limits
+from .wgmma import hopper_refusal, permuted_weight_map, within_tma_limits
 
 SOURCE = "chain_conv.cu"
 ENTRY = "trtfuse_chain_conv"
@@ -197,16 +197,7 @@ def grid(conv1: ConvShape, sms: int = H100_SMS, max_ctas: int | None = None) -> 
 
 def device_refusal() -> str | None:
     """Why the current GPU cannot run every variant of the kernel, or None."""
-    from . import cuda_driver as cd
-
-    device = cd.current_device()
-    if cd.compute_capability(device) != "sm_90":
-        return f"the chain kernel needs an sm_90 GPU (wgmma, TMA); this one is {cd.compute_capability(device)}"
-    optin = cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
-    need = max(v.smem_bytes for v in VARIANTS.values())
-    if optin < need:
-        return f"the kernel needs {need} bytes of shared memory per CTA, the GPU gives {optin}"
-    return None
+    return hopper_refusal("the chain kernel", max(v.smem_bytes for v in VARIANTS.values()))
 
 
 def launch_chain(shapes: tuple[ConvShape, ConvShape], x: int, residual: int, residual_scale: int, convs, y: int, z: int,

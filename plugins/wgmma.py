@@ -63,6 +63,18 @@ def shared_memory_limit(device: int) -> int:
     return cd.device_attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
 
 
+def hopper_refusal(kernel: str, smem_bytes: int) -> str | None:
+    """Why the current GPU cannot run `kernel`, a wgmma/TMA kernel asking for smem_bytes of shared memory per CTA, or
+    None: the one-line reason its GPU tests skip with and its launcher refuses with."""
+    device = cd.current_device()
+    if cd.compute_capability(device) != "sm_90":
+        return f"{kernel} needs an sm_90 GPU (wgmma, TMA); this one is {cd.compute_capability(device)}"
+    optin = shared_memory_limit(device)
+    if optin < smem_bytes:
+        return f"{kernel} needs {smem_bytes} bytes of shared memory per CTA, the GPU gives {optin}"
+    return None
+
+
 def include_dirs(tactic: WgmmaTactic) -> tuple:
     """Folders besides plugins/kernels/ a tactic's build reads: none for a table tactic. A profiling build (`diag` or
     `timeline` set, which only bench/wgmma_diag.py and bench/wgmma_timeline.py do) includes its hooks,
