@@ -285,8 +285,9 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     return rec
 
 
-# res2's identity block as one kernel: kind -> (record's tactic and layer suffix, the device class's name)
-BLOCK_KERNELS = {"bottleneck": ("bottleneck", ""), "block_rows": ("block_rows", ", row pipeline")}
+# res2's identity block as one kernel: kind (the record's tactic) -> (layer-name suffix, family, bench/conv_problem.py's
+# class that runs it)
+BLOCK_KERNELS = {"bottleneck": ("", "mma", "DeviceBottleneck"), "block_rows": (", row pipeline", "wgmma", "DeviceBlockRows")}
 
 
 def bench_bottleneck(torch, n, args, bw_tbps, records, kind: str = "bottleneck") -> dict:
@@ -297,12 +298,13 @@ def bench_bottleneck(torch, n, args, bw_tbps, records, kind: str = "bottleneck")
     the golden chain computed on the device."""
     from ..plugins import bottleneck
     from ..plugins.conv import ConvLaunch
-    from .conv_problem import BottleneckProblem, DeviceBlockRows, DeviceBottleneck, DeviceConv, passes_lsb_rule
+    from . import conv_problem
+    from .conv_problem import BottleneckProblem, DeviceConv, passes_lsb_rule
 
-    tactic, suffix = BLOCK_KERNELS[kind]
+    suffix, family, device_class = BLOCK_KERNELS[kind]
     cur = lambda: torch.cuda.current_stream().cuda_stream
     problem = BottleneckProblem.random(n, 56, 56, golden=lambda p: golden_on_device(torch, p).cpu().numpy())
-    fused = DeviceBlockRows(problem) if kind == "block_rows" else DeviceBottleneck(problem)
+    fused = getattr(conv_problem, device_class)(problem)
     ours_ms = graph_time_ms(torch, lambda: fused.run(stream=cur()), args.reps)
     out, _ = fused.run_checked()
     diff = np.abs(out.astype(np.int32) - problem.golden().astype(np.int32))
@@ -320,9 +322,8 @@ def bench_bottleneck(torch, n, args, bw_tbps, records, kind: str = "bottleneck")
     m = n * 56 * 56
     macs = sum(c.shape.k * c.shape.c * c.shape.r * c.shape.s for c in problem.convs)
     rec = {"layer": "res2 bottleneck 256->64->64->256 +res" + suffix, "batch": n, "M": m, "N": bottleneck.CHANNELS,
-           "K": macs, "K_gemm": macs, "residual": True, "tactic": tactic,
-           "family": "wgmma" if kind == "block_rows" else "mma", "splits": 1, "form": "CHW32",
-           "fused_block": True, "heuristic": tactic, "heuristic_ms": ours_ms, "ours_ms": ours_ms,
+           "K": macs, "K_gemm": macs, "residual": True, "tactic": kind, "family": family, "splits": 1, "form": "CHW32",
+           "fused_block": True, "heuristic": kind, "heuristic_ms": ours_ms, "ours_ms": ours_ms,
            "unfused_ms": unfused_ms, "unfused": unfused, "correct": passes_lsb_rule(stats), **stats}
     weights = sum(c.w.nbytes for c in problem.convs)
     rec.update(floors(2 * problem.x.nbytes + weights, 2.0 * m * macs, ours_ms, bw_tbps))  # x read once, y written
