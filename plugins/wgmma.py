@@ -43,7 +43,8 @@ class WgmmaTileStruct(ctypes.Structure):
     """Mirror of trtfuse::WgmmaTile (plugins/kernels/wgmma_tile.cuh); same field order."""
 
     _fields_ = [(n, ctypes.c_int32) for n in ("th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles",
-                                              "groups_per_image", "box_groups", "pitch")] + [
+                                              "groups_per_image", "box_groups", "pitch",
+                                              "group_images")] + [
         (f"div_groups_{f}", ctypes.c_uint32) for f in ("d", "mul", "shr")]
 
 
@@ -188,9 +189,15 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
     if tactic.flat:
         # (32, 8, CB, G, N): a 1x1 stride-1 unpadded conv's input pixels (the output's) in G = OH * OW / 8 groups of
         # 8 per image; a box is box_groups groups x a slot's 4 channel blocks, landing [group][block][8][32] (flat).
+        # Maps whose pixels do not come in 8s (group_images 8): (32, 8 images, CB, OH * OW, N / 8), group q is pixel
+        # q % (OH * OW) of images 8 (q / (OH * OW)) .. + 7, landing the same [group][block][8][32].
         hw = shape.h * shape.w
-        args["x"] = ((32, 8, cb, geo.groups_per_image, shape.n), (32, hw * 32, 256, cb * hw * 32),
-                     (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)
+        if geo.group_images == 8:
+            args["x"] = ((32, 8, cb, hw, shape.n // 8), (cb * hw * 32, hw * 32, 32, 8 * cb * hw * 32),
+                         (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)
+        else:
+            args["x"] = ((32, 8, cb, geo.groups_per_image, shape.n), (32, hw * 32, 256, cb * hw * 32),
+                         (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)
     if tactic.stores_by_tma:
         # The channel-major ping-pong and `tma_store` tiles' weight rows permuted inside each 16-channel group: dims
         # (KGpad, g 8, h 2, Kpad/16, 1) with row strides (2, 1, 16) so box row 16u + 8h + g is channel 16u + 2g + h, and
@@ -274,7 +281,8 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     d, mul, shr = fast_divmod(max(geo.groups_per_image, 1))
     tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,
                            kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas, groups_per_image=geo.groups_per_image,
-                           box_groups=geo.box_groups, pitch=geo.pitch, div_groups_d=d, div_groups_mul=mul, div_groups_shr=shr)
+                           box_groups=geo.box_groups, pitch=geo.pitch, group_images=geo.group_images, div_groups_d=d,
+                           div_groups_mul=mul, div_groups_shr=shr)
     smem = tactic.shared_bytes()
     fn = module_for(tactic).function(ENTRY, smem)
     cd.launch(fn, grid(shape, tactic), (tactic.threads, 1, 1), smem, stream,

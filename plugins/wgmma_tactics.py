@@ -40,9 +40,10 @@ class WgmmaGeometry:
     kt: int  # k32 steps (CB * R * S)
     box_bytes: int  # bytes of one activation TMA box: nb * th * OW * 32 (halo: the window, (th + R - 1) * WH * 32; flat: a k32 step's boxes, bm * 32)
     pix_tiles: int
-    groups_per_image: int = 0  # flat tiles: 8-pixel groups per image, OH * OW / 8
+    groups_per_image: int = 0  # flat tiles: 8-row groups per set of group_images images (OH * OW / 8, or OH * OW)
     box_groups: int = 0  # flat tiles: groups per activation box
     pitch: int = 0  # window tiles: window columns per image, W + max(pad_left, pad_right)
+    group_images: int = 1  # flat tiles: images an 8-row group spans: 1 (8 pixels of an image) or 8 (a pixel of 8 images)
 
     @property
     def ctas(self) -> int:
@@ -260,13 +261,17 @@ class WgmmaTactic:
         if shape.vec != 32:
             return f"input vectors of {shape.vec} channels (the TMA views read CHW32)"
         groups_per_image = box_groups = 0
+        group_images = 1
         if self.flat:
-            # the output's linear pixel index is the input's (1x1, stride 1, unpadded) and comes in 8-pixel groups
+            # the output's pixels are the input's (1x1, stride 1, unpadded); an 8-row group of the wgmma operand is 8
+            # pixels of one image where the map comes in groups of 8, else one pixel of 8 images (14 x 14, 7 x 7)
             if (shape.r, shape.s, shape.stride, shape.pads) != (1, 1, (1, 1), (0, 0, 0, 0)):
                 return "flat tiles: 1x1 stride-1 unpadded convs only"
-            if shape.h * shape.w % 8:
-                return "flat tiles: the map's pixels must come in groups of 8"
-            groups_per_image = shape.h * shape.w // 8
+            hw = shape.h * shape.w
+            if hw % 8 and shape.n % 8:
+                return "flat tiles: the map's pixels, or else the batch's images, must come in groups of 8"
+            group_images = 1 if hw % 8 == 0 else 8
+            groups_per_image = hw * group_images // 8
             box_groups = min(groups_per_image & -groups_per_image, self.bm // 8)  # a power of two dividing both
             tiles = 1, 1, 1, self.bm * 32, math.ceil(shape.n * shape.h * shape.w / self.bm), 0
         else:
@@ -283,7 +288,7 @@ class WgmmaTactic:
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
         if self.multicast and ch_tiles % 2:
             return "multicast: a cluster pairs a pixel tile's channel tiles, and there is an odd number of them"
-        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_image, box_groups, pitch)
+        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_image, box_groups, pitch, group_images)
 
     def _row_tiles(self, shape: ConvShape):
         """(TH, NB, tiles per image, box bytes, pixel tiles, 0 (no window pitch)): TH full output rows of one image,
@@ -490,7 +495,8 @@ WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 69, 64, 89, 74, 67, 65, 68, 66)
 WGMMA_SHORT_K_PREFERRED = (33, 35)
 # GEMM-K under 512 with 256+ output channels: the pixel-major tiles, first the ping-pong one where its weight fits
 WGMMA_PIXEL_MAJOR_PREFERRED = (50, 42, 40)
-# GEMM-K under 1024 where the map comes in 8-pixel groups: the flat tiles, by "256+ output channels"
+# GEMM-K under 1024 where the map comes in 8-pixel groups, or any GEMM-K where 8-image groups fill 4-group boxes: the flat
+# tiles, by "256+ output channels"
 WGMMA_FLAT_PREFERRED = {True: (52, 55), False: (56,)}
 
 
@@ -499,7 +505,8 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
 
     Rule (measured on the H200 at batch 256, docs/wgmma.md): a grid of at least one full wave (two for the ping-pong
     tiles), and first the window tile of WGMMA_HALO_PREFERRED computing least where one fits (stride-1 R x S convs,
-    64-channel ones included, and 3x3 stride-2 convs on even maps); then, for GEMM-K under 1024,
+    64-channel ones included, and 3x3 stride-2 convs on even maps); then, for GEMM-K under 1024 on maps in 8-pixel
+    groups, or any GEMM-K where 8-image groups fill boxes of at least 4 groups (14 x 14 maps, a batch in 8s),
     WGMMA_FLAT_PREFERRED's flat tile where one fits; otherwise
     at least 128 output channels (a tile is 128 channels: 64 would leave half the tensor-core work empty) and
     WGMMA_PREFERRED's (GEMM-K >= 1024), WGMMA_PIXEL_MAJOR_PREFERRED's (GEMM-K < 512, 256+ channels) or
@@ -516,11 +523,13 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     if windows:
         quads = [t for t in windows if t.quad_windows]
         return quads[0] if quads else min(windows, key=lambda t: wgmma_cost(shape, t, sms))
-    if kg < 1024:
-        for i in WGMMA_FLAT_PREFERRED[n >= 256]:
-            geo = WGMMA_BY_ID[i].geometry(shape)
-            if geo is not None:
-                return WGMMA_BY_ID[i] if geo.ctas >= sms else None
+    for i in WGMMA_FLAT_PREFERRED[n >= 256]:
+        geo = WGMMA_BY_ID[i].geometry(shape)
+        # 8-image groups (14 x 14, 7 x 7 maps) where a box brings at least 4 groups, whatever the GEMM-K: res4 conv3 +
+        # residual 0.0912 against w40's 0.1099 ms at batch 512, res4 conv1 0.0539 against w31's 0.0591; res5's 49-pixel
+        # maps (one-group boxes) lose to w40 (0.0900 against 0.0841 ms on res5 conv3)
+        if geo is not None and (geo.group_images == 1 and kg < 1024 or geo.group_images == 8 and geo.box_groups >= 4):
+            return WGMMA_BY_ID[i] if geo.ctas >= sms else None
     if n < 128:
         return None
     if kg >= 1024:

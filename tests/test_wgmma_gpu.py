@@ -181,6 +181,9 @@ FLAT_SHAPES = [
     ConvShape(7, 96, 6, 4, 512, 1, 1),  # 3 groups per image: one-group boxes, tiles across images, the last past the batch
     ConvShape(3, 64, 12, 4, 256, 1, 1),  # 6 groups: two-group boxes
     ConvShape(5, 160, 8, 8, 512, 1, 1),  # 8 groups: 8-group boxes; 5 channel blocks: a second slot with 3 past CB
+    ConvShape(16, 64, 7, 7, 512, 1, 1),  # 49 pixels: 8-image groups, one-group boxes, tiles across sets of 8 images
+    ConvShape(8, 160, 6, 6, 256, 1, 1),  # 36 pixels: four-group boxes, the last tile past the batch, 3 blocks past CB
+    ConvShape(8, 256, 14, 14, 1024, 1, 1),  # res4 conv3's map: 196 pixels, four-group boxes
 ]
 
 
@@ -190,7 +193,8 @@ FLAT_SHAPES = [
 def test_flat_tiles_cross_images_and_the_batch_end(monkeypatch, tactic_id, shape, ctas):
     # flat tiles: tiles of consecutive pixels whatever the image, boxes of 1, 2 or 8 eight-pixel groups x a slot's 4
     # channel blocks (those past CB zero-filled), the batch's last tile partly past it (its boxes reload the last
-    # one); 256-512 channels = 1-2 channel tiles, each CTA walking several tiles.
+    # one); 256-512 channels = 1-2 channel tiles, each CTA walking several tiles. Maps whose pixels do not come in 8s
+    # take a group as one pixel of 8 images: every tile row a pixel, rows scattered over 8 images.
     if ctas:
         monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", ctas)
     tactic = TACTICS_BY_ID[tactic_id]

@@ -78,7 +78,18 @@ def tile_pixel(pos: int, oh: int, ow: int, valid_px: int, wh: int = 0, pitch: in
     return pix, x < ow and y < oh and pix < valid_px
 
 
-def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int, bm: int = 128):
+def row_pixel(m: int, ohw: int, group_images: int = 1) -> tuple[int, int]:
+    """wgmma_tile.cuh's tile_row_offset: (image, pixel) of row m of the tiles' linear order: the linear output index,
+    or (flat tiles of 8-image groups) row 8q + i is pixel q % ohw of image 8 (q // ohw) + i."""
+    if group_images == 1:
+        return divmod(m, ohw)
+    q, i = divmod(m, 8)
+    image_set, pix = divmod(q, ohw)
+    return 8 * image_set + i, pix
+
+
+def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int, bm: int = 128,
+                       group_images: int = 1):
     """wgmma_conv.cu's ResidualSlice::load by every consumer warp of a tile's group: warp w (64 part +
     16 warp = 16 w) copies, lane l, 16-byte half l % 2 of tile pixel 16 w + l / 2, block b, into slice w
     [block][16 pixels][32] (zeros where the pixel or block is outside the tensor); the group's slices are
@@ -93,7 +104,7 @@ def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0:
                 dst = w * 16 * ch + (16 * b + lane // 2) * 32 + 16 * (lane % 2)
                 assert w * 16 * ch <= dst and dst + 16 <= (w + 1) * 16 * ch
                 if px < valid_px and b < blocks:
-                    n, pix = divmod(m0 + px, ohw)
+                    n, pix = row_pixel(m0 + px, ohw, group_images)
                     src = ((n * (kpad // 32) + c0 // 32 + b) * ohw + pix) * 32 + 16 * (lane % 2)
                     assert src + 16 <= flat_residual.size
                     tile[dst:dst + 16] = flat_residual[src:src + 16]
@@ -197,11 +208,15 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                                     for start, rows in views])
             elif tactic.flat:
                 # the slot's boxes of the (32, 8, CB, G, N) view, box_groups groups x 4 blocks each (boxes past the
-                # batch load its last), land [group][block][8][32]; step k % 4 is block k % 4 of every group
-                xf = x5.reshape(shape.n, -1, g.groups_per_image, 8, 32).transpose(0, 2, 1, 3, 4)  # [n][group][cb][8][32]
+                # batch load its last), land [group][block][8][32]; step k % 4 is block k % 4 of every group. Maps
+                # whose pixels do not come in 8s: the view (32, 8 images, CB, OH * OW, N / 8), a group one pixel of 8 images
+                if g.group_images == 8:  # [set][pixel][cb][image][32]
+                    xf = x5.reshape(shape.n // 8, 8, x5.shape[1], ohw, 32).transpose(0, 3, 2, 1, 4)
+                else:  # [n][group][cb][8][32]
+                    xf = x5.reshape(shape.n, -1, g.groups_per_image, 8, 32).transpose(0, 2, 1, 3, 4)
                 slot = np.zeros((bn // 8, tactic.ks, 8, 32), np.int64)
                 for gi in range(0, bn // 8, g.box_groups):
-                    q = min((m0 // 8) + gi, shape.n * g.groups_per_image - g.box_groups)
+                    q = min((m0 // 8) + gi, shape.n // g.group_images * g.groups_per_image - g.box_groups)
                     n, rest = divmod(q, g.groups_per_image)
                     slot[gi:gi + g.box_groups] = tma_box(xf, (0, 0, k // 4 * 4, rest, n), (32, 8, tactic.ks, g.box_groups, 1),
                                                          (1,) * 5)[0]
@@ -223,7 +238,8 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
             store = {32 * b + 8 * jj + 2 * q + e: 32 * b + 8 * q + 2 * jj + e
                      for b in range(ch // 32) for jj in range(4) for q in range(4) for e in range(2)}
             if residual is not None:
-                rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn)
+                rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn,
+                                           g.group_images)
         elif tactic.stores_by_tma:  # wgmma row 16u + 8h + g holds channel 16u + 2g + h
             store = {16 * u + 8 * h + g: 16 * u + 2 * g + h for u in range(ch // 16) for h in range(2) for g in range(8)}
         else:
@@ -233,8 +249,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                                       bn // 2 if tactic.quad_windows else 0)) for px in range(bn)]
         stored = [(px, pix) for px, pix, ok in positions if ok]
         for px, tile_pix in stored:
-            m = m0 + tile_pix
-            n, pix = divmod(m, ohw)
+            n, pix = row_pixel(m0 + tile_pix, ohw, g.group_images)
             for col, c in store.items():
                 if c0 + c < kpad:
                     acc_out[n, c0 + c, pix // ow, pix % ow] = acc[col, px]
@@ -259,6 +274,9 @@ CASES = [
     ConvShape(7, 96, 6, 4, 288, 1, 1),  # flat tiles: 3 groups of 8 per image (one-group boxes), the last tile past the batch
     ConvShape(3, 64, 12, 4, 256, 1, 1),  # 6 groups: two-group boxes
     ConvShape(5, 160, 8, 8, 256, 1, 1),  # 8 groups: 8-group boxes; 5 channel blocks: a slot with 3 past CB
+    ConvShape(16, 64, 7, 7, 256, 1, 1),  # flat tiles of 8-image groups: 49 pixels (one-group boxes), tiles across sets
+    ConvShape(8, 96, 6, 6, 256, 1, 1),  # ... 36 pixels: four-group boxes, the last tile past the batch
+    ConvShape(12, 64, 7, 7, 256, 1, 1),  # ... a batch not in 8s: the per-image tiles
     ConvShape(2, 64, 58, 56, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # stride-2 windows: 29 x 28 outputs, a short last tile per image
     ConvShape(3, 96, 28, 28, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 14 x 14 outputs
     ConvShape(1, 64, 56, 54, 128, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 28 x 27 outputs, two channel tiles of 64
@@ -369,10 +387,12 @@ def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more_or_flat_tile
     assert choose(shapes["res5 conv3 1x1 512->2048 +res"], arch="sm_90")[0].staging == 2
     assert not choose(shapes["res3 conv1 1x1 512->128"], arch="sm_90")[0].pixel_major
     # 1x1 stride-1 maps in 8-pixel groups with GEMM-K under 1024: the flat tiles, 64-channel layers included
-    # (w52 at 256+ channels with resident weights, w55 past them, w56 below 256); strided and 7x7 / 14x14 maps not
+    # (w52 at 256+ channels with resident weights, w55 past them, w56 below 256); 14 x 14 maps too, as 8-image groups
+    # in 4-group boxes, whatever the GEMM-K; strided maps and 7 x 7 ones (one-group boxes) not
     flat = {"res2 first conv1 1x1 64->64": 56, "res2 conv1 1x1 256->64": 56, "res3 first conv1 1x1 256->128": 56,
             "res2 conv3 1x1 64->256 +res": 52, "res3 conv3 1x1 128->512 +res": 52, "res2 downsample 1x1/1 64->256": 52,
-            "res4 first conv1 1x1 512->256": 55}
+            "res4 first conv1 1x1 512->256": 55, "res4 conv3 1x1 256->1024 +res": 52, "res4 conv1 1x1 1024->256": 55,
+            "res5 first conv1 1x1 1024->512": 55}
     for name, shape in shapes.items():
         t = choose(shape, arch="sm_90")[0]
         assert (t.id if getattr(t, "flat", False) else None) == flat.get(name), name

@@ -49,7 +49,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   static_assert(!PINGPONG || GROUPS == 2, "ping-pong alternates two tile groups");
   constexpr int kTurn = 1 + 2 * GROUPS, kTurnThreads = 2 * 128 * TILE_WGS;
   if (load_res && tile_of(group) < t.tiles)
-    ResidualSlice<CH>::load(slice0, p, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane);
+    ResidualSlice<CH>::load(slice0, p, t, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane);
   cp_async_commit();
   // Resident weights: the CTA stays on one channel tile (the host's grid is a multiple of the channel tiles,
   // or covers every tile once), so its folded factors are loaded once, here.
@@ -109,7 +109,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     // The group's next tile's residual into the other buffer (read by this warp a tile ago, __syncwarp'd).
     const int next = tile + GROUPS * tile_step;
     if (load_res && next < t.tiles)
-      ResidualSlice<CH>::load(slice0 + ((j + 1) & 1) * L::OUT_BYTES, p, TileCoord(next, p, t, ohw, CH), first_px, ohw, kpad, lane);
+      ResidualSlice<CH>::load(slice0 + ((j + 1) & 1) * L::OUT_BYTES, p, t, TileCoord(next, p, t, ohw, CH), first_px, ohw, kpad, lane);
     cp_async_commit();
 
     // Folded factors of the tile's channels: refreshed only when the channel tile changes (never after
@@ -127,9 +127,9 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     __syncwarp();
     const int8_t* slice = slice0 + (j & 1) * L::OUT_BYTES;
     if (has_res) {
-      pixel_major_epilogue<CH, true>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
+      pixel_major_epilogue<CH, true>(acc, p, t, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
     } else {
-      pixel_major_epilogue<CH, false>(acc, p, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
+      pixel_major_epilogue<CH, false>(acc, p, t, tc, s_scale, s_bias, slice, px, ohw, kpad, lane, es.rs, es.relu_min);
     }
     __syncwarp();  // every lane's reads of this slice come before its refill two tiles on
   }

@@ -13,11 +13,11 @@ template <int CH>
 struct ResidualSlice {
   static constexpr int BYTES = 16 * CH;
   // Lane l copies 16-byte half l % 2 of slice pixel l / 2, for every block.
-  __device__ __forceinline__ static void load(int8_t* slice, const ConvParams& p, const TileCoord& tc, int first_px,
-                                              int ohw, int kpad, int lane) {
+  __device__ __forceinline__ static void load(int8_t* slice, const ConvParams& p, const WgmmaTile& t, const TileCoord& tc,
+                                              int first_px, int ohw, int kpad, int lane) {
     const int px = first_px + lane / 2;
     const bool ok = px < tc.valid_px;
-    const size_t row = (ok ? chw32_offset(p, tc.m0 + px, tc.c0, ohw, kpad) : 0) + 16 * (lane % 2);
+    const size_t row = (ok ? tile_row_offset(p, t, tc.m0 + px, tc.c0, ohw, kpad) : 0) + 16 * (lane % 2);
     const int blocks = (kpad - tc.c0) / 32;
 #pragma unroll
     for (int b = 0; b < CH / 32; ++b) {
@@ -36,7 +36,7 @@ struct ResidualSlice {
 // accumulators (blocks past Kpad are computed and not stored), so the scheduler interleaves 16 x 8
 // independent chains instead of branching between groups of 8.
 template <int CH, bool RES>
-__device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], const ConvParams& p, const TileCoord& tc,
+__device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], const ConvParams& p, const WgmmaTile& t, const TileCoord& tc,
                                                      const float* s_scale, const float* s_bias, const int8_t* slice,
                                                      const int (&px)[2], int ohw, int kpad, int lane, float rs,
                                                      float relu_min) {
@@ -45,7 +45,7 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     ok[h] = px[h] < tc.valid_px;
-    out_off[h] = !ok[h] ? 0 : chw32_offset(p, tc.m0 + px[h], tc.c0, ohw, kpad) + 8 * (lane % 4);
+    out_off[h] = !ok[h] ? 0 : tile_row_offset(p, t, tc.m0 + px[h], tc.c0, ohw, kpad) + 8 * (lane % 4);
   }
   const int blocks = (kpad - tc.c0) / 32;  // < CH / 32 only on the last channel tile
   uint32_t folded = 0;  // Profiling::no_stores only

@@ -16,7 +16,10 @@
 // activation is viewed as (32, 8, CB, G, N) and one box (32, 8, KS, GB, 1) brings GB groups x a slot's KS channel
 // blocks; GB divides G, so no box crosses an image. A box lands [group][block][8 pixels][32], so a slot is
 // [group][k32 step][8][32]: k32 step s of the tile is the 32-byte-swizzled K-major operand from s * 256 with 8-row
-// groups KS * 256 bytes apart (the descriptor's stride byte offset). Bigger boxes than one group per k32 step matter:
+// groups KS * 256 bytes apart (the descriptor's stride byte offset). Maps whose pixels do not come in 8s (14 x 14,
+// 7 x 7) with a batch of whole 8s take a group as one pixel of 8 images instead (t.group_images 8): the view
+// (32, 8 images, CB, OH * OW, N / 8), the same box and landing, and tile row 8q + i is image 8 (q / (OH * OW)) + i
+// (tile_row_offset), so these maps too compute no rows that are not pixels. Bigger boxes than one group per k32 step matter:
 // the copy engine takes ~150 clocks per 512-byte box, so one box per group and k32 step left res3 conv3 bound by the
 // copies (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/17-flat-per-group-boxes-not-kept.json).
 #pragma once
@@ -76,7 +79,7 @@ __device__ __forceinline__ void load_slot_weights(uint32_t sa, const sm90::Tenso
 template <int KS>
 __device__ __forceinline__ void load_flat_slot(uint32_t sb, const sm90::TensorMap* tmap_x, uint32_t full, int kb, const TileCoord& tc,
                                                const ConvParams& p, const WgmmaTile& t, bool first_step) {
-  const int last_box = p.N * t.groups_per_image - t.box_groups;
+  const int last_box = p.N / t.group_images * t.groups_per_image - t.box_groups;
   for (int g = 0; first_step && g < kFlatGroupsPerTile; g += t.box_groups) {
     const int q = min(tc.m0 / kFlatGroup + g, last_box), n = t.div_groups.div(q);
     sm90::tma_load_5d(sb + g * KS * 256, tmap_x, full, 0, 0, kb * KS, q - n * t.groups_per_image, n);

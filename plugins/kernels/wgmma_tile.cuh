@@ -15,9 +15,10 @@ struct WgmmaTile {
   int kt;               // k32 steps of the GEMM-K: CB * R * S
   int box_bytes;        // bytes one activation box writes: nb * th * OW * 32 (Tactic::flat: a k32 step's boxes, Tactic::bm * 32)
   int tiles;            // CTA tiles: pixel tiles x channel tiles (a persistent CTA walks tile += gridDim.x)
-  int groups_per_image; // Tactic::flat: 8-pixel groups per image, OH * OW / 8 (unused otherwise)
+  int groups_per_image; // Tactic::flat: 8-row groups per set of group_images images, OH * OW * group_images / 8
   int box_groups;       // Tactic::flat: groups per activation box (a power of two dividing groups_per_image and Tactic::bm / 8)
   int pitch;            // kWindows: window columns per image, W + max(pad_left, pad_right); the window is nb * pitch wide
+  int group_images;     // Tactic::flat: 1 (a group is 8 pixels of an image) or 8 (one pixel of 8 images: OH * OW % 8 != 0)
   FastDivmod div_groups;  // by groups_per_image
 };
 
@@ -47,6 +48,14 @@ struct TileCoord {
 // for the image index (the host's FastDivmod numbers), no division.
 __device__ __forceinline__ size_t chw32_offset(const ConvParams& p, int m, int c, int ohw, int kpad) {
   const int n = p.div_ohw.div(m), pix = m - n * ohw;
+  return ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32;
+}
+
+// Byte offset of (pixel m of the tile's linear order, channel c): the linear output index (chw32_offset), or for flat
+// tiles of 8-image groups (t.group_images 8) row m = 8 q + i is pixel q % (OH * OW) of image 8 (q / (OH * OW)) + i.
+__device__ __forceinline__ size_t tile_row_offset(const ConvParams& p, const WgmmaTile& t, int m, int c, int ohw, int kpad) {
+  if (!Tactic::flat || t.group_images == 1) return chw32_offset(p, m, c, ohw, kpad);
+  const int q = m >> 3, set = t.div_groups.div(q), pix = q - set * ohw, n = set * 8 + (m & 7);
   return ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32;
 }
 
