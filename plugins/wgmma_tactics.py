@@ -40,7 +40,7 @@ class WgmmaGeometry:
     kt: int  # k32 steps (CB * R * S)
     box_bytes: int  # bytes of one activation TMA box: nb * th * OW * 32 (halo: the window, (th + R - 1) * WH * 32; flat: a k32 step's boxes, bm * 32)
     pix_tiles: int
-    groups_per_image: int = 0  # flat tiles: 8-row groups per set of group_images images (OH * OW / 8, or OH * OW)
+    groups_per_image: int = 0  # flat tiles: 8-row groups per set of group_images images (OH * OW / 8, or OH * OW in boxes)
     box_groups: int = 0  # flat tiles: groups per activation box
     pitch: int = 0  # window tiles: window columns per image, W + max(pad_left, pad_right)
     group_images: int = 1  # flat tiles: images an 8-row group spans: 1 (8 pixels of an image) or 8 (a pixel of 8 images)
@@ -270,10 +270,14 @@ class WgmmaTactic:
             hw = shape.h * shape.w
             if hw % 8 and shape.n % 8:
                 return "flat tiles: the map's pixels, or else the batch's images, must come in groups of 8"
-            group_images = 1 if hw % 8 == 0 else 8
-            groups_per_image = hw * group_images // 8
-            box_groups = min(groups_per_image & -groups_per_image, self.bm // 8)  # a power of two dividing both
-            tiles = 1, 1, 1, self.bm * 32, math.ceil(shape.n * shape.h * shape.w / self.bm), 0
+            if hw % 8 == 0:
+                groups_per_image = hw // 8
+                box_groups = min(groups_per_image & -groups_per_image, self.bm // 8)  # a power of two dividing both
+            else:  # a set of 8 images: its OH * OW groups rounded up to boxes of 4 (the groups past the map not stored)
+                group_images, box_groups = 8, min(4, self.bm // 8)
+                groups_per_image = round_up(hw, box_groups)
+            rows = shape.n // group_images * groups_per_image * 8
+            tiles = 1, 1, 1, self.bm * 32, math.ceil(rows / self.bm), 0
         else:
             tiles = (self._stride2_window_tiles(shape) if self.stride2_windows else self._window_tiles(shape) if self.halo_rows
                      else self._row_tiles(shape))
@@ -525,10 +529,10 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
         return quads[0] if quads else min(windows, key=lambda t: wgmma_cost(shape, t, sms))
     for i in WGMMA_FLAT_PREFERRED[n >= 256]:
         geo = WGMMA_BY_ID[i].geometry(shape)
-        # 8-image groups (14 x 14, 7 x 7 maps) where a box brings at least 4 groups, whatever the GEMM-K: res4 conv3 +
-        # residual 0.0912 against w40's 0.1099 ms at batch 512, res4 conv1 0.0539 against w31's 0.0591; res5's 49-pixel
-        # maps (one-group boxes) lose to w40 (0.0900 against 0.0841 ms on res5 conv3)
-        if geo is not None and (geo.group_images == 1 and kg < 1024 or geo.group_images == 8 and geo.box_groups >= 4):
+        # 8-image groups (14 x 14 maps) whatever the GEMM-K: res4 conv3 + residual 0.0912 against w40's 0.1099 ms at
+        # batch 512, res4 conv1 0.0539 against w31's 0.0591
+        whole_boxes = geo is not None and geo.groups_per_image == shape.h * shape.w  # no set rounded up to whole boxes
+        if geo is not None and (geo.group_images == 1 and kg < 1024 or geo.group_images == 8 and whole_boxes):
             return WGMMA_BY_ID[i] if geo.ctas >= sms else None
     if n < 128:
         return None

@@ -181,7 +181,8 @@ FLAT_SHAPES = [
     ConvShape(7, 96, 6, 4, 512, 1, 1),  # 3 groups per image: one-group boxes, tiles across images, the last past the batch
     ConvShape(3, 64, 12, 4, 256, 1, 1),  # 6 groups: two-group boxes
     ConvShape(5, 160, 8, 8, 512, 1, 1),  # 8 groups: 8-group boxes; 5 channel blocks: a second slot with 3 past CB
-    ConvShape(16, 64, 7, 7, 512, 1, 1),  # 49 pixels: 8-image groups, one-group boxes, tiles across sets of 8 images
+    ConvShape(16, 64, 7, 7, 512, 1, 1),  # 49 pixels: 8-image groups, 52 a set (3 not stored), tiles across sets
+    ConvShape(24, 96, 5, 5, 256, 1, 1),  # 25 pixels: 28 groups a set, three sets
     ConvShape(8, 160, 6, 6, 256, 1, 1),  # 36 pixels: four-group boxes, the last tile past the batch, 3 blocks past CB
     ConvShape(8, 256, 14, 14, 1024, 1, 1),  # res4 conv3's map: 196 pixels, four-group boxes
 ]

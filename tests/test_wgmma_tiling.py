@@ -78,18 +78,19 @@ def tile_pixel(pos: int, oh: int, ow: int, valid_px: int, wh: int = 0, pitch: in
     return pix, x < ow and y < oh and pix < valid_px
 
 
-def row_pixel(m: int, ohw: int, group_images: int = 1) -> tuple[int, int]:
+def row_pixel(m: int, ohw: int, group_images: int = 1, groups: int = 0) -> tuple[int, int]:
     """wgmma_tile.cuh's tile_row_offset: (image, pixel) of row m of the tiles' linear order: the linear output index,
-    or (flat tiles of 8-image groups) row 8q + i is pixel q % ohw of image 8 (q // ohw) + i."""
+    or (flat tiles of 8-image groups, `groups` per set) row 8q + i is pixel q % groups of image 8 (q // groups) + i,
+    a pixel only where that is under ohw."""
     if group_images == 1:
         return divmod(m, ohw)
     q, i = divmod(m, 8)
-    image_set, pix = divmod(q, ohw)
+    image_set, pix = divmod(q, groups)
     return 8 * image_set + i, pix
 
 
 def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int, bm: int = 128,
-                       group_images: int = 1):
+                       group_images: int = 1, groups: int = 0):
     """wgmma_conv.cu's ResidualSlice::load by every consumer warp of a tile's group: warp w (64 part +
     16 warp = 16 w) copies, lane l, 16-byte half l % 2 of tile pixel 16 w + l / 2, block b, into slice w
     [block][16 pixels][32] (zeros where the pixel or block is outside the tensor); the group's slices are
@@ -103,8 +104,8 @@ def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0:
             for b in range(ch // 32):
                 dst = w * 16 * ch + (16 * b + lane // 2) * 32 + 16 * (lane % 2)
                 assert w * 16 * ch <= dst and dst + 16 <= (w + 1) * 16 * ch
-                if px < valid_px and b < blocks:
-                    n, pix = row_pixel(m0 + px, ohw, group_images)
+                n, pix = row_pixel(m0 + px, ohw, group_images, groups)
+                if px < valid_px and pix < ohw and b < blocks:
                     src = ((n * (kpad // 32) + c0 // 32 + b) * ohw + pix) * 32 + 16 * (lane % 2)
                     assert src + 16 <= flat_residual.size
                     tile[dst:dst + 16] = flat_residual[src:src + 16]
@@ -125,9 +126,10 @@ def tile_coord(shape: ConvShape, g, tile: int, ch: int):
     oh, ow = shape.out_hw
     ohw = oh * ow
     ch_tile, pix_tile = tile % g.ch_tiles, tile // g.ch_tiles
-    if g.groups_per_image:  # flat tiles: bm consecutive pixels of the linear output index
+    if g.groups_per_image:  # flat tiles: bm consecutive rows of the tiles' linear order (row_pixel)
         bm = g.box_bytes // 32
-        return 0, 0, min(bm, shape.n * ohw - pix_tile * bm), pix_tile * bm, ch_tile * ch
+        rows = shape.n // g.group_images * g.groups_per_image * 8
+        return 0, 0, min(bm, rows - pix_tile * bm), pix_tile * bm, ch_tile * ch
     if g.nb == 1:
         n0 = pix_tile // g.tiles_per_image
         oh0 = (pix_tile - n0 * g.tiles_per_image) * g.th
@@ -239,7 +241,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                      for b in range(ch // 32) for jj in range(4) for q in range(4) for e in range(2)}
             if residual is not None:
                 rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn,
-                                           g.group_images)
+                                           g.group_images, g.groups_per_image)
         elif tactic.stores_by_tma:  # wgmma row 16u + 8h + g holds channel 16u + 2g + h
             store = {16 * u + 8 * h + g: 16 * u + 2 * g + h for u in range(ch // 16) for h in range(2) for g in range(8)}
         else:
@@ -249,7 +251,9 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                                       bn // 2 if tactic.quad_windows else 0)) for px in range(bn)]
         stored = [(px, pix) for px, pix, ok in positions if ok]
         for px, tile_pix in stored:
-            n, pix = row_pixel(m0 + tile_pix, ohw, g.group_images)
+            n, pix = row_pixel(m0 + tile_pix, ohw, g.group_images, g.groups_per_image)
+            if pix >= ohw:  # 8-image groups: a set's groups past its map (rounded up to whole boxes)
+                continue
             for col, c in store.items():
                 if c0 + c < kpad:
                     acc_out[n, c0 + c, pix // ow, pix % ow] = acc[col, px]
@@ -274,8 +278,9 @@ CASES = [
     ConvShape(7, 96, 6, 4, 288, 1, 1),  # flat tiles: 3 groups of 8 per image (one-group boxes), the last tile past the batch
     ConvShape(3, 64, 12, 4, 256, 1, 1),  # 6 groups: two-group boxes
     ConvShape(5, 160, 8, 8, 256, 1, 1),  # 8 groups: 8-group boxes; 5 channel blocks: a slot with 3 past CB
-    ConvShape(16, 64, 7, 7, 256, 1, 1),  # flat tiles of 8-image groups: 49 pixels (one-group boxes), tiles across sets
+    ConvShape(16, 64, 7, 7, 256, 1, 1),  # flat tiles of 8-image groups: 49 pixels in 52 groups (3 not stored), tiles across sets
     ConvShape(8, 96, 6, 6, 256, 1, 1),  # ... 36 pixels: four-group boxes, the last tile past the batch
+    ConvShape(24, 64, 5, 5, 160, 1, 1),  # ... 25 pixels in 28 groups, 3 sets
     ConvShape(12, 64, 7, 7, 256, 1, 1),  # ... a batch not in 8s: the per-image tiles
     ConvShape(2, 64, 58, 56, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # stride-2 windows: 29 x 28 outputs, a short last tile per image
     ConvShape(3, 96, 28, 28, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 14 x 14 outputs

@@ -16,8 +16,9 @@ struct ResidualSlice {
   __device__ __forceinline__ static void load(int8_t* slice, const ConvParams& p, const WgmmaTile& t, const TileCoord& tc,
                                               int first_px, int ohw, int kpad, int lane) {
     const int px = first_px + lane / 2;
-    const bool ok = px < tc.valid_px;
-    const size_t row = (ok ? tile_row_offset(p, t, tc.m0 + px, tc.c0, ohw, kpad) : 0) + 16 * (lane % 2);
+    bool ok = px < tc.valid_px;
+    const size_t offset = tile_row_offset(p, t, tc.m0 + px, tc.c0, ohw, kpad, ok);
+    const size_t row = (ok ? offset : 0) + 16 * (lane % 2);
     const int blocks = (kpad - tc.c0) / 32;
 #pragma unroll
     for (int b = 0; b < CH / 32; ++b) {
@@ -45,7 +46,8 @@ __device__ __forceinline__ void pixel_major_epilogue(const int (&acc)[CH / 2], c
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     ok[h] = px[h] < tc.valid_px;
-    out_off[h] = !ok[h] ? 0 : tile_row_offset(p, t, tc.m0 + px[h], tc.c0, ohw, kpad) + 8 * (lane % 4);
+    const size_t offset = tile_row_offset(p, t, tc.m0 + px[h], tc.c0, ohw, kpad, ok[h]);
+    out_off[h] = !ok[h] ? 0 : offset + 8 * (lane % 4);
   }
   const int blocks = (kpad - tc.c0) / 32;  // < CH / 32 only on the last channel tile
   uint32_t folded = 0;  // Profiling::no_stores only

@@ -18,8 +18,9 @@
 // [group][k32 step][8][32]: k32 step s of the tile is the 32-byte-swizzled K-major operand from s * 256 with 8-row
 // groups KS * 256 bytes apart (the descriptor's stride byte offset). Maps whose pixels do not come in 8s (14 x 14,
 // 7 x 7) with a batch of whole 8s take a group as one pixel of 8 images instead (t.group_images 8): the view
-// (32, 8 images, CB, OH * OW, N / 8), the same box and landing, and tile row 8q + i is image 8 (q / (OH * OW)) + i
-// (tile_row_offset), so these maps too compute no rows that are not pixels. Bigger boxes than one group per k32 step matter:
+// (32, 8 images, CB, OH * OW, N / 8), boxes of 4 groups, each set's OH * OW groups rounded up to whole boxes (7 x 7: 52,
+// the 3 past the map zero-filled and not stored), so these maps compute few rows that are not pixels; tile row 8q + i is
+// image 8 (q / G) + i (tile_row_offset). Bigger boxes than one group per k32 step matter:
 // the copy engine takes ~150 clocks per 512-byte box, so one box per group and k32 step left res3 conv3 bound by the
 // copies (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/17-flat-per-group-boxes-not-kept.json).
 #pragma once

@@ -15,7 +15,8 @@ struct WgmmaTile {
   int kt;               // k32 steps of the GEMM-K: CB * R * S
   int box_bytes;        // bytes one activation box writes: nb * th * OW * 32 (Tactic::flat: a k32 step's boxes, Tactic::bm * 32)
   int tiles;            // CTA tiles: pixel tiles x channel tiles (a persistent CTA walks tile += gridDim.x)
-  int groups_per_image; // Tactic::flat: 8-row groups per set of group_images images, OH * OW * group_images / 8
+  int groups_per_image; // Tactic::flat: 8-row groups per set of group_images images: OH * OW / 8, or (8 images) OH * OW
+                        // rounded up to whole boxes
   int box_groups;       // Tactic::flat: groups per activation box (a power of two dividing groups_per_image and Tactic::bm / 8)
   int pitch;            // kWindows: window columns per image, W + max(pad_left, pad_right); the window is nb * pitch wide
   int group_images;     // Tactic::flat: 1 (a group is 8 pixels of an image) or 8 (one pixel of 8 images: OH * OW % 8 != 0)
@@ -29,7 +30,7 @@ struct TileCoord {
     const int ch_tile = tile % t.ch_tiles, pix_tile = tile / t.ch_tiles;
     if (Tactic::flat) {  // Tactic::bm consecutive pixels of the linear output index (n0, oh0: unused)
       n0 = oh0 = 0;
-      valid_px = min(Tactic::bm, p.N * ohw - pix_tile * Tactic::bm);
+      valid_px = min(Tactic::bm, p.N / t.group_images * t.groups_per_image * kFlatGroup - pix_tile * Tactic::bm);
     } else if (t.nb == 1) {
       n0 = pix_tile / t.tiles_per_image;
       oh0 = (pix_tile - n0 * t.tiles_per_image) * t.th;
@@ -51,11 +52,14 @@ __device__ __forceinline__ size_t chw32_offset(const ConvParams& p, int m, int c
   return ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32;
 }
 
-// Byte offset of (pixel m of the tile's linear order, channel c): the linear output index (chw32_offset), or for flat
-// tiles of 8-image groups (t.group_images 8) row m = 8 q + i is pixel q % (OH * OW) of image 8 (q / (OH * OW)) + i.
-__device__ __forceinline__ size_t tile_row_offset(const ConvParams& p, const WgmmaTile& t, int m, int c, int ohw, int kpad) {
+// Byte offset of (row m of the tiles' linear order, channel c), clearing `ok` where the row is not a pixel. Rows are
+// the linear output index (chw32_offset); for flat tiles of 8-image groups (t.group_images 8) row 8q + i is pixel q % G
+// of image 8 (q / G) + i, G = t.groups_per_image: OH * OW rounded up to whole boxes, the rows past OH * OW not pixels.
+__device__ __forceinline__ size_t tile_row_offset(const ConvParams& p, const WgmmaTile& t, int m, int c, int ohw, int kpad,
+                                                  bool& ok) {
   if (!Tactic::flat || t.group_images == 1) return chw32_offset(p, m, c, ohw, kpad);
-  const int q = m >> 3, set = t.div_groups.div(q), pix = q - set * ohw, n = set * 8 + (m & 7);
+  const int q = m >> 3, set = t.div_groups.div(q), pix = q - set * t.groups_per_image, n = set * 8 + (m & 7);
+  ok = ok && pix < ohw;
   return ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32;
 }
 
