@@ -477,6 +477,7 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(id=54, bm=64, bn=256, stages=8, resident_kt=8, flat=True, **_PM),
     WgmmaTactic(id=55, bm=128, bn=256, stages=3, flat=True, **_PM),
     WgmmaTactic(id=56, bm=128, bn=128, stages=4, consumers=4, resident_kt=8, flat=True, **_PM),
+    WgmmaTactic(id=57, bm=64, bn=256, stages=3, resident_kt=16, pingpong=True, flat=True, **_PM),  # w52 with 16 k32 steps resident (res5 conv3)
 )
 WGMMA_BY_ID = {t.id: t for t in WGMMA_TACTICS}
 
@@ -499,9 +500,9 @@ WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 69, 64, 89, 74, 67, 65, 68, 66)
 WGMMA_SHORT_K_PREFERRED = (33, 35)
 # GEMM-K under 512 with 256+ output channels: the pixel-major tiles, first the ping-pong one where its weight fits
 WGMMA_PIXEL_MAJOR_PREFERRED = (50, 42, 40)
-# GEMM-K under 1024 where the map comes in 8-pixel groups, or any GEMM-K where 8-image groups fill 4-group boxes: the flat
-# tiles, by "256+ output channels"
-WGMMA_FLAT_PREFERRED = {True: (52, 55), False: (56,)}
+# GEMM-K under 1024, or any GEMM-K where 8-image groups fill whole boxes (14 x 14): the flat tiles, by "256+ output
+# channels"
+WGMMA_FLAT_PREFERRED = {True: (52, 57, 55), False: (56,)}
 
 
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
@@ -509,9 +510,9 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
 
     Rule (measured on the H200 at batch 256, docs/wgmma.md): a grid of at least one full wave (two for the ping-pong
     tiles), and first the window tile of WGMMA_HALO_PREFERRED computing least where one fits (stride-1 R x S convs,
-    64-channel ones included, and 3x3 stride-2 convs on even maps); then, for GEMM-K under 1024 on maps in 8-pixel
-    groups, or any GEMM-K where 8-image groups fill boxes of at least 4 groups (14 x 14 maps, a batch in 8s),
-    WGMMA_FLAT_PREFERRED's flat tile where one fits; otherwise
+    64-channel ones included, and 3x3 stride-2 convs on even maps); then, for GEMM-K under 1024, or any GEMM-K where
+    8-image groups fill whole 4-group boxes (14 x 14 maps, a batch in 8s), WGMMA_FLAT_PREFERRED's flat tile where one
+    fits; otherwise
     at least 128 output channels (a tile is 128 channels: 64 would leave half the tensor-core work empty) and
     WGMMA_PREFERRED's (GEMM-K >= 1024), WGMMA_PIXEL_MAJOR_PREFERRED's (GEMM-K < 512, 256+ channels) or
     WGMMA_SHORT_K_PREFERRED's first tactic whose geometry fits, else the fewest waves x pixel capacity x
@@ -529,10 +530,12 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
         return quads[0] if quads else min(windows, key=lambda t: wgmma_cost(shape, t, sms))
     for i in WGMMA_FLAT_PREFERRED[n >= 256]:
         geo = WGMMA_BY_ID[i].geometry(shape)
-        # 8-image groups (14 x 14 maps) whatever the GEMM-K: res4 conv3 + residual 0.0912 against w40's 0.1099 ms at
-        # batch 512, res4 conv1 0.0539 against w31's 0.0591
+        # 8-image groups on 14 x 14 maps whatever the GEMM-K: res4 conv3 + residual 0.0912 against w40's 0.1099 ms at
+        # batch 512, res4 conv1 0.0539 against w31's 0.0591; on 7 x 7 maps (sets rounded up to whole boxes) under 1024:
+        # res5 conv3 + residual on w57 0.0744 / 0.0729 against w40's 0.0850 / 0.0827, but res5 conv1 (GEMM-K 2048) on
+        # w31, not w55
         whole_boxes = geo is not None and geo.groups_per_image == shape.h * shape.w  # no set rounded up to whole boxes
-        if geo is not None and (geo.group_images == 1 and kg < 1024 or geo.group_images == 8 and whole_boxes):
+        if geo is not None and (kg < 1024 or geo.group_images == 8 and whole_boxes):
             return WGMMA_BY_ID[i] if geo.ctas >= sms else None
     if n < 128:
         return None

@@ -190,7 +190,7 @@ FLAT_SHAPES = [
 
 @pytest.mark.parametrize("ctas", ["3", "1", ""], ids=["three-ctas", "one-cta", "every-sm"])
 @pytest.mark.parametrize("shape", FLAT_SHAPES, ids=[f"{s.n}x{s.c}x{s.h}x{s.w}" for s in FLAT_SHAPES])
-@pytest.mark.parametrize("tactic_id", [52, 54, 55, 56])
+@pytest.mark.parametrize("tactic_id", [52, 54, 55, 56, 57])
 def test_flat_tiles_cross_images_and_the_batch_end(monkeypatch, tactic_id, shape, ctas):
     # flat tiles: tiles of consecutive pixels whatever the image, boxes of 1, 2 or 8 eight-pixel groups x a slot's 4
     # channel blocks (those past CB zero-filled), the batch's last tile partly past it (its boxes reload the last
