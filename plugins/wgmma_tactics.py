@@ -502,7 +502,10 @@ WGMMA_SHORT_K_PREFERRED = (33, 35)
 WGMMA_PIXEL_MAJOR_PREFERRED = (50, 42, 40)
 # GEMM-K under 1024, or any GEMM-K where 8-image groups fill whole boxes (14 x 14): the flat tiles, by "256+ output
 # channels"
-WGMMA_FLAT_PREFERRED = {True: (52, 57, 55), False: (56,)}
+WGMMA_FLAT_PREFERRED = {True: (52, 55), False: (56,)}
+# ... 256+ channels on maps not in 8-pixel groups (8-image groups): w57's 16 k32 steps resident before w55 (res5 conv3;
+# on res4's first conv1, a 28 x 28 map, autotune keeps w55)
+WGMMA_FLAT_IMAGE_GROUPS_PREFERRED = (52, 57, 55)
 
 
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
@@ -528,7 +531,8 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     if windows:
         quads = [t for t in windows if t.quad_windows]
         return quads[0] if quads else min(windows, key=lambda t: wgmma_cost(shape, t, sms))
-    for i in WGMMA_FLAT_PREFERRED[n >= 256]:
+    flat_order = WGMMA_FLAT_IMAGE_GROUPS_PREFERRED if n >= 256 and shape.h * shape.w % 8 else WGMMA_FLAT_PREFERRED[n >= 256]
+    for i in flat_order:
         geo = WGMMA_BY_ID[i].geometry(shape)
         # 8-image groups on 14 x 14 maps whatever the GEMM-K: res4 conv3 + residual 0.0912 against w40's 0.1099 ms at
         # batch 512, res4 conv1 0.0539 against w31's 0.0591; on 7 x 7 maps (sets rounded up to whole boxes) under 1024:
