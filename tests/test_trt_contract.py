@@ -146,7 +146,7 @@ def test_launcher_tactics_on_hopper_add_the_wgmma_ones_that_handle_the_profile(n
     aot = [t.id for t in tc.aot_tactics(attrs)]
     shape_free = tc.launcher_tactics(attrs, H200)
     assert shape_free[:len(aot)] == aot and all(TACTICS_BY_ID[i].family == "mma" for i in shape_free)
-    for batches in ((256, 256), (1, 256), (3, 40)):
+    for batches in ((256, 256), (1, 256), (3, 40), (256, 512), (8, 8)):
         ids = tc.launcher_tactics(attrs, H200, hw, batches)
         assert set(shape_free) <= set(ids) and len(ids) == len(set(ids))
         # first: what our own runner picks at the largest batch, where the whole profile allows it

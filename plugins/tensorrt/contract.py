@@ -136,14 +136,18 @@ def detect_launch_device() -> LaunchDevice | None:
                         cd.device_attribute("MULTIPROCESSOR_COUNT"))
 
 
-# A wgmma tile holds at most 256 images (a TMA box dimension), so a tactic's geometry depends on the batch N only
-# through min(N, cap) with cap <= 256, besides the tile count: checking every N up to 256, then the largest, is exact.
+# A wgmma tile holds at most 256 images (a TMA box dimension), and flat tiles of 8-image groups need a batch in 8s, so a
+# tactic's geometry depends on the batch N only through min(N, cap) with cap <= 256 and N % 8, besides the tile count:
+# checking every N up to 256, then one N of each remainder mod 8 above it, then the largest, is exact.
 _IMAGES_PER_TILE_MAX = 256
+_IMAGE_GROUP = 8
 
 
 def _handles_batches(tactic, shape: ConvShape, batches: tuple[int, int]) -> bool:
     lo, hi = batches
     ns = list(range(lo, min(hi, _IMAGES_PER_TILE_MAX) + 1)) + [hi]
+    above = max(lo, _IMAGES_PER_TILE_MAX + 1)
+    ns += list(range(above, min(hi, above + _IMAGE_GROUP - 1) + 1))
     return all(tactic.geometry(dataclasses.replace(shape, n=n)) is not None for n in ns)
 
 
@@ -154,7 +158,8 @@ def launcher_tactics(attrs: ConvAttrs, device: LaunchDevice, x_hw: tuple[int, in
     Every mma.sync tactic of the input's vector width whose shared memory the device allows (persistent ones
     included: ConvLaunch sizes their grid from the SM count), and, where the device has wgmma (and TRTFUSE_WGMMA is
     not 0), every wgmma tactic whose geometry handles the node at every batch of `batches` (MIN, MAX: the build's
-    optimization profile; a tile of stacked images needs enough of them, so a profile from batch 1 leaves those out).
+    optimization profile; a tile of stacked images needs enough of them, so a profile from batch 1 leaves those out, and
+    a flat tile of 8-image groups every batch in 8s).
     Without the spatial dims or the batch range (before TensorRT configures the plugin) the wgmma tactics, whose
     geometry needs them, are left out. First comes the tactic plugins/tactics.py `choose` picks at the largest batch (our own
     runner's choice), then the AOT tactics in their order, then the rest by id.
