@@ -400,6 +400,10 @@ def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more_or_flat_tile
     for name, shape in shapes.items():
         t = choose(shape, arch="sm_90")[0]
         assert (t.id if getattr(t, "flat", False) else None) == flat.get(name), name
+    # a batch not in 8s leaves 14 x 14 maps to the row tiles (res4 conv3 + residual: the ping-pong w50), one in 8s does not
+    for batch, tactic_id in ((12, 50), (16, 52)):
+        res4_conv3 = {n: s for n, s, _ in resnet50_layers(batch)}["res4 conv3 1x1 256->1024 +res"]
+        assert choose(res4_conv3, arch="sm_90")[0].id == tactic_id, batch
     # res2's 64-channel 3x3: the 64-channel ping-pong window tile (two tiles per CTA at batch 256, not at batch 8)
     assert choose(shapes["res2 first conv2 3x3/1 64"], arch="sm_90")[0].id == 73
     small = {name: shape for name, shape, _ in resnet50_layers(8)}
