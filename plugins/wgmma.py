@@ -43,7 +43,7 @@ class WgmmaTileStruct(ctypes.Structure):
     """Mirror of trtfuse::WgmmaTile (plugins/kernels/wgmma_tile.cuh); same field order."""
 
     _fields_ = [(n, ctypes.c_int32) for n in ("th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles",
-                                              "groups_per_image", "box_groups", "pitch",
+                                              "groups_per_set", "box_groups", "pitch",
                                               "group_images")] + [
         (f"div_groups_{f}", ctypes.c_uint32) for f in ("d", "mul", "shr")]
 
@@ -196,7 +196,7 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
             args["x"] = ((32, 8, cb, hw, shape.n // 8), (cb * hw * 32, hw * 32, 32, 8 * cb * hw * 32),
                          (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)
         else:
-            args["x"] = ((32, 8, cb, geo.groups_per_image, shape.n), (32, hw * 32, 256, cb * hw * 32),
+            args["x"] = ((32, 8, cb, geo.groups_per_set, shape.n), (32, hw * 32, 256, cb * hw * 32),
                          (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)
     if tactic.stores_by_tma:
         # The channel-major ping-pong and `tma_store` tiles' weight rows permuted inside each 16-channel group: dims
@@ -278,9 +278,9 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     if geo is None:
         raise ValueError(f"{tactic.name} does not handle {shape}: {tactic.can_implement(shape)[1]}")
     wmap, xmap, ymap = tensor_maps(shape, tactic, geo, x, w, params.y)
-    d, mul, shr = fast_divmod(max(geo.groups_per_image, 1))
+    d, mul, shr = fast_divmod(max(geo.groups_per_set, 1))
     tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,
-                           kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas, groups_per_image=geo.groups_per_image,
+                           kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas, groups_per_set=geo.groups_per_set,
                            box_groups=geo.box_groups, pitch=geo.pitch, group_images=geo.group_images, div_groups_d=d,
                            div_groups_mul=mul, div_groups_shr=shr)
     smem = tactic.shared_bytes()

@@ -40,7 +40,7 @@ class WgmmaGeometry:
     kt: int  # k32 steps (CB * R * S)
     box_bytes: int  # bytes of one activation TMA box: nb * th * OW * 32 (halo: the window, (th + R - 1) * WH * 32; flat: a k32 step's boxes, bm * 32)
     pix_tiles: int
-    groups_per_image: int = 0  # flat tiles: 8-row groups per set of group_images images (OH * OW / 8, or OH * OW in boxes)
+    groups_per_set: int = 0  # flat tiles: 8-row groups per set of group_images images (OH * OW / 8, or OH * OW in boxes)
     box_groups: int = 0  # flat tiles: groups per activation box
     pitch: int = 0  # window tiles: window columns per image, W + max(pad_left, pad_right)
     group_images: int = 1  # flat tiles: images an 8-row group spans: 1 (8 pixels of an image) or 8 (a pixel of 8 images)
@@ -260,23 +260,23 @@ class WgmmaTactic:
         handles (CHW4 input, boxes over 256, strides over 8, ...)."""
         if shape.vec != 32:
             return f"input vectors of {shape.vec} channels (the TMA views read CHW32)"
-        groups_per_image = box_groups = 0
+        groups_per_set = box_groups = 0
         group_images = 1
         if self.flat:
             # the output's pixels are the input's (1x1, stride 1, unpadded); an 8-row group of the wgmma operand is 8
             # pixels of one image where the map comes in groups of 8, else one pixel of 8 images (14 x 14, 7 x 7)
             if (shape.r, shape.s, shape.stride, shape.pads) != (1, 1, (1, 1), (0, 0, 0, 0)):
                 return "flat tiles: 1x1 stride-1 unpadded convs only"
-            hw = shape.h * shape.w
-            if hw % 8 and shape.n % 8:
+            hw, group_images = shape.h * shape.w, flat_group_images(shape)
+            if group_images == 8 and shape.n % 8:
                 return "flat tiles: the map's pixels, or else the batch's images, must come in groups of 8"
-            if hw % 8 == 0:
-                groups_per_image = hw // 8
-                box_groups = min(groups_per_image & -groups_per_image, self.bm // 8)  # a power of two dividing both
+            if group_images == 1:
+                groups_per_set = hw // 8
+                box_groups = min(groups_per_set & -groups_per_set, self.bm // 8)  # a power of two dividing both
             else:  # a set of 8 images: its OH * OW groups rounded up to boxes of 4 (the groups past the map not stored)
-                group_images, box_groups = 8, min(4, self.bm // 8)
-                groups_per_image = round_up(hw, box_groups)
-            rows = shape.n // group_images * groups_per_image * 8
+                box_groups = min(4, self.bm // 8)
+                groups_per_set = round_up(hw, box_groups)
+            rows = shape.n // group_images * groups_per_set * 8
             tiles = 1, 1, 1, self.bm * 32, math.ceil(rows / self.bm), 0
         else:
             tiles = (self._stride2_window_tiles(shape) if self.stride2_windows else self._window_tiles(shape) if self.halo_rows
@@ -292,7 +292,7 @@ class WgmmaTactic:
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
         if self.multicast and ch_tiles % 2:
             return "multicast: a cluster pairs a pixel tile's channel tiles, and there is an odd number of them"
-        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_image, box_groups, pitch, group_images)
+        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_set, box_groups, pitch, group_images)
 
     def _row_tiles(self, shape: ConvShape):
         """(TH, NB, tiles per image, box bytes, pixel tiles, 0 (no window pitch)): TH full output rows of one image,
@@ -482,6 +482,12 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
 WGMMA_BY_ID = {t.id: t for t in WGMMA_TACTICS}
 
 
+def flat_group_images(shape: ConvShape) -> int:
+    """Images an 8-row group of a flat tile spans on `shape`'s map: 1 (8 of its pixels) where the map's pixels come in
+    8s, else 8 (one pixel of 8 images)."""
+    return 1 if shape.h * shape.w % 8 == 0 else 8
+
+
 def wgmma_cost(shape: ConvShape, tactic: WgmmaTactic, sms: int = H100_SMS) -> float | None:
     """Relative time of a wgmma tactic: waves of CTA tiles x each tile's computed work, pixel capacity x channels x
     k32 steps (so 64-channel tiles, twice as many, weigh the same as 128-channel ones)."""
@@ -531,15 +537,17 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
     if windows:
         quads = [t for t in windows if t.quad_windows]
         return quads[0] if quads else min(windows, key=lambda t: wgmma_cost(shape, t, sms))
-    flat_order = WGMMA_FLAT_IMAGE_GROUPS_PREFERRED if n >= 256 and shape.h * shape.w % 8 else WGMMA_FLAT_PREFERRED[n >= 256]
-    for i in flat_order:
+    image_groups = flat_group_images(shape) == 8
+    for i in WGMMA_FLAT_IMAGE_GROUPS_PREFERRED if n >= 256 and image_groups else WGMMA_FLAT_PREFERRED[n >= 256]:
         geo = WGMMA_BY_ID[i].geometry(shape)
+        if geo is None:
+            continue
         # 8-image groups on 14 x 14 maps whatever the GEMM-K: res4 conv3 + residual 0.0912 against w40's 0.1099 ms at
         # batch 512, res4 conv1 0.0539 against w31's 0.0591; on 7 x 7 maps (sets rounded up to whole boxes) under 1024:
         # res5 conv3 + residual on w57 0.0744 / 0.0729 against w40's 0.0850 / 0.0827, but res5 conv1 (GEMM-K 2048) on
         # w31, not w55
-        whole_boxes = geo is not None and geo.groups_per_image == shape.h * shape.w  # no set rounded up to whole boxes
-        if geo is not None and (kg < 1024 or geo.group_images == 8 and whole_boxes):
+        whole_boxes = geo.groups_per_set == shape.h * shape.w  # no set rounded up to whole boxes
+        if kg < 1024 or image_groups and whole_boxes:
             return WGMMA_BY_ID[i] if geo.ctas >= sms else None
     if n < 128:
         return None

@@ -126,9 +126,9 @@ def tile_coord(shape: ConvShape, g, tile: int, ch: int):
     oh, ow = shape.out_hw
     ohw = oh * ow
     ch_tile, pix_tile = tile % g.ch_tiles, tile // g.ch_tiles
-    if g.groups_per_image:  # flat tiles: bm consecutive rows of the tiles' linear order (row_pixel)
+    if g.groups_per_set:  # flat tiles: bm consecutive rows of the tiles' linear order (row_pixel)
         bm = g.box_bytes // 32
-        rows = shape.n // g.group_images * g.groups_per_image * 8
+        rows = shape.n // g.group_images * g.groups_per_set * 8
         return 0, 0, min(bm, rows - pix_tile * bm), pix_tile * bm, ch_tile * ch
     if g.nb == 1:
         n0 = pix_tile // g.tiles_per_image
@@ -215,11 +215,11 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                 if g.group_images == 8:  # [set][pixel][cb][image][32]
                     xf = x5.reshape(shape.n // 8, 8, x5.shape[1], ohw, 32).transpose(0, 3, 2, 1, 4)
                 else:  # [n][group][cb][8][32]
-                    xf = x5.reshape(shape.n, -1, g.groups_per_image, 8, 32).transpose(0, 2, 1, 3, 4)
+                    xf = x5.reshape(shape.n, -1, g.groups_per_set, 8, 32).transpose(0, 2, 1, 3, 4)
                 slot = np.zeros((bn // 8, tactic.ks, 8, 32), np.int64)
                 for gi in range(0, bn // 8, g.box_groups):
-                    q = min((m0 // 8) + gi, shape.n // g.group_images * g.groups_per_image - g.box_groups)
-                    n, rest = divmod(q, g.groups_per_image)
+                    q = min((m0 // 8) + gi, shape.n // g.group_images * g.groups_per_set - g.box_groups)
+                    n, rest = divmod(q, g.groups_per_set)
                     slot[gi:gi + g.box_groups] = tma_box(xf, (0, 0, k // 4 * 4, rest, n), (32, 8, tactic.ks, g.box_groups, 1),
                                                          (1,) * 5)[0]
                 b = slot[:, k % 4].reshape(bn, 32)
@@ -241,7 +241,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                      for b in range(ch // 32) for jj in range(4) for q in range(4) for e in range(2)}
             if residual is not None:
                 rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn,
-                                           g.group_images, g.groups_per_image)
+                                           g.group_images, g.groups_per_set)
         elif tactic.stores_by_tma:  # wgmma row 16u + 8h + g holds channel 16u + 2g + h
             store = {16 * u + 8 * h + g: 16 * u + 2 * g + h for u in range(ch // 16) for h in range(2) for g in range(8)}
         else:
@@ -251,7 +251,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                                       bn // 2 if tactic.quad_windows else 0)) for px in range(bn)]
         stored = [(px, pix) for px, pix, ok in positions if ok]
         for px, tile_pix in stored:
-            n, pix = row_pixel(m0 + tile_pix, ohw, g.group_images, g.groups_per_image)
+            n, pix = row_pixel(m0 + tile_pix, ohw, g.group_images, g.groups_per_set)
             if pix >= ohw:  # 8-image groups: a set's groups past its map (rounded up to whole boxes)
                 continue
             for col, c in store.items():

@@ -80,10 +80,10 @@ __device__ __forceinline__ void load_slot_weights(uint32_t sa, const sm90::Tenso
 template <int KS>
 __device__ __forceinline__ void load_flat_slot(uint32_t sb, const sm90::TensorMap* tmap_x, uint32_t full, int kb, const TileCoord& tc,
                                                const ConvParams& p, const WgmmaTile& t, bool first_step) {
-  const int last_box = p.N / t.group_images * t.groups_per_image - t.box_groups;
+  const int last_box = flat_groups(p, t) - t.box_groups;
   for (int g = 0; first_step && g < kFlatGroupsPerTile; g += t.box_groups) {
     const int q = min(tc.m0 / kFlatGroup + g, last_box), n = t.div_groups.div(q);
-    sm90::tma_load_5d(sb + g * KS * 256, tmap_x, full, 0, 0, kb * KS, q - n * t.groups_per_image, n);
+    sm90::tma_load_5d(sb + g * KS * 256, tmap_x, full, 0, 0, kb * KS, q - n * t.groups_per_set, n);
   }
 }
 

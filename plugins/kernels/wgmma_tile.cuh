@@ -15,13 +15,18 @@ struct WgmmaTile {
   int kt;               // k32 steps of the GEMM-K: CB * R * S
   int box_bytes;        // bytes one activation box writes: nb * th * OW * 32 (Tactic::flat: a k32 step's boxes, Tactic::bm * 32)
   int tiles;            // CTA tiles: pixel tiles x channel tiles (a persistent CTA walks tile += gridDim.x)
-  int groups_per_image; // Tactic::flat: 8-row groups per set of group_images images: OH * OW / 8, or (8 images) OH * OW
+  int groups_per_set; // Tactic::flat: 8-row groups per set of group_images images: OH * OW / 8, or (8 images) OH * OW
                         // rounded up to whole boxes
-  int box_groups;       // Tactic::flat: groups per activation box (a power of two dividing groups_per_image and Tactic::bm / 8)
+  int box_groups;       // Tactic::flat: groups per activation box (a power of two dividing groups_per_set and Tactic::bm / 8)
   int pitch;            // kWindows: window columns per image, W + max(pad_left, pad_right); the window is nb * pitch wide
   int group_images;     // Tactic::flat: 1 (a group is 8 pixels of an image) or 8 (one pixel of 8 images: OH * OW % 8 != 0)
-  FastDivmod div_groups;  // by groups_per_image
+  FastDivmod div_groups;  // by groups_per_set
 };
+
+// Tactic::flat: the 8-row groups of the whole batch, its sets of group_images images times groups_per_set.
+__device__ __forceinline__ int flat_groups(const ConvParams& p, const WgmmaTile& t) {
+  return p.N / t.group_images * t.groups_per_set;
+}
 
 // Where tile `tile` sits: channel tile fastest (CTAs sharing an activation tile run together, hit L2).
 struct TileCoord {
@@ -30,7 +35,7 @@ struct TileCoord {
     const int ch_tile = tile % t.ch_tiles, pix_tile = tile / t.ch_tiles;
     if (Tactic::flat) {  // Tactic::bm consecutive pixels of the linear output index (n0, oh0: unused)
       n0 = oh0 = 0;
-      valid_px = min(Tactic::bm, p.N / t.group_images * t.groups_per_image * kFlatGroup - pix_tile * Tactic::bm);
+      valid_px = min(Tactic::bm, flat_groups(p, t) * kFlatGroup - pix_tile * Tactic::bm);
     } else if (t.nb == 1) {
       n0 = pix_tile / t.tiles_per_image;
       oh0 = (pix_tile - n0 * t.tiles_per_image) * t.th;
@@ -54,11 +59,11 @@ __device__ __forceinline__ size_t chw32_offset(const ConvParams& p, int m, int c
 
 // Byte offset of (row m of the tiles' linear order, channel c), clearing `ok` where the row is not a pixel. Rows are
 // the linear output index (chw32_offset); for flat tiles of 8-image groups (t.group_images 8) row 8q + i is pixel q % G
-// of image 8 (q / G) + i, G = t.groups_per_image: OH * OW rounded up to whole boxes, the rows past OH * OW not pixels.
+// of image 8 (q / G) + i, G = t.groups_per_set: OH * OW rounded up to whole boxes, the rows past OH * OW not pixels.
 __device__ __forceinline__ size_t tile_row_offset(const ConvParams& p, const WgmmaTile& t, int m, int c, int ohw, int kpad,
                                                   bool& ok) {
   if (!Tactic::flat || t.group_images == 1) return chw32_offset(p, m, c, ohw, kpad);
-  const int q = m >> 3, set = t.div_groups.div(q), pix = q - set * t.groups_per_image, n = set * 8 + (m & 7);
+  const int q = m >> 3, set = t.div_groups.div(q), pix = q - set * t.groups_per_set, n = set * 8 + (m & 7);
   ok = ok && pix < ohw;
   return ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32;
 }
