@@ -6,7 +6,10 @@ answer at once and each `wait` returns it. No GPU is involved, so the figure is 
 a GPU run cannot go faster, and at a GPU rate R the harness's Python work (under one GIL) occupies about
 R / ceiling of the run's time, which is what it can steal from the threads that feed the GPU.
 
-    trtfuse bench harness [--batch 256] [--slots 4] [--seconds 5] [--count 4096]
+    trtfuse bench harness [--batch 256] [--slots 4] [--seconds 5] [--count 4096] [--answers array|objects]
+
+--answers is the offline run's choice (runtime/loadgen_answers.py): one C++ call per batch, or a Python
+QuerySampleResponse per sample.
 """
 
 from __future__ import annotations
@@ -36,14 +39,14 @@ class InstantSlot:
         return self.top1
 
 
-def measure(batch: int, slots: int, seconds: float, count: int, log_dir: str) -> dict:
+def measure(batch: int, slots: int, seconds: float, count: int, log_dir: str, answers: str = "array") -> dict:
     from ..runtime.offline import _GpuWorker, run_loadgen
 
     worker = _GpuWorker([InstantSlot(batch) for _ in range(slots)])
     # LoadGen sizes the one Offline query from the expected rate: 1.1 x 200k/s x `seconds` samples (the
     # harness may finish them sooner than `seconds`; the rate is what is measured).
     return run_loadgen([worker], count, batch, pad_last_batch=True, mode="performance", log_dir=log_dir,
-                       expected_qps=200_000.0, min_duration_s=seconds)
+                       expected_qps=200_000.0, min_duration_s=seconds, answers=answers)
 
 
 def add_arguments(p) -> None:
@@ -51,6 +54,8 @@ def add_arguments(p) -> None:
     p.add_argument("--slots", type=int, default=DEFAULT_STREAMS, help="runner slots, as --streams (default %d)" % DEFAULT_STREAMS)
     flags.seconds(p, 5.0, "LoadGen min duration: the query holds 220k x S samples (default 5)")
     flags.count(p, 4096, "samples in the query sample library (default 4096)")
+    p.add_argument("--answers", choices=("array", "objects"), default="array",
+                   help="as trtfuse offline --answers: one C++ call per batch (default) or a Python object per sample")
 
 
 def run(args) -> int:
@@ -65,19 +70,20 @@ def run(args) -> int:
     if args.batch < 1 or args.slots < 1 or args.seconds <= 0 or args.count < 1:
         raise TrtfuseError("--batch, --slots and --count must be at least 1 and --seconds positive")
     with tempfile.TemporaryDirectory() as logs:
-        result = measure(args.batch, args.slots, args.seconds, args.count, logs)
+        result = measure(args.batch, args.slots, args.seconds, args.count, logs, args.answers)
     host = f"cpu: {platform.processor() or platform.machine()} x {os.cpu_count()} cores, Python {platform.python_version()}"
     date = datetime.date.today().isoformat()
     record = {"device": host, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]), "batch": args.batch,
-              "slots": args.slots, "samples_per_s": result["samples_per_s"],
+              "slots": args.slots, "answers": result["answers"], "samples_per_s": result["samples_per_s"],
               "samples_completed": result["samples_completed"], "wall_seconds": result["wall_seconds"],
               "result": result["loadgen_summary"].get("Result is")}
     path = record_result("harness", "cpu", record, getattr(args, "output", None),
-                         {k: record[k] for k in ("samples_per_s", "result", "batch", "slots")})
+                         {k: record[k] for k in ("samples_per_s", "result", "batch", "slots", "answers")})
     if getattr(args, "json", False):
         print_json(record)
     else:
         print_table(["measurement", "value"], [["harness ceiling (samples/s)", f"{record['samples_per_s']:,.0f}"],
+                                               ["answers", record["answers"]],
                                                ["samples", f"{record['samples_completed']:,}"],
                                                ["wall s", f"{record['wall_seconds']:.2f}"], ["results", path]])
     return 0

@@ -86,6 +86,10 @@ def register(sub) -> None:
     o.add_argument("--compare-pipeline", action="store_true",
                    help="first feed the same workers directly, without LoadGen, for as many samples (samples/s: what "
                    "LoadGen's side of the run costs)")
+    o.add_argument("--answers", choices=("array", "objects"), default="array",
+                   help="how each batch is answered to LoadGen: array, one call into LoadGen's C++ QuerySamplesComplete "
+                   "with the batch's responses (default; where the installed LoadGen does not allow it, objects); "
+                   "objects, a QuerySampleResponse per sample through LoadGen's Python binding")
     flags.output(o, "also write the result JSON here (atomically)")
     flags.json_flag(o, "print the result as JSON")
     o.set_defaults(func=offline)
@@ -158,7 +162,7 @@ def offline(args) -> int:
             result = run_triton(args.endpoint, "offline", args.data, count, args.batch or 8, args.mode, args.log_dir,
                                 args.expected_qps or 200.0, min_duration, model=args.model_name,
                                 max_in_flight=args.max_in_flight, progress_cb=bar.update,
-                                shared_memory=args.shared_memory)
+                                shared_memory=args.shared_memory, answers=args.answers)
             result["backend"] = "triton"
         else:
             one_gpu = None
@@ -174,11 +178,12 @@ def offline(args) -> int:
                 one_gpu = run_offline(args.model, args.backend, args.data, count, args.batch, "1", args.mode,
                                       str(Path(args.log_dir) / "one-gpu"), args.expected_qps and args.expected_qps / n,
                                       min_duration, progress_cb=bar.update, autotune=args.autotune, streams=args.streams,
-                                      plan_cache=plan_cache, plans=args.plans)
+                                      plan_cache=plan_cache, plans=args.plans, answers=args.answers)
             result = run_offline(args.model, args.backend, args.data, count, args.batch, args.gpus, args.mode,
                                  args.log_dir, args.expected_qps, min_duration, progress_cb=bar.update,
                                  autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline,
-                                 plan_cache=plan_cache, check_golden=args.check_golden, plans=args.plans)
+                                 plan_cache=plan_cache, check_golden=args.check_golden, plans=args.plans,
+                                 answers=args.answers)
             if one_gpu is not None:
                 # the same machine, the same invocation: the 1-GPU figure the N-GPU one is judged against
                 result["one_gpu"] = {k: one_gpu.get(k) for k in ("samples_per_s", "result", "min_duration_s", "log_dir")}

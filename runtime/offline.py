@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TrtfuseError
+from .loadgen_answers import native_answerer
 
 BACKENDS = ("cuda", "onnxruntime", "trt")
 GIL_SWITCH_INTERVAL_S = 0.0005  # during a LoadGen run (Python's default: 0.005)
@@ -414,7 +415,7 @@ def option_refusal(backend: str, mode: str, *, autotune: bool = False, plans: st
 def run_offline(model_path: str, backend: str, data: str, count: int, batch: int | None, gpus: str, mode: str,
                 log_dir: str, expected_qps: float | None, min_duration_s: float, progress_cb=None, autotune: bool = False,
                 streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False, plan_cache: dict | None = None,
-                check_golden: bool = False, plans: str | None = None) -> dict:
+                check_golden: bool = False, plans: str | None = None, answers: str = "array") -> dict:
     """batch None: 256 on a GPU; on the CPU the model's static batch, else 8. expected_qps None: 30000 on a
     GPU; on the CPU the rate the worker sustains in a short warm-up (so LoadGen's one query takes about
     min_duration_s, not hours). plan_cache: see plan_sharing_makers (a new one per call when None).
@@ -521,13 +522,14 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
             raise
     out.update(run_loadgen(workers, count, batch, pad_last_batch=n_gpus > 0 or static_batch is not None, mode=mode, log_dir=log_dir,
                            expected_qps=expected_qps, min_duration_s=min_duration_s, labels=labels,
-                           progress_cb=progress_cb, what=f"the {backend} worker"))
+                           progress_cb=progress_cb, what=f"the {backend} worker", answers=answers))
     if check_golden:
         out.update(golden_agreement(accuracy_log_top1(Path(log_dir) / "mlperf_log_accuracy.json"),
                                     golden_top1(model_path, images)))
     return out
 
 
+ANSWER_PATHS = ("array", "objects")  # how batches are answered to LoadGen: see run_loadgen
 FEED_CHUNK_BATCHES = 8  # batches converted at a time while the GPUs wait on the feed: 4096 samples, a fraction of a ms
 SERVER_LATENCY_BOUND_MS = 15.0  # MLPerf's ResNet-50 Server scenario: p99 latency at most 15 ms
 
@@ -553,7 +555,7 @@ def cut_batches(ids, indices, batch: int, pad_last_batch: bool, max_chunk_batche
 def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: bool, mode: str, log_dir: str,
                 expected_qps: float, min_duration_s: float, labels=None, progress_cb=None,
                 what: str = "a worker", scenario: str = "offline",
-                latency_bound_ms: float = SERVER_LATENCY_BOUND_MS) -> dict:
+                latency_bound_ms: float = SERVER_LATENCY_BOUND_MS, answers: str = "array") -> dict:
     """LoadGen's Offline scenario (or, scenario="server", its Server scenario at `expected_qps` queries/s with
     p99 latency bound `latency_bound_ms`) over `count` samples served by `workers` (started, each with a `jobs`
     queue, dealt batches round-robin; workers sharing one JobFeed take the batches as they free runners, each cut as
@@ -568,15 +570,27 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
     issued_at = []  # perf_counter() when LoadGen handed over the query
     answered = []  # (perf_counter(), samples) per answered batch, in answer order
 
+    if answers not in ANSWER_PATHS:
+        raise TrtfuseError(f"--answers {answers!r}: one of {', '.join(ANSWER_PATHS)}")
+    # "array": one call into LoadGen's C++ QuerySamplesComplete per batch (runtime/loadgen_answers.py), where this
+    # LoadGen module allows it; else, and with "objects", a QuerySampleResponse per sample through its Python binding
+    native = native_answerer(lg) if answers == "array" else None
+
     def done(ids, top1):
         if top1 is None:  # the worker failed: complete the queries empty, report the error afterwards
-            lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, 0, 0) for qid in ids])
+            if native:
+                native.answer_empty(np.asarray(ids, dtype=np.uint64))
+            else:
+                lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, 0, 0) for qid in ids])
             return
         # One int32 array per batch, each response pointing at its element (LoadGen copies the bytes
         # inside QuerySamplesComplete, so the array only has to outlive the call).
         top1 = np.ascontiguousarray(top1, dtype=np.int32)
         base = top1.ctypes.data
-        lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, base + 4 * i, 4) for i, qid in enumerate(ids)])
+        if native:
+            native.answer(np.asarray(ids, dtype=np.uint64), base, 4)
+        else:
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, base + 4 * i, 4) for i, qid in enumerate(ids)])
         with lock:
             completed[0] += len(ids)
             answered.append((time.perf_counter(), len(ids)))
@@ -649,7 +663,7 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
     verdict = summary.get("Result is") if mode == "performance" else None
     out = {"scenario": scenario, "result": verdict, "min_duration_s": min_duration_s, "samples_issued": issued[0],
            "samples_completed": completed[0], "wall_seconds": wall, "samples_per_s": rate, "loadgen_summary": summary,
-           "log_dir": str(log_dir), "invalid_because": reasons or None}
+           "log_dir": str(log_dir), "invalid_because": reasons or None, "answers": "array" if native else "objects"}
     if issued_at and answered:
         out["timeline"] = answer_timeline(issued_at[0], answered)
     if mode == "accuracy":

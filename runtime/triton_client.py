@@ -233,7 +233,7 @@ class TritonWorker(_Worker):
 def run_triton(endpoints: list[str], scenario: str, data: str, count: int, batch: int, mode: str, log_dir: str,
                expected_qps: float, min_duration_s: float, model: str = DEFAULT_MODEL, max_in_flight: int = 64,
                latency_bound_ms: float = SERVER_LATENCY_BOUND_MS, progress_cb=None, samples=None,
-               shared_memory: str = "none") -> dict:
+               shared_memory: str = "none", answers: str = "array") -> dict:
     """A LoadGen run (Offline: batches of `batch`; Server: one sample per query, the server's dynamic batcher
     batching them) against `endpoints`, Triton's gRPC ports. `samples` = (images, labels) reuses a loaded set.
     shared_memory="cuda": images through CUDA shared memory on this machine's GPUs (endpoint i on GPU i mod the
@@ -281,7 +281,7 @@ def run_triton(endpoints: list[str], scenario: str, data: str, count: int, batch
         out.update(run_loadgen(workers, count, per_request, pad_last_batch=False, mode=mode, log_dir=log_dir,
                                expected_qps=expected_qps, min_duration_s=min_duration_s, labels=labels,
                                progress_cb=progress_cb, what="a Triton endpoint", scenario=scenario,
-                               latency_bound_ms=latency_bound_ms))
+                               latency_bound_ms=latency_bound_ms, answers=answers))
     finally:
         out["requests"] = [w.counts() for w in workers]
     summary = out.get("loadgen_summary", {})

@@ -377,12 +377,12 @@ def test_a_failing_responder_does_not_stop_the_pipeline():
     assert sorted(ids for ids, _ in calls) == [[b] for b in range(5)]
 
 
-def _loadgen_run(tmp_path, mode, gpu, count=45, batch=8):
+def _loadgen_run(tmp_path, mode, gpu, count=45, batch=8, answers="array"):
     from trtfuse.runtime.offline import _GpuWorker, run_loadgen
 
     worker = _GpuWorker(gpu.slots)
     return run_loadgen([worker], count, batch, pad_last_batch=True, mode=mode, log_dir=str(tmp_path / "logs"),
-                       expected_qps=200.0, min_duration_s=0.2)
+                       expected_qps=200.0, min_duration_s=0.2, answers=answers)
 
 
 def _loadgen_errors(tmp_path) -> list:
@@ -390,11 +390,14 @@ def _loadgen_errors(tmp_path) -> list:
     return [line for line in detail if '"is_error": true' in line]
 
 
-def test_gpu_pipeline_under_loadgen_accuracy_mode(tmp_path):
+@pytest.mark.parametrize("answers", ["array", "objects"])
+def test_gpu_pipeline_under_loadgen_accuracy_mode(tmp_path, answers):
     """Every sample answered once, the response of each sample its own top-1 (the responses point into
-    the slot's array at base + 4 * i), the short last batch padded and its padding not answered."""
-    result = _loadgen_run(tmp_path, "accuracy", FakeGpu(batch=8, slots=3))
+    the slot's array at base + 4 * i), the short last batch padded and its padding not answered: LoadGen's own
+    accuracy log says so, whether the batch is answered with one C++ call or an object per sample."""
+    result = _loadgen_run(tmp_path, "accuracy", FakeGpu(batch=8, slots=3), answers=answers)
     assert result["accuracy_responses"] == 45 and result["samples_completed"] == 45
+    assert result["answers"] == answers
     entries = json.loads((tmp_path / "logs" / "mlperf_log_accuracy.json").read_text())
     assert sorted(e["qsl_idx"] for e in entries) == list(range(45))
     for e in entries:
@@ -481,12 +484,13 @@ def test_answer_timeline_separates_ramp_and_drain_from_the_steady_rate():
     assert t["samples_per_s_by_tenth"][0] < 600 and t["samples_per_s_by_tenth"][5] == pytest.approx(1000.0, rel=0.02)
 
 
-def test_gpu_pipeline_failure_under_loadgen_is_one_error_after_the_run(tmp_path):
+@pytest.mark.parametrize("answers", ["array", "objects"])
+def test_gpu_pipeline_failure_under_loadgen_is_one_error_after_the_run(tmp_path, answers):
     from trtfuse.errors import TrtfuseError
 
     gpu = FakeGpu(batch=8, slots=3, fail_wait=3)
     with pytest.raises(TrtfuseError, match="a worker failed: RuntimeError: CUDA driver error CUDA_ERROR_ILLEGAL_ADDRESS"):
-        _loadgen_run(tmp_path, "accuracy", gpu)
+        _loadgen_run(tmp_path, "accuracy", gpu, answers=answers)
     assert gpu.starts >= 3  # LoadGen got every query answered (else the run would not have returned)
 
 
