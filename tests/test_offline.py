@@ -568,3 +568,23 @@ def test_plan_sharing_tunes_once_per_kind_of_gpu():
     assert all(r.plans == [("conv", "tuned on 0")] for r in made[:6]) and made[8].plans == [("conv", "tuned on 2")]
     again = plan_sharing_makers(["H200"], lambda plans_from: Runner(9, plans_from), cache)[0]()
     assert not again.tuned and again.plans == [("conv", "tuned on 0")]
+
+
+def test_loadgens_query_lists_are_kept_from_the_collector_during_the_run(tmp_path):
+    """The query's id and index lists (an int each per sample) are frozen out of the cyclic collector while batches
+    run, so its passes never walk them under the GIL, and thawed after the run."""
+    import gc
+
+    seen = []
+
+    class CountingGpu(FakeGpu):
+        pass
+
+    gpu = CountingGpu(batch=8, slots=2)
+    for slot in gpu.slots:
+        start = slot.start
+        slot.start = lambda indices, start=start: (seen.append(gc.get_freeze_count()), start(indices))[1]
+    before = gc.get_freeze_count()
+    result = _loadgen_run(tmp_path, "performance", gpu)
+    assert result["samples_completed"] > 0 and seen and min(seen) > before
+    assert gc.get_freeze_count() == before
