@@ -588,3 +588,37 @@ def test_loadgens_query_lists_are_kept_from_the_collector_during_the_run(tmp_pat
     result = _loadgen_run(tmp_path, "performance", gpu)
     assert result["samples_completed"] > 0 and seen and min(seen) > before
     assert gc.get_freeze_count() == before
+
+
+def test_the_offline_querys_lists_are_freed_after_the_run_not_during_it(tmp_path, monkeypatch):
+    """Freeing an Offline query's id and index lists (an int object per sample) holds the GIL for a noticeable time
+    in a long run; it must not happen inside LoadGen's timed run, where the last batch's launcher used to drop them."""
+    import weakref
+
+    import mlperf_loadgen as lg
+
+    class TrackedList(list):  # a list that can be watched with a weak reference
+        pass
+
+    refs, alive_at_last_wait = [], []
+    construct = lg.ConstructFastSUT
+
+    def construct_watched(issue, flush):
+        def issue_watched(ids, indices):
+            ids, indices = TrackedList(ids), TrackedList(indices)
+            refs.extend([weakref.ref(ids), weakref.ref(indices)])
+            issue(ids, indices)
+        return construct(issue_watched, flush)
+
+    monkeypatch.setattr(lg, "ConstructFastSUT", construct_watched)
+    gpu = FakeGpu(batch=8, slots=2)
+    for slot in gpu.slots:
+        wait = slot.wait
+        slot.wait = lambda wait=wait: (alive_at_last_wait.append([r() is not None for r in refs]), wait())[1]
+    result = _loadgen_run(tmp_path, "performance", gpu)
+    assert result["samples_completed"] > 0 and len(refs) == 2
+    assert all(all(alive) for alive in alive_at_last_wait)  # every batch, the last one included
+    import gc
+
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
