@@ -78,8 +78,9 @@ def register(sub) -> None:
     o.add_argument("--compare-torch", action="store_true",
                    help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run")
     o.add_argument("--scaling", action="store_true",
-                   help="with --gpus N > 1: first run one GPU with the same settings (its expected QPS 1/N of "
-                   "--expected-qps, logs in LOG_DIR/one-gpu), and record scaling_vs_1gpu from the two runs")
+                   help="with --gpus N > 1: first run one GPU with the same settings in a process of its own (its "
+                   "expected QPS 1/N of --expected-qps, logs in LOG_DIR/one-gpu, its record LOG_DIR/one-gpu.json), "
+                   "and record scaling_vs_1gpu from the two runs")
     o.add_argument("--check-golden", action="store_true",
                    help="with --mode accuracy: also run every sample through the CPU golden executor and record how "
                    "often the answered top-1 equals its top-1 (golden_top1_agreement, golden_top1_mismatches)")
@@ -166,27 +167,25 @@ def offline(args) -> int:
             result["backend"] = "triton"
         else:
             one_gpu = None
-            plan_cache: dict = {}  # --scaling: the 1-GPU run's (autotuned) plans serve the N-GPU run too
+            autotune, plans = args.autotune, args.plans
             if args.scaling:
-                from pathlib import Path
-
                 from trtfuse.plugins import cuda_driver as cd
+                from trtfuse.runtime.offline import run_one_gpu_baseline
 
                 n = cd.device_count() if args.gpus == "all" else int(args.gpus)
                 if n < 2:
                     raise TrtfuseError("--scaling compares one GPU with several: give --gpus 2 or more")
-                one_gpu = run_offline(args.model, args.backend, args.data, count, args.batch, "1", args.mode,
-                                      str(Path(args.log_dir) / "one-gpu"), args.expected_qps and args.expected_qps / n,
-                                      min_duration, progress_cb=bar.update, autotune=args.autotune, streams=args.streams,
-                                      plan_cache=plan_cache, plans=args.plans, answers=args.answers)
+                one_gpu = run_one_gpu_baseline(args, count, min_duration, n)
+                if autotune:  # the N-GPU run takes the plans the 1-GPU run tuned (its record carries them)
+                    autotune, plans = False, one_gpu["record"]
             result = run_offline(args.model, args.backend, args.data, count, args.batch, args.gpus, args.mode,
                                  args.log_dir, args.expected_qps, min_duration, progress_cb=bar.update,
-                                 autotune=args.autotune, streams=args.streams, compare_pipeline=args.compare_pipeline,
-                                 plan_cache=plan_cache, check_golden=args.check_golden, plans=args.plans,
-                                 answers=args.answers)
+                                 autotune=autotune, streams=args.streams, compare_pipeline=args.compare_pipeline,
+                                 check_golden=args.check_golden, plans=plans, answers=args.answers)
             if one_gpu is not None:
                 # the same machine, the same invocation: the 1-GPU figure the N-GPU one is judged against
-                result["one_gpu"] = {k: one_gpu.get(k) for k in ("samples_per_s", "result", "min_duration_s", "log_dir")}
+                result["one_gpu"] = {k: one_gpu.get(k) for k in ("samples_per_s", "result", "min_duration_s", "log_dir",
+                                                                 "record", "timeline")}
                 if result.get("samples_per_s") and one_gpu.get("samples_per_s"):
                     result["scaling_vs_1gpu"] = result["samples_per_s"] / one_gpu["samples_per_s"]
     finally:

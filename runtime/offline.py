@@ -535,6 +535,46 @@ FEED_CHUNK_BATCHES = 8  # batches converted at a time while the GPUs wait on the
 SERVER_LATENCY_BOUND_MS = 15.0  # MLPerf's ResNet-50 Server scenario: p99 latency at most 15 ms
 
 
+def one_gpu_baseline_argv(args, count: int, min_duration_s: float, n_gpus: int, log_dir: str, record: str) -> list[str]:
+    """`trtfuse offline` arguments of --scaling's 1-GPU run: the invocation's model, data, batch, runners, mode and
+    answer path on one GPU, 1/N of its expected QPS, its logs in LOG_DIR/one-gpu, its record to `record`."""
+    argv = ["offline", "--model", args.model, "--backend", args.backend, "--data", args.data, "--count", str(count),
+            "--gpus", "1", "--streams", str(args.streams), "--mode", args.mode, "--min-duration", repr(min_duration_s),
+            "--log-dir", log_dir, "--answers", args.answers, "-o", record]
+    if args.batch is not None:
+        argv += ["--batch", str(args.batch)]
+    if args.expected_qps:
+        argv += ["--expected-qps", repr(args.expected_qps / n_gpus)]
+    if args.plans:
+        argv += ["--plans", args.plans]
+    elif args.autotune:
+        argv += ["--autotune"]
+    return argv
+
+
+def run_one_gpu_baseline(args, count: int, min_duration_s: float, n_gpus: int) -> dict:
+    """--scaling's 1-GPU run, in a process of its own: each of the two runs then starts from a fresh interpreter, as
+    separate `trtfuse offline` commands would. In one process the N-GPU run came second, on the heap the first run
+    had used and freed, and LoadGen's hand-over of its query took longer: 2.80 and 2.85 s for 23.8 million samples
+    on the 4-GPU host, against 1.81 and 2.17 s in fresh processes. Returns the run's record, its path under "record"
+    (its tuned plans serve the N-GPU run)."""
+    import json
+    import subprocess
+
+    log_dir = str(Path(args.log_dir) / "one-gpu")
+    record = str(Path(args.log_dir) / "one-gpu.json")  # written atomically by the child
+    Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+    argv = one_gpu_baseline_argv(args, count, min_duration_s, n_gpus, log_dir, record)
+    # its summary table is not wanted here; its progress and any error line go to the same stderr
+    done = subprocess.run([sys.executable, "-m", "trtfuse.cli", *argv], stdout=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise TrtfuseError(f"--scaling: the 1-GPU run failed (exit status {done.returncode}; its message is above)")
+    with open(record, encoding="utf-8") as f:
+        out = json.load(f)
+    out["record"] = record
+    return out
+
+
 def cut_batches(ids, indices, batch: int, pad_last_batch: bool, max_chunk_batches: int = 256):
     """(sample indices as int64, response ids) per batch of a query, converted from LoadGen's two lists as they are
     consumed: converting a 300 s Offline query's 25.7 million indices at once held back the first launch by 1.7 s (67 ns

@@ -508,34 +508,65 @@ def test_bench_harness_measures_the_harness_ceiling(tmp_path, capsys):
 
 
 def test_offline_scaling_runs_one_gpu_first_and_records_the_ratio(small_model, tmp_path, monkeypatch):
-    """--scaling: the 1-GPU run of the same invocation first (its expected QPS 1/N, its own log folder), then N
-    GPUs; the record carries scaling_vs_1gpu and the 1-GPU verdict. The runs are stood in for (no GPU here); what
-    is checked is what the command asks of them and what it records."""
+    """--scaling: the 1-GPU run of the same invocation first, in a process of its own (its expected QPS 1/N, its own
+    log folder), then N GPUs; the record carries scaling_vs_1gpu and the 1-GPU verdict. The runs are stood in for (no
+    GPU here); what is checked is what the command asks of them and what it records."""
     import trtfuse.plugins.cuda_driver as cd
     import trtfuse.runtime.offline as offline_mod
 
     calls = []
 
-    caches = []
+    def fake_baseline(args, count, min_duration, n):
+        calls.append(offline_mod.one_gpu_baseline_argv(args, count, min_duration, n, "L1", "R1"))
+        return {"gpus": 1, "samples_per_s": 70000.0, "result": "VALID", "min_duration_s": min_duration,
+                "log_dir": "L1", "record": str(tmp_path / "one-gpu.json")}
 
     def fake_run(model, backend, data, count, batch, gpus, mode, log_dir, expected_qps, min_duration, **kw):
-        calls.append((gpus, log_dir, expected_qps))
-        caches.append(kw["plan_cache"])
-        rate = {"1": 70000.0, "4": 266000.0}[gpus]
-        return {"gpus": int(gpus), "samples_per_s": rate, "result": "VALID", "min_duration_s": min_duration,
+        calls.append((gpus, log_dir, expected_qps, kw["autotune"], kw["plans"]))
+        return {"gpus": int(gpus), "samples_per_s": 266000.0, "result": "VALID", "min_duration_s": min_duration,
                 "log_dir": log_dir}
 
+    monkeypatch.setattr(offline_mod, "run_one_gpu_baseline", fake_baseline)
     monkeypatch.setattr(offline_mod, "run_offline", fake_run)
     monkeypatch.setattr(cd, "device_name", lambda *a: "stand-in GPU")
+    monkeypatch.setattr(cd, "device_count", lambda *a: 4)
     out = tmp_path / "r.json"
-    rc = main(["offline", "--model", str(small_model), "--backend", "cuda", "--gpus", "4", "--scaling",
+    rc = main(["offline", "--model", str(small_model), "--backend", "cuda", "--gpus", "4", "--scaling", "--autotune",
+               "--batch", "512", "--streams", "3", "--answers", "objects",
                "--expected-qps", "280000", "--min-duration", "300", "--log-dir", str(tmp_path / "logs"), "-o", str(out)])
     assert rc == 0
-    assert calls == [("1", str(tmp_path / "logs" / "one-gpu"), 70000.0), ("4", str(tmp_path / "logs"), 280000.0)]
-    assert caches[0] is caches[1], "the N-GPU run must reuse the 1-GPU run's (autotuned) plans"
+    child, parent = calls
+    # the child's command line is a valid `trtfuse offline` one, with the invocation's settings on one GPU
+    from trtfuse.cli import build_parser
+
+    a = build_parser().parse_args(child)
+    assert (a.gpus, a.expected_qps, a.min_duration, a.batch, a.streams, a.answers, a.autotune, a.log_dir, a.output) == (
+        "1", 70000.0, 300.0, 512, 3, "objects", True, "L1", "R1")
+    assert a.model == str(small_model) and a.backend == "cuda" and not a.scaling
+    # the N-GPU run takes the plans the 1-GPU run tuned, from its record, instead of tuning again
+    assert parent == ("4", str(tmp_path / "logs"), 280000.0, False, str(tmp_path / "one-gpu.json"))
     rec = json.loads(out.read_text())
     assert rec["scaling_vs_1gpu"] == pytest.approx(3.8) and rec["one_gpu"]["result"] == "VALID"
     assert rec["min_duration_s"] == 300 and rec["gpus"] == 4
+
+
+def test_the_scaling_baseline_runs_as_a_child_trtfuse_offline(small_model, tmp_path, monkeypatch):
+    """run_one_gpu_baseline starts `python -m trtfuse.cli offline ...` and reads the record the child wrote; a failing
+    child is one error line. Here the child is a real trtfuse offline run on onnxruntime (the CPU backend)."""
+    import argparse
+
+    import trtfuse.runtime.offline as offline_mod
+    from trtfuse.errors import TrtfuseError
+
+    args = argparse.Namespace(model=str(small_model), backend="onnxruntime", data="synthetic", streams=1,
+                              mode="performance", answers="array", batch=None, expected_qps=100.0, plans=None,
+                              autotune=False, log_dir=str(tmp_path / "logs"))
+    one = offline_mod.run_one_gpu_baseline(args, 16, 0.2, 2)
+    assert one["samples_per_s"] > 0 and one["result"] in ("VALID", "INVALID") and one["gpus"] == 0
+    assert one["record"] == str(tmp_path / "logs" / "one-gpu.json") and (tmp_path / "logs" / "one-gpu" / "mlperf_log_summary.txt").exists()
+    args.model = str(tmp_path / "missing.onnx")
+    with pytest.raises(TrtfuseError, match="the 1-GPU run failed"):
+        offline_mod.run_one_gpu_baseline(args, 16, 0.2, 2)
 
 
 def test_offline_scaling_needs_several_gpus_and_a_gpu_backend(small_model, tmp_path, capsys):
