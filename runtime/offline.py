@@ -14,7 +14,9 @@ forward ends with the top-1 of each image on the device (plugins/network_ops.arg
     runner to
   * the completion thread, which waits for the event, copies the batch's top-1 out of the pinned array (1 KB),
     frees the runner at once and hands the copy to
-  * the responder thread, which answers LoadGen (one QuerySampleResponse per sample pointing at its 4 bytes).
+  * the responder thread, which answers LoadGen: one call into LoadGen's C++ QuerySamplesComplete per batch with an
+    array of responses, each pointing at its sample's 4 bytes (runtime/loadgen_answers.py; --answers objects, or a
+    LoadGen module where that call cannot be found: a QuerySampleResponse object per sample).
 Neither the launcher nor the next batch's wait waits on response work (LoadGen's per-sample bookkeeping
 takes longer than the copy): a runner is back in the launcher's hands as soon as its GPU work is done, and
 the launcher blocks only while every runner is in flight. Responses are
