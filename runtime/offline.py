@@ -645,14 +645,14 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
         # LoadGen's "fast" SUT hands over the Offline query as two lists of ints (response ids, sample
         # indices) instead of hundreds of thousands of QuerySample objects to convert and read one by one.
         # Each batch is queued as soon as it is cut, so the GPUs start on the first while the rest are cut.
-        # The two lists hold an int per sample (tens of millions in a long run), allocated just before this call:
-        # the collector's young-generation passes would walk them under the GIL while the GPUs wait for launches
-        # (80 ms for 4.4 million on this repository's CI machine). Frozen, they are never walked (thawed after the run).
-        gc.freeze()
         if scenario == "offline":
-            # Freeing them (an int object each) holds the GIL for about 20 ns a sample: 0.48 s for 23.8 million on
-            # the 4-GPU host, where the last batch's launcher dropped them and every GPU's last completions waited.
-            # Held until LoadGen has returned, the run's clock no longer sees it.
+            # The two lists hold an int per sample (tens of millions in a long run), allocated just before this call:
+            # the collector's young-generation passes would walk them under the GIL while the GPUs wait for launches
+            # (80 ms for 4.4 million on this repository's CI machine). Frozen, they are never walked (thawed after
+            # the run). Freeing them holds the GIL for about 20 ns a sample: 0.48 s for 23.8 million on the 4-GPU
+            # host, where the last batch's launcher dropped them and every GPU's last completions waited. Held until
+            # LoadGen has returned, the run's clock no longer sees it.
+            gc.freeze()
             query_lists.append((ids, indices))
         issued_at.append(time.perf_counter())
         issued[0] += len(ids)
