@@ -54,9 +54,7 @@ def add_arguments(p) -> None:
     p.add_argument("--slots", type=int, default=DEFAULT_STREAMS, help="runner slots, as --streams (default %d)" % DEFAULT_STREAMS)
     flags.seconds(p, 5.0, "LoadGen min duration: the query holds 220k x S samples (default 5)")
     flags.count(p, 4096, "samples in the query sample library (default 4096)")
-    p.add_argument("--answers", choices=("array", "objects"), default="array",
-                   help="as trtfuse offline --answers: one C++ call per batch (default) or a Python object per sample")
-
+    flags.answers(p, "as trtfuse offline --answers")
 
 def run(args) -> int:
     from . import record_result

@@ -22,7 +22,7 @@ COMMON_FLAGS = frozenset({
     "--streams", "--threads", "--autotune", "--reps", "--seconds", "--settle", "--replace", "--fuse", "--scales",
     "--percentile", "--seed", "--image-size", "--min-duration", "--log-dir", "--endpoint", "--model-name",
     "--max-in-flight", "--shared-memory", "--max-batch", "--preferred-batch", "--max-queue-delay-us", "--name",
-    "--plans",
+    "--plans", "--answers",
 })
 
 # = models.resnet.ARCHITECTURES and graph_passes.fuse_residual.FUSE_MODES, written out so that building the parser
@@ -212,6 +212,15 @@ def fuse(p, default: str, help: str, *, both: bool = False):
 def replace(p, help: str):
     """--replace of the wgmma probes: integer fields of table tactics replaced ('70:halo_stages=10')."""
     return p.add_argument("--replace", default="", help=help)
+
+
+def answers(p, help: str):
+    """--answers of a LoadGen run: how each batch is answered (runtime/loadgen_answers.py)."""
+    return p.add_argument("--answers", choices=("array", "objects"), default="array",
+                          help=f"how each batch is answered to LoadGen: array, one call into LoadGen's C++ "
+                               f"QuerySamplesComplete with the batch's responses (default; objects where the installed "
+                               f"LoadGen does not allow it), or objects, a QuerySampleResponse per sample through "
+                               f"LoadGen's Python binding; {help}")
 
 
 # ---- groups ----

@@ -87,10 +87,7 @@ def register(sub) -> None:
     o.add_argument("--compare-pipeline", action="store_true",
                    help="first feed the same workers directly, without LoadGen, for as many samples (samples/s: what "
                    "LoadGen's side of the run costs)")
-    o.add_argument("--answers", choices=("array", "objects"), default="array",
-                   help="how each batch is answered to LoadGen: array, one call into LoadGen's C++ QuerySamplesComplete "
-                   "with the batch's responses (default; where the installed LoadGen does not allow it, objects); "
-                   "objects, a QuerySampleResponse per sample through LoadGen's Python binding")
+    flags.answers(o, "the run's record says which ran")
     flags.output(o, "also write the result JSON here (atomically)")
     flags.json_flag(o, "print the result as JSON")
     o.set_defaults(func=offline)
