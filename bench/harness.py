@@ -56,6 +56,7 @@ def add_arguments(p) -> None:
     flags.count(p, 4096, "samples in the query sample library (default 4096)")
     flags.answers(p, "as trtfuse offline --answers")
 
+
 def run(args) -> int:
     from . import record_result
     from ..errors import TrtfuseError
