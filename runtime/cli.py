@@ -206,7 +206,7 @@ def offline(args) -> int:
     if args.json:
         print_json(result)
     else:
-        keys = ["backend", "endpoints", "batch", "gpus", "streams", "mode", "expected_qps", "samples_per_s",
+        keys = ["backend", "endpoints", "batch", "gpus", "streams", "mode", "answers", "expected_qps", "samples_per_s",
                 "samples_completed", "scaling_vs_1gpu", "pipeline_samples_per_s", "torch_fp16_samples_per_s"]
         rows = loadgen_rows(result, keys)
         if result.get("invalid_because"):
