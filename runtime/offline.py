@@ -386,9 +386,9 @@ CPU_WARMUP_S = 0.5
 def plan_sharing_makers(device_names: list[str], new_runner, plan_cache: dict) -> list:
     """One runner factory per GPU. The first runner made for a kind of GPU (by name) plans its convs itself
     (new_runner(plans_from=None), which autotunes when asked); every later runner, on that GPU or another of its
-    kind, takes those plans (new_runner(plans_from=...)). plan_cache (kind -> plans) outlives the call, so a second
-    run_offline of the same invocation (--scaling) tunes nothing: autotuning takes minutes per GPU and gives one
-    kind of GPU the same answers up to timing noise."""
+    kind, takes those plans (new_runner(plans_from=...)): autotuning takes minutes per GPU and gives one kind of GPU
+    the same answers up to timing noise. plan_cache (kind -> plans) may outlive the call and serve a later run_offline
+    of the same process (--scaling's N-GPU run instead takes the plans its 1-GPU process recorded)."""
     from types import SimpleNamespace
 
     def maker(name: str):
