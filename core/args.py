@@ -30,6 +30,8 @@ COMMON_FLAGS = frozenset({
 ARCHITECTURES = ("resnet18", "resnet34", "resnet50", "resnet101")
 FUSE_MODES = ("residual", "all")
 # What an images argument of calibrate / evaluate / calibrate-compare takes.
+# How a LoadGen run answers each batch (runtime/offline.run_loadgen, runtime/loadgen_answers.py).
+ANSWER_PATHS = ("array", "objects")
 DATA_HELP = "a folder of JPEG/PNG images (optional val_map.txt labels), a .npy/.npz batch, or 'default' (embedded photos)"
 
 _POSITIVE_INT = positive_int()
@@ -216,7 +218,7 @@ def replace(p, help: str):
 
 def answers(p, help: str):
     """--answers of a LoadGen run: how each batch is answered (runtime/loadgen_answers.py)."""
-    return p.add_argument("--answers", choices=("array", "objects"), default="array",
+    return p.add_argument("--answers", choices=ANSWER_PATHS, default=ANSWER_PATHS[0],
                           help=f"how each batch is answered to LoadGen: array, one call into LoadGen's C++ "
                                f"QuerySamplesComplete with the batch's responses (default; objects where the installed "
                                f"LoadGen does not allow it), or objects, a QuerySampleResponse per sample through "

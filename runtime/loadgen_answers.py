@@ -67,19 +67,14 @@ class NativeAnswerer:
         self._call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)(address)
         self._empty_callback = ctypes.create_string_buffer(STD_FUNCTION_BYTES)  # zeroed: an empty std::function
 
-    def answer(self, ids: np.ndarray, data_address: int, item_bytes: int) -> None:
+    def answer(self, ids: np.ndarray, data_address: int = 0, item_bytes: int = 0) -> None:
         """Complete the samples `ids` (LoadGen's response ids), the i-th one's answer the `item_bytes` bytes at
-        data_address + i * item_bytes (LoadGen copies them inside the call, where it keeps them at all)."""
+        data_address + i * item_bytes (LoadGen copies them inside the call, where it keeps them at all); no data
+        (a failed batch's) where item_bytes is 0."""
         responses = np.zeros(len(ids), RESPONSE_DTYPE)
         responses["id"] = ids
         responses["data"] = data_address + item_bytes * np.arange(len(ids), dtype=np.uint64)
         responses["size"] = item_bytes
-        self._call(responses.ctypes.data, len(responses), ctypes.addressof(self._empty_callback))
-
-    def answer_empty(self, ids: np.ndarray) -> None:
-        """Complete the samples `ids` with no data (a failed batch's)."""
-        responses = np.zeros(len(ids), RESPONSE_DTYPE)
-        responses["id"] = ids
         self._call(responses.ctypes.data, len(responses), ctypes.addressof(self._empty_callback))
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..args import ANSWER_PATHS  # how batches are answered to LoadGen: see run_loadgen
 from ..errors import TrtfuseError
 from .loadgen_answers import native_answerer
 
@@ -532,7 +533,6 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
     return out
 
 
-ANSWER_PATHS = ("array", "objects")  # how batches are answered to LoadGen: see run_loadgen
 FEED_CHUNK_BATCHES = 8  # batches converted at a time while the GPUs wait on the feed: 4096 samples, a fraction of a ms
 SERVER_LATENCY_BOUND_MS = 15.0  # MLPerf's ResNet-50 Server scenario: p99 latency at most 15 ms
 
@@ -558,7 +558,7 @@ def run_one_gpu_baseline(args, count: int, min_duration_s: float, n_gpus: int) -
     """--scaling's 1-GPU run, in a process of its own: each of the two runs then starts from a fresh interpreter, as
     separate `trtfuse offline` commands would. In one process the N-GPU run came second, on the heap the first run
     had used and freed, and LoadGen's hand-over of its query took longer: 2.80 and 2.85 s for 23.8 million samples
-    on the 4-GPU host, against 1.81 and 2.17 s in fresh processes. Returns the run's record, its path under "record"
+    on the 4-GPU host, against 1.81-2.46 s in fresh processes. Returns the run's record, its path under "record"
     (its tuned plans serve the N-GPU run)."""
     import json
     import subprocess
@@ -620,21 +620,22 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
     # LoadGen module allows it; else, and with "objects", a QuerySampleResponse per sample through its Python binding
     native = native_answerer(lg) if answers == "array" else None
 
+    def complete(ids, data_address: int = 0, item_bytes: int = 0) -> None:
+        """LoadGen's completion of `ids`, the i-th answer the item_bytes at data_address + i * item_bytes."""
+        if native:
+            native.answer(np.asarray(ids, dtype=np.uint64), data_address, item_bytes)
+        else:
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, data_address + item_bytes * i, item_bytes)
+                                     for i, qid in enumerate(ids)])
+
     def done(ids, top1):
         if top1 is None:  # the worker failed: complete the queries empty, report the error afterwards
-            if native:
-                native.answer_empty(np.asarray(ids, dtype=np.uint64))
-            else:
-                lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, 0, 0) for qid in ids])
+            complete(ids)
             return
         # One int32 array per batch, each response pointing at its element (LoadGen copies the bytes
         # inside QuerySamplesComplete, so the array only has to outlive the call).
         top1 = np.ascontiguousarray(top1, dtype=np.int32)
-        base = top1.ctypes.data
-        if native:
-            native.answer(np.asarray(ids, dtype=np.uint64), base, 4)
-        else:
-            lg.QuerySamplesComplete([lg.QuerySampleResponse(qid, base + 4 * i, 4) for i, qid in enumerate(ids)])
+        complete(ids, top1.ctypes.data, 4)
         with lock:
             completed[0] += len(ids)
             answered.append((time.perf_counter(), len(ids)))
