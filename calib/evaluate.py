@@ -51,7 +51,7 @@ def _typed_outputs_copy(model, names: list[str]):
     except Exception:
         pass
     for node in _plugin_nodes(copy):  # shape inference knows nothing of plugin ops; their outputs are int8
-        types[node.output[0]] = onnx.TensorProto.INT8
+        types.update((name, onnx.TensorProto.INT8) for name in node.output)
     for name in wanted:
         copy.graph.output.append(onnx.helper.make_tensor_value_info(name, types.get(name, onnx.TensorProto.FLOAT), None))
     return copy
@@ -126,17 +126,17 @@ def fused_output_map(int8_model, fp32_model) -> dict[str, tuple[str, str]]:
     out = {}
     for node in _plugin_nodes(int8_model):
         spec = op_for_node(node.op_type, node.domain)
-        y = node.output[0]
-        out_scale = spec.bind(node.input)["out_scale"]
-        original = recorded.get(y)
-        if original is None and y in fp32_names:
-            original = y
-        if original is None and dq_of.get(y) in fp32_names:
-            original = dq_of[y]
-        if original is None and y.endswith(REWRITE_INT8_SUFFIX) and y[: -len(REWRITE_INT8_SUFFIX)] in fp32_names:
-            original = y[: -len(REWRITE_INT8_SUFFIX)]
-        if original is not None and original in fp32_names:
-            out[y] = (original, out_scale)
+        for y, scale in zip(node.output, spec.output_scales):  # a FusedConvAddConv has two int8 outputs
+            out_scale = spec.bind(node.input)[scale]
+            original = recorded.get(y)
+            if original is None and y in fp32_names:
+                original = y
+            if original is None and dq_of.get(y) in fp32_names:
+                original = dq_of[y]
+            if original is None and y.endswith(REWRITE_INT8_SUFFIX) and y[: -len(REWRITE_INT8_SUFFIX)] in fp32_names:
+                original = y[: -len(REWRITE_INT8_SUFFIX)]
+            if original is not None and original in fp32_names:
+                out[y] = (original, out_scale)
     return out
 
 

@@ -1,4 +1,4 @@
-"""`trtfuse rewrite IN.onnx -o OUT.onnx [--fuse residual|all] [--scales F] [--requantize] [--report F] [--json]`."""
+"""`trtfuse rewrite IN.onnx -o OUT.onnx [--fuse residual|all] [--chain] [--scales F] [--requantize] [--report F] [--json]`."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ def register(sub) -> None:
     p.add_argument("--requantize", action="store_true",
                    help="quantized (Q/DQ) model: discard its Q/DQ and calibrate anew (--scales or the max pass) "
                    "instead of fusing with the model's own scales")
+    p.add_argument("--chain", action="store_true",
+                   help="after fusing, run each residual block's last 1x1 conv and the next 1x1 conv that reads its output "
+                   "as one FusedConvAddConv node where the chain kernel takes the pair (ResNet-50's res2 and res3): for "
+                   "`build --plugins v3` and `--backend cuda` (the CUDA runner chains a --fuse all model itself); "
+                   "`build --plugins qdp` refuses it")
     p.add_argument("--calib-images", type=int, default=8, metavar="N",
                    help="images for the max pass when --scales is not given (default 8)")
     p.add_argument("--report", metavar="F", help="write the candidate table as JSON")
@@ -56,7 +61,7 @@ def run(args) -> int:
     check_plain_model(model, args.model, "rewrite's input")
     scales = load_scales(args.scales) if args.scales else None
     with progress(total=1, desc="rewrite", unit="pass") as bar:
-        rewritten, ctx = run_pipeline(model, args.fuse, scales, passes=PASSES, options={"requantize": args.requantize},
+        rewritten, ctx = run_pipeline(model, args.fuse, scales, passes=PASSES, options={"requantize": args.requantize, "chain": args.chain},
                                       calib_count=args.calib_images)
         bar.update(1)
     report = ctx.report
@@ -85,6 +90,7 @@ def run(args) -> int:
         "scales": scales_source,
         "fused_residual_blocks": sum(c.status == FUSED and c.kind.startswith("residual") for c in report),
         "projection_shortcuts": sum(c.status == FUSED and c.kind == "residual-projection" for c in report),
+        "chained_pairs": sum(c.status == FUSED and c.pass_name == "chain" for c in report),
         "plugin_nodes": len(plugin_ops),
         "rejected": sum(c.status == REJECTED for c in report),
         "split_k_nodes": split_k_nodes.changed,

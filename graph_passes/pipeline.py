@@ -1,7 +1,7 @@
 """The rewrite pipeline: an ordered list of passes, each a pure function model -> model.
 
 `PASSES` is the list `trtfuse rewrite` runs: fold constants, read and strip a quantized model's Q/DQ,
-fold BN, fuse. A new pass is one more entry, reading its options from `RewriteContext.options`. Each
+fold BN, fuse, and (option "chain") chain each residual block's last conv with the next conv. A new pass is one more entry, reading its options from `RewriteContext.options`. Each
 pass appends its candidates to `context.report`.
 
 Scales: a scales file (`scales=`) wins for a float model; a quantized (Q/DQ) model brings its own
@@ -19,6 +19,7 @@ import numpy as np
 
 from trtfuse.errors import TrtfuseError
 
+from .chain_pairs import chain_conv_pairs
 from .fold_bn import fold_batchnorm
 from .fold_constants import fold_constants
 from .fuse_residual import FUSE_MODES, fuse_conv_blocks, required_activation_tensors
@@ -33,7 +34,7 @@ class RewriteContext:
     fuse_mode: str = "residual"
     scales: dict[str, float] | None = None  # None: the model's own (Q/DQ) and/or a max pass
     report: list[Candidate] = field(default_factory=list)
-    options: dict = field(default_factory=dict)  # per-pass options, e.g. {"split_k": 4, "requantize": True}
+    options: dict = field(default_factory=dict)  # per-pass options, e.g. {"chain": True, "requantize": True}
     calib_images: np.ndarray | None = None
     calib_count: int = DEFAULT_CALIB_IMAGES
     qdq: QdqInfo | None = None  # what a quantized model's Q/DQ said (None: a float model, or --requantize)
@@ -89,8 +90,14 @@ def fuse_pass(model, ctx: RewriteContext):
     return fuse_conv_blocks(model, scales, ctx.fuse_mode, ctx.report, qdq=ctx.qdq)
 
 
+def chain_pass(model, ctx: RewriteContext):
+    if not ctx.options.get("chain"):
+        return model
+    return chain_conv_pairs(model, ctx.report)
+
+
 Pass = Callable[[object, RewriteContext], object]
-PASSES: list[Pass] = [fold_constants_pass, qdq_pass, fold_bn_pass, fuse_pass]
+PASSES: list[Pass] = [fold_constants_pass, qdq_pass, fold_bn_pass, fuse_pass, chain_pass]
 
 
 def max_pass_scales(model, fuse_mode: str, count: int = DEFAULT_CALIB_IMAGES, images: np.ndarray | None = None,

@@ -49,6 +49,8 @@ class OpSpec:
     outputs: tuple[TensorSpec, ...]
     attributes: tuple[AttrSpec, ...]
     doc: str
+    # The input holding each int8 output's scale, in output order (none for float outputs).
+    output_scales: tuple[str, ...] = ()
     # Attributes the TensorRT parser consumes itself; present on the node, not declared in `register`.
     parser_attributes: tuple[str, ...] = field(default=("plugin_namespace", "aot"))
 
@@ -92,6 +94,7 @@ FUSED_CONV = OpSpec(
     outputs=(_Y,),
     attributes=_CONV_ATTRS,
     doc="y = requant(relu?(conv(x, w) * scale + bias) / out_scale)",
+    output_scales=("out_scale",),
 )
 
 FUSED_CONV_ADD = OpSpec(
@@ -100,7 +103,59 @@ FUSED_CONV_ADD = OpSpec(
     outputs=(_Y,),
     attributes=_CONV_ATTRS,
     doc="y = requant(relu?(conv(x, w) * scale + bias + residual * residual_scale) / out_scale)",
+    output_scales=("out_scale",),
 )
+
+# A residual block's last conv and the next conv that reads its output, as one op (graph_passes/chain_pairs.py): the
+# runner's and the IPluginV3 plugin's chain kernel (plugins/chain_conv.py) on Hopper, else the two conv kernels in turn.
+# Both convs are 1x1, stride 1, unpadded; both outputs are written (y is the next block's residual too).
+FUSED_CONV_ADD_CONV = OpSpec(
+    name="FusedConvAddConv",
+    inputs=(_X, _W, _SCALE, _BIAS, _OUT_SCALE, _RES, _RES_SCALE,
+            TensorSpec("next_weight", "int8", "packed GEMM B matrix of the next conv [next_K_pad, K_pad]"),
+            TensorSpec("next_scale", "float32", "[next_K_pad] out_scale * next_w_scale[k]; zero for padding channels"),
+            TensorSpec("next_bias", "float32", "[next_K_pad] the next conv's folded BN/conv bias"),
+            TensorSpec("next_out_scale", "float32", "[1] scale of the int8 next output")),
+    outputs=(_Y, TensorSpec("next_y", "int8", "the next conv of y [N, next_K, H, W]; physical format CHW32")),
+    attributes=(
+        AttrSpec("in_channels", "INT", "C, logical input channels"),
+        AttrSpec("out_channels", "INT", "K, logical channels of y"),
+        AttrSpec("next_out_channels", "INT", "next_K, logical channels of next_y"),
+        AttrSpec("relu", "INT", "1: y clamped at zero before requantizing"),
+        AttrSpec("next_relu", "INT", "1: next_y clamped at zero before requantizing"),
+    ),
+    doc="y = FusedConvAdd(x, weight, scale, bias, out_scale, residual, residual_scale) and "
+        "next_y = FusedConv(y, next_weight, next_scale, next_bias, next_out_scale), both 1x1 stride 1 unpadded",
+    output_scales=("out_scale", "next_out_scale"),
+)
+
+_POINTWISE = {"kernel_shape": (1, 1), "strides": (1, 1), "pads": (0, 0, 0, 0)}
+_NEXT_INPUTS = ("weight", "scale", "bias", "out_scale")
+
+
+def chain_attributes(attrs: dict) -> tuple[dict, dict]:
+    """A FusedConvAddConv's attributes -> those of its FusedConvAdd and of its FusedConv."""
+    first = {"in_channels": attrs["in_channels"], "out_channels": attrs["out_channels"], **_POINTWISE, "relu": attrs["relu"]}
+    second = {"in_channels": attrs["out_channels"], "out_channels": attrs["next_out_channels"], **_POINTWISE,
+              "relu": attrs["next_relu"]}
+    return first, second
+
+
+def chain_inputs(inputs: Sequence[T], y: T) -> tuple[list[T], list[T]]:
+    """A FusedConvAddConv's inputs (node order) and its output y -> the inputs of its FusedConvAdd and of its
+    FusedConv, each in that op's node order."""
+    named = FUSED_CONV_ADD_CONV.bind(inputs)
+    second = {"x": y, **{n: named[f"next_{n}"] for n in _NEXT_INPUTS}}
+    return [named[n] for n in FUSED_CONV_ADD.input_names], [second[n] for n in FUSED_CONV.input_names]
+
+
+def chained(first_inputs: Sequence[T], second_inputs: Sequence[T]) -> list[T]:
+    """The inverse of chain_inputs: a FusedConvAdd's and a FusedConv's inputs -> the FusedConvAddConv's (the FusedConv's
+    x, the first op's y, is dropped)."""
+    first, second = FUSED_CONV_ADD.bind(first_inputs), FUSED_CONV.bind(second_inputs)
+    named = {**first, **{f"next_{n}": second[n] for n in _NEXT_INPUTS}}
+    return [named[n] for n in FUSED_CONV_ADD_CONV.input_names]
+
 
 # Split-K GEMM (graph_passes/split_k.py, emit="plugin"; docs/split_k.md). Its kernel is not written yet.
 SPLIT_K_GEMM = OpSpec(
@@ -115,7 +170,7 @@ SPLIT_K_GEMM = OpSpec(
     doc="y = sum over s = 0..S-1, in that order, of a[..., K_s] @ weight[K_s, :], then + bias once",
 )
 
-OPS: dict[str, OpSpec] = {op.name: op for op in (FUSED_CONV, FUSED_CONV_ADD, SPLIT_K_GEMM)}
+OPS: dict[str, OpSpec] = {op.name: op for op in (FUSED_CONV, FUSED_CONV_ADD, FUSED_CONV_ADD_CONV, SPLIT_K_GEMM)}
 
 
 def op_for_node(op_type: str, domain: str | None = None) -> OpSpec | None:

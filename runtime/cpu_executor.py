@@ -1,7 +1,7 @@
 """Run rewritten models (standard ONNX + trtfuse plugin nodes) on the CPU.
 
-Plugin nodes (FusedConv, FusedConvAdd, domain "trtfuse") always run through the golden reference
-trtfuse.plugins.reference.fused_conv_int8, on logical NCHW int8 tensors. Two engines run the rest:
+Plugin nodes (FusedConv, FusedConvAdd, and FusedConvAddConv as those two in turn; domain "trtfuse") always run
+through the golden reference trtfuse.plugins.reference.fused_conv_int8, on logical NCHW int8 tensors. Two engines run the rest:
 
   * "ort" (default): the topologically sorted graph is cut into maximal runs of standard nodes;
     each run becomes one onnxruntime session (built once, reused), and plugin nodes run in numpy
@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from trtfuse.errors import TrtfuseError
-from trtfuse.plugins.op_schema import DOMAIN, OPS, op_for_node
+from trtfuse.plugins.op_schema import (DOMAIN, FUSED_CONV, FUSED_CONV_ADD, FUSED_CONV_ADD_CONV, OPS, chain_attributes,
+                                       chain_inputs, op_for_node)
 from trtfuse.plugins.reference import fused_conv_int8
 
 ENGINES = ("ort", "reference")
@@ -30,22 +31,26 @@ def _attributes(node) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
-def run_plugin(op_type: str, inputs: list, attrs: dict) -> np.ndarray:
-    """Execute one plugin node: inputs in op_schema order, attributes as on the node."""
+def run_plugin(op_type: str, inputs: list, attrs: dict) -> tuple[np.ndarray, ...]:
+    """Execute one plugin node: inputs in op_schema order, attributes as on the node; its outputs in op_schema order."""
     spec = OPS[op_type]
     if len(inputs) != len(spec.inputs):
         raise TrtfuseError(f"{op_type} takes {len(spec.inputs)} inputs, node has {len(inputs)}")
     for value, tspec in zip(inputs, spec.inputs):
         if np.asarray(value).dtype != np.dtype(tspec.dtype):
             raise TrtfuseError(f"{op_type} input {tspec.name!r} must be {tspec.dtype}, got {np.asarray(value).dtype}")
+    if spec is FUSED_CONV_ADD_CONV:  # its two convs in turn: the chain kernel is bit-identical to them
+        first_attrs, second_attrs = chain_attributes(attrs)
+        (y,) = run_plugin(FUSED_CONV_ADD.name, chain_inputs(inputs, None)[0], first_attrs)
+        return y, run_plugin(FUSED_CONV.name, chain_inputs(inputs, y)[1], second_attrs)[0]
     named = spec.bind(inputs)
-    return fused_conv_int8(
+    return (fused_conv_int8(
         named["x"], named["weight"], named["scale"], named["bias"], named["out_scale"],
         named.get("residual"), named.get("residual_scale"),
         in_channels=int(attrs["in_channels"]), out_channels=int(attrs["out_channels"]),
         kernel_shape=list(attrs["kernel_shape"]), strides=list(attrs["strides"]), pads=list(attrs["pads"]),
         relu=int(attrs["relu"]),
-    )
+    ),)
 
 
 def _per_tensor(scale, zero_point) -> tuple[np.float32, int, np.dtype]:
@@ -76,7 +81,7 @@ def _reference_op_classes():
     classes = []
     for spec in OPS.values():
         def _run(self, *inputs, _op=spec.name, **attrs):
-            return (run_plugin(_op, list(inputs), {a: getattr(self, a) for a in OPS[_op].attribute_names}),)
+            return run_plugin(_op, list(inputs), {a: getattr(self, a) for a in OPS[_op].attribute_names})
 
         classes.append(type(spec.name, (OpRun,), {"op_domain": DOMAIN, "_run": _run}))
     # onnx's reference ops implement (De)QuantizeLinear from opset 19 only; the rewrite emits them at
@@ -132,7 +137,7 @@ class CpuExecutor:
                 self._types[vi.name] = vi.type.tensor_type.elem_type
         for node in graph.node:  # plugin outputs: int8 by schema even where inference stops
             if _is_plugin(node):
-                self._types[node.output[0]] = onnx.TensorProto.INT8
+                self._types.update((name, onnx.TensorProto.INT8) for name in node.output)
         nodes = list(graph.node)
         steps: list = []
         run: list = []
@@ -196,7 +201,7 @@ class CpuExecutor:
         for kind, item, attrs in self._steps:
             if kind == "plugin":
                 args = [self._constants[n] if n in self._constants else values[n] for n in item.input]
-                values[item.output[0]] = run_plugin(item.op_type, args, attrs)
+                values.update(zip(item.output, run_plugin(item.op_type, args, attrs)))
             else:
                 sess, inputs, outputs = item
                 if outputs:

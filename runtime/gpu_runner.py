@@ -13,11 +13,12 @@ only the pooled tensor, when the pool keeps the stem's scale and its shape is Re
 otherwise, or with fuse_stem_pool=False, as two. With quantized_input that kernel can read a batch's images in place
 from a device sample library by index (read_images_from): the Offline harness then gathers nothing.
 
-With fuse_chain (on by default), a residual block's last conv (FusedConvAdd 1x1) and a 1x1 FusedConv that reads its
-output (the next block's first conv) run as one kernel where plugins/chain_conv.py takes the pair and the GPU can run
-it (chain_conv.refusal, device_refusal): on ResNet-50's res2 and res3 (into the next stage's first conv1 too), the block
-output's tile goes from one GEMM to the next through shared memory instead of a write and a read-back through HBM
-(plugins/kernels/chain_conv.cu; both outputs still written).
+A FusedConvAddConv node (a residual block's last conv and the next 1x1 conv reading its output, graph_passes/chain_pairs.py)
+runs as one kernel where plugins/chain_conv.py takes the pair and the GPU can run it (chain_conv.refusal, device_refusal),
+else as its two convs. With fuse_chain (on by default) the runner first chains a --fuse all model itself, by that
+pass: on ResNet-50's res2 and res3 (into res3's first conv1 too), the block output's tile goes from one GEMM to the next
+through shared memory instead of a write and a read-back through HBM (plugins/kernels/chain_conv.cu; both outputs still
+written).
 
 With fuse_bottleneck=True (off by default: exact, but on the H200 slower than the three wgmma conv kernels it
 replaces, 0.495 against 0.258 ms at batch 256; docs/PERF.md), each identity bottleneck
@@ -46,7 +47,8 @@ from ..plugins import network_ops
 from ..plugins.conv import ConvLaunch, precompile
 from ..plugins import bottleneck, chain_conv, stem
 from ..plugins.layout import channel_vector, pack_weight, round_up, unpack_nchwv, unpack_weight
-from ..plugins.op_schema import DOMAIN, op_for_node
+from ..graph_passes.chain_pairs import chain_conv_pairs, split_chain_node
+from ..plugins.op_schema import DOMAIN, FUSED_CONV, FUSED_CONV_ADD, FUSED_CONV_ADD_CONV, chain_inputs, op_for_node
 from ..plugins.tactics import ConvShape, candidate_tactics
 from .bottleneck_match import match_identity_bottleneck
 from .classifier_plan import float16_refusal, plan_classifier
@@ -123,7 +125,7 @@ class CudaRunner(Top1Readout):
         if not ok:
             raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
         cd.context()
-        self.model, self.batch, self.fold_stem, self.autotune = model, batch, fold_stem, autotune
+        self.batch, self.fold_stem, self.autotune = batch, fold_stem, autotune
         # fuse_stem_pool: the space-to-depth stem and the max-pool after it run as one kernel (plugins/stem.py,
         # stem_pool.cu) that writes only the pooled tensor; the stem's own output is then never materialized.
         self.fuse_stem_pool = fuse_stem_pool
@@ -134,11 +136,14 @@ class CudaRunner(Top1Readout):
         # fuse_chain: a block's conv3 + residual and the next block's conv1 as one kernel (plugins/chain_conv.py); not
         # beside fuse_bottleneck, whose blocks start at the conv1 a chain would take
         self.fuse_chain = fuse_chain and not fuse_bottleneck
-        self.chained: dict[str, str] = {}  # conv3 node name -> the conv1 node name run in the same kernel
+        if self.fuse_chain:
+            model = chain_conv_pairs(model)
+        self.chained: list[str] = []  # the FusedConvAddConv nodes run as the chain kernel
         self._stem = None  # (step index, node, original conv shape, input pointers by op input, relu) of the folded stem
         self.fused_stem: str | None = None  # the stem conv's node name once it runs with its max-pool
         self.stem_pool_tile: tuple[int, int] | None = None  # and the tile that kernel runs (stem.POOL_TILES)
         self._given_stem_tile = getattr(plans_from, "stem_pool_tile", None)
+        self.model = model
         self._images_at = (0, 0)  # (sample library, device int64 [batch] indices) the fused stem reads, or (0, 0): its input
         self.fused_away: set[str] = set()  # tensors a fused kernel keeps on chip: fetch() cannot return them
         self._timer = cd.Timer() if autotune else None
@@ -207,11 +212,12 @@ class CudaRunner(Top1Readout):
                 continue
             if node.domain == DOMAIN and node.op_type in ("FusedConv", "FusedConvAdd"):
                 block = self._fused_bottleneck(node) if self.fuse_bottleneck else None
-                block = block or (self._chained_convs(node) if self.fuse_chain else None)
                 if block:
                     done |= block
                 else:
                     self._fused_conv(node)
+            elif node.domain == DOMAIN and node.op_type == FUSED_CONV_ADD_CONV.name:
+                self._chain(node)
             elif node.op_type == "QuantizeLinear" and node.input[0] == inp.name:
                 self._quantize_input(node)
             elif node.op_type == "DequantizeLinear":
@@ -327,39 +333,30 @@ class CudaRunner(Top1Readout):
         self.fused_away |= {conv1.output[0], conv2.output[0]}
         return {id(conv2), id(conv3)}
 
-    def _chained_convs(self, node) -> set | None:
-        """Run the FusedConvAdd `node` and a 1x1 FusedConv reading its output as the chain kernel: the id of that second
-        node (now done), or None where no reader of the output makes a pair the kernel takes, or the GPU cannot run it.
-        The output is still written (its other readers: the next block's residual, a downsample conv)."""
-        if node.op_type != "FusedConvAdd" or node.output[0] == self.output_name:
-            return None
-        names = op_for_node(node.op_type, node.domain).bind(node.input)
+    def _chain(self, node) -> None:
+        """A FusedConvAddConv node: the chain kernel where it takes the pair at this batch and the GPU can run it, else
+        its two convs in turn (graph_passes/chain_pairs.split_chain_node), the same bits."""
+        names = FUSED_CONV_ADD_CONV.bind(node.input)
         x, r = self.tensors.get(names["x"]), self.tensors.get(names["residual"])
-        if x is None or r is None or x.vec != 32 or x.folded_from:
-            return None
-        conv1 = self._conv_shape(node, x.shape)
-        y_shape = (conv1.n, conv1.k, *conv1.out_hw)
-        for user in self.consumers.get(node.output[0], []):
-            if user.domain != DOMAIN or user.op_type != "FusedConv":
-                continue
-            user_names = op_for_node(user.op_type, user.domain).bind(user.input)
-            conv2 = self._conv_shape(user, y_shape)
-            if (user_names["x"] == node.output[0] and chain_conv.refusal(conv1, conv2) is None
-                    and chain_conv.variant_of(conv1, conv2.k).in_runner):
-                break
-        else:
-            return None
-        if chain_conv.device_refusal() is not None:
-            return None
-        convs = [tuple(self._const(bound[k]) for k in ("weight", "scale", "bias", "out_scale")) for bound in (names, user_names)]
+        if x is None or r is None:
+            raise TrtfuseError(f"--backend cuda: inputs x and residual of {node.name} must be int8 tensors it computed")
+        a = _attrs(node)
+        conv1 = ConvShape(*x.shape, a["out_channels"], 1, 1, (1, 1), (0, 0, 0, 0))
+        conv2 = ConvShape(conv1.n, conv1.k, *conv1.out_hw, a["next_out_channels"], 1, 1, (1, 1), (0, 0, 0, 0))
+        if x.vec != 32 or x.folded_from or chain_conv.refusal(conv1, conv2) or chain_conv.device_refusal():
+            for half in split_chain_node(node):
+                self._fused_conv(half)
+            return
+        first, second = chain_inputs(list(node.input), node.output[0])
+        convs = [tuple(self._const(op.bind(inputs)[k]) for k in ("weight", "scale", "bias", "out_scale"))
+                 for op, inputs in ((FUSED_CONV_ADD, first), (FUSED_CONV, second))]
         residual_scale = self._const(names["residual_scale"])
-        relu = (bool(_attrs(node)["relu"]), bool(_attrs(user)["relu"]))
-        y = self.tensors[node.output[0]] = _Tensor(y_shape, 32)
-        z = self.tensors[user.output[0]] = _Tensor((conv2.n, conv2.k, *conv2.out_hw), 32)
-        self.steps.append((f"{node.name} + {user.name} (chain)", lambda s: chain_conv.launch_chain(
+        relu = (bool(a["relu"]), bool(a["next_relu"]))
+        y = self.tensors[node.output[0]] = _Tensor((conv1.n, conv1.k, *conv1.out_hw), 32)
+        z = self.tensors[node.output[1]] = _Tensor((conv2.n, conv2.k, *conv2.out_hw), 32)
+        self.steps.append((f"{node.name} (chain)", lambda s: chain_conv.launch_chain(
             (conv1, conv2), x.buf.ptr, r.buf.ptr, residual_scale, convs, y.buf.ptr, z.buf.ptr, relu=relu, stream=s)))
-        self.chained[node.name] = user.name
-        return {id(user)}
+        self.chained.append(node.name)
 
     def _fastest(self, heuristic_plan: ConvLaunch, make_step, tensors) -> ConvLaunch:
         """--autotune: time every tactic and split count of this conv on its own buffers, keep the fastest.
@@ -510,7 +507,7 @@ class CudaRunner(Top1Readout):
         names = {name: f"stem_pool/{stem.tile_name(self.stem_pool_tile)}" if name == self.fused_stem else p.name
                  for name, p in self.plans}
         names.update((name, "bottleneck") for block in self.fused_blocks.values() for name in block)
-        names.update((name, "chain") for pair in self.chained.items() for name in pair)
+        names.update((name, "chain") for name in self.chained)
         return names
 
     def read_images_from(self, library: int, indices: int) -> bool:

@@ -9,7 +9,8 @@ Two plugin flavours (`--plugins`): "qdp", the Quickly Deployable Plugins (plugin
 AOT kernels TensorRT embeds in the engine (mma.sync tactics under 48 KB of shared memory); or "v3", the
 Python IPluginV3 plugins (plugins/tensorrt/v3.py), which launch through trtfuse's own launcher and so offer
 TensorRT every tactic the GPU runs, the Hopper wgmma ones included (contract.launcher_tactics), at the
-price of needing trtfuse wherever the engine runs. The flavour is written next to the engine
+price of needing trtfuse wherever the engine runs. A model with FusedConvAddConv nodes (`rewrite --chain`) builds with
+"v3" only. The flavour is written next to the engine
 (`<engine>.trtfuse.json`) so `trtfuse run/offline --backend trt` registers the same one.
 
 `--version-compatible` sets BuilderFlag.VERSION_COMPATIBLE: only such an engine can be run by the lean
@@ -106,13 +107,19 @@ def build_engine(model_path: str, output: str, batch: tuple[int, int, int] | Non
 
 
 def _build_engine(model_path, output, batch, timing_cache, workspace_mib, plugins, version_compatible) -> dict:
-    from ..plugins.op_schema import DOMAIN
+    from ..plugins.op_schema import DOMAIN, FUSED_CONV_ADD_CONV
     from trtfuse.plugins.tensorrt.qdp import import_tensorrt, register_all
 
     if plugins not in PLUGIN_FLAVOURS:
         raise TrtfuseError(f"--plugins takes {' or '.join(PLUGIN_FLAVOURS)}, not {plugins!r}")
     check_not_same_file(model_path, output)
     model = load_model(model_path)  # one-line errors for broken files, before TensorRT is involved
+    if plugins == "qdp":
+        chained = sum(n.domain == DOMAIN and n.op_type == FUSED_CONV_ADD_CONV.name for n in model.graph.node)
+        if chained:
+            raise TrtfuseError(f"{model_path} has {chained} {FUSED_CONV_ADD_CONV.name} nodes, which the QDP plugins cannot "
+                               "build (TensorRT embeds one AOT kernel per QDP node): build with --plugins v3, or "
+                               "rewrite without --chain")
     trt, _ = import_tensorrt()
     if not hasattr(trt, "Builder") or not hasattr(trt, "OnnxParser"):
         raise TrtfuseError(f"{trt.__name__} {trt.__version__} has no builder or ONNX parser (a runtime-only install): "

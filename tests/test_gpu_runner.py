@@ -18,21 +18,36 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _ok, reason=f"needs a CUDA
 @pytest.mark.parametrize("arch,size,options", [("resnet50", 64, {}), ("resnet18", 96, {}),
                                                ("resnet18", 64, {"fold_stem": False}), ("resnet18", 64, {"autotune": True}),
                                                ("resnet18", 96, {"fuse_stem_pool": False}),
-                                               ("resnet50", 64, {"fuse_bottleneck": True})],
+                                               ("resnet50", 64, {"fuse_bottleneck": True}),
+                                               ("resnet50", 64, {"fuse_chain": False}),
+                                               ("resnet50", 64, {"chain_in_graph": True}),
+                                               ("resnet50", 64, {"chain_in_graph": True, "no_chain_kernel": True})],
                          ids=["resnet50", "resnet18", "resnet18-chw4-stem", "resnet18-autotune", "resnet18-stem-unfused",
-                              "resnet50-bottleneck"])
-def test_fuse_all_resnet_matches_cpu_golden(arch, size, options):
+                              "resnet50-bottleneck", "resnet50-unchained", "resnet50-rewrite-chain",
+                              "resnet50-rewrite-chain-two-kernels"])
+def test_fuse_all_resnet_matches_cpu_golden(arch, size, options, monkeypatch):
+    """chain_in_graph: the model is rewritten with --chain (FusedConvAddConv nodes); no_chain_kernel: the GPU is taken
+    not to run the chain kernel, so those nodes run as their two convs."""
+    from trtfuse.graph_passes.chain_pairs import chain_conv_pairs
+    from trtfuse.plugins import chain_conv
     from trtfuse.runtime.cpu_executor import run_model
     from trtfuse.runtime.gpu_runner import CudaRunner
 
+    options = dict(options)
+    chain_in_graph, no_chain_kernel = options.pop("chain_in_graph", False), options.pop("no_chain_kernel", False)
+    if no_chain_kernel:
+        monkeypatch.setattr(chain_conv, "device_refusal", lambda: "taken not to run here")
     model = load_cached_model(arch, image_size=size, batch=2)
     images = np.random.default_rng().normal(size=(2, 3, size, size)).astype(np.float32)
     fused, _ = rewrite(model, "all", calib_images=images)
+    if chain_in_graph:
+        fused = chain_conv_pairs(fused)
+        assert sum(n.op_type == "FusedConvAddConv" for n in fused.graph.node) == 6
     runner = CudaRunner(fused, 2, **options)
     logits = runner.run(images)
     # every int8 tensor the runner computed: the plugin nodes' outputs (less the stem's, when it stays on chip
     # inside the stem + max-pool kernel) and the pooled tensor after the stem
-    names = [n.output[0] for n in fused.graph.node if n.domain == DOMAIN and n.output[0] not in runner.fused_away]
+    names = [o for n in fused.graph.node if n.domain == DOMAIN for o in n.output if o not in runner.fused_away]
     names += [n.output[0] for n in fused.graph.node if n.op_type == "QuantizeLinear" and n.input[0] in
               {m.output[0] for m in fused.graph.node if m.op_type == "MaxPool"}]
     assert bool(runner.fused_away) == (options.get("fuse_stem_pool", True) and options.get("fold_stem", True))
@@ -44,19 +59,15 @@ def test_fuse_all_resnet_matches_cpu_golden(arch, size, options):
         assert sorted(runner.fused_blocks) == (["layer1.1.conv1__fused", "layer1.2.conv1__fused"] if fits else [])
     else:
         assert not runner.fused_blocks
-    from trtfuse.plugins import chain_conv
 
-    if arch == "resnet50" and not options.get("fuse_bottleneck") and chain_conv.device_refusal() is None:
+    chains = options.get("fuse_chain", True) or chain_in_graph
+    if arch == "resnet50" and chains and not options.get("fuse_bottleneck") and chain_conv.device_refusal() is None:
         # each res2 and res3 block's conv3 + residual with the next block's conv1 (res2's last one's: res3's first) as
-        # one kernel, but for res3's last block into res4's first conv1 (the variant the runner leaves out); at 64 x 64
-        # images res3's maps are 8 x 8, 64 pixels, whole 8-pixel groups
-        assert sorted(runner.chained.items()) == [("layer1.0.conv3__fused", "layer1.1.conv1__fused"),
-                                                  ("layer1.1.conv3__fused", "layer1.2.conv1__fused"),
-                                                  ("layer1.2.conv3__fused", "layer2.0.conv1__fused"),
-                                                  ("layer2.0.conv3__fused", "layer2.1.conv1__fused"),
-                                                  ("layer2.1.conv3__fused", "layer2.2.conv1__fused"),
-                                                  ("layer2.2.conv3__fused", "layer2.3.conv1__fused")]
-        assert {runner.plan_names()[n] for pair in runner.chained.items() for n in pair} == {"chain"}
+        # one kernel, but for res3's last block into res4's first conv1 (the variant the chain pass leaves out); at 64 x
+        # 64 images res3's maps are 8 x 8, 64 pixels, whole 8-pixel groups
+        assert runner.chained == [f"layer{a}.conv3__fused+layer{b}.conv1__fused" for a, b in
+                                  [("1.0", "1.1"), ("1.1", "1.2"), ("1.2", "2.0"), ("2.0", "2.1"), ("2.1", "2.2"), ("2.2", "2.3")]]
+        assert {runner.plan_names()[n] for n in runner.chained} == {"chain"}
     else:
         assert not runner.chained
     for name in runner.fused_away:

@@ -22,7 +22,7 @@ from trtfuse.graph_passes.pipeline import rewrite
 from trtfuse.models.cache import load_cached_model
 from trtfuse.plugins.tensorrt import contract as tc
 from trtfuse.plugins.tensorrt import v3
-from trtfuse.plugins.op_schema import DOMAIN, FUSED_CONV, NAMESPACE, OPS, PLUGIN_VERSION, SPLIT_K_GEMM
+from trtfuse.plugins.op_schema import DOMAIN, FUSED_CONV, FUSED_CONV_ADD_CONV, NAMESPACE, OPS, PLUGIN_VERSION, SPLIT_K_GEMM
 
 _MODULES = {"lean": ("tensorrt_lean", "tensorrt_lean_bindings"), "full": ("tensorrt",)}
 
@@ -436,3 +436,112 @@ def test_the_documented_lifecycle_launches_the_tactic_last_set(trt, monkeypatch)
     # clones (the builder's and each context's) carry the tactic and share no plans with their source
     clone = context.clone()
     assert clone.tactic == tactics[0] and clone.plans == {} and clone.plans is not context.plans
+
+
+# ---- FusedConvAddConv: a block's last conv and the next conv, two outputs (graph_passes/chain_pairs.py) ----
+
+@pytest.fixture(scope="module")
+def resnet50_chained(resnet50_all):
+    """The same model with res2's and res3's pairs chained, its FusedConvAddConv nodes, and every plugin value."""
+    from trtfuse.graph_passes.chain_pairs import chain_conv_pairs
+
+    model, _, values = resnet50_all
+    chained = chain_conv_pairs(model)
+    nodes = [n for n in chained.graph.node if n.op_type == FUSED_CONV_ADD_CONV.name]
+    return chained, nodes, values
+
+
+def _chain_plugin(trt, node, phase):
+    creator = trt.get_plugin_registry().get_creator(FUSED_CONV_ADD_CONV.name, PLUGIN_VERSION, NAMESPACE)
+    return creator, creator.create_plugin(node.name, v3.fields_from_node(trt, FUSED_CONV_ADD_CONV, node), phase)
+
+
+def test_chain_plugins_answer_for_both_outputs(trt, resnet50_chained):
+    _, nodes, values = resnet50_chained
+    assert len(nodes) == 6
+    for node in nodes:
+        creator, plugin = _chain_plugin(trt, node, trt.TensorRTPhase.BUILD)
+        assert isinstance(plugin.logic, v3.ChainPluginLogic) and plugin.num_outputs == 2
+        x = values[FUSED_CONV_ADD_CONV.bind(node.input)["x"]]
+        y, z = (values[o] for o in node.output)
+        assert plugin.get_output_data_types([]) == [trt.DataType.INT8, trt.DataType.INT8]
+        dims = plugin.logic.outputs_dims([_Dim(None)] + [_Dim(d) for d in x.shape[1:]], lambda v: v)
+        assert [d[1:] for d in dims] == [list(y.shape[1:]), list(z.shape[1:])] and not dims[0][0].is_constant()
+        # x, residual and both outputs CHW32; every constant linear, int8 weights and fp32 factors
+        n_in = len(FUSED_CONV_ADD_CONV.inputs)
+        want = [("INT8" if t.dtype == "int8" else "FLOAT", "CHW32" if t.name in ("x", "residual") else "LINEAR")
+                for t in FUSED_CONV_ADD_CONV.inputs] + [("INT8", "CHW32")] * 2
+        in_out = [_desc(trt, t, f) for t, f in want]
+        assert all(plugin.supports_format_combination(pos, in_out, n_in) for pos in range(n_in + 2))
+        for pos, bad in [(0, ("INT8", "LINEAR")), (n_in, ("INT8", "LINEAR")), (n_in + 1, ("FLOAT", "CHW32")),
+                         (7, ("FLOAT", "LINEAR"))]:
+            trial = list(in_out)
+            trial[pos] = _desc(trt, *bad)
+            assert not plugin.supports_format_combination(pos, trial, n_in), (node.name, pos, bad)
+        # unconfigured: the two kernels only; configured on an H200 for its profile: the chain kernel first
+        assert plugin.get_valid_tactics() == [tc.TWO_KERNELS_TACTIC]
+        on_hopper = v3.ChainPluginLogic(FUSED_CONV_ADD_CONV, plugin.logic.attrs_dict, device=H200)
+        on_hopper.configure(x.shape[2:], (1, 8))
+        assert on_hopper.tactics == [tc.CHAIN_KERNEL_TACTIC, tc.TWO_KERNELS_TACTIC]
+        elsewhere = v3.ChainPluginLogic(FUSED_CONV_ADD_CONV, plugin.logic.attrs_dict,
+                                        device=tc.LaunchDevice("sm_89", 99 * 1024, 128))
+        elsewhere.configure(x.shape[2:], (1, 8))
+        assert elsewhere.tactics == [tc.TWO_KERNELS_TACTIC]
+        plugin.set_tactic(tc.CHAIN_KERNEL_TACTIC)  # at runtime TensorRT sets its choice without configuring
+        copy = plugin.attach_to_context(None)
+        assert copy.tactic == tc.CHAIN_KERNEL_TACTIC and copy.logic.attrs == plugin.logic.attrs
+        again = creator.create_plugin(node.name, plugin.get_fields_to_serialize(), trt.TensorRTPhase.RUNTIME)
+        assert again.logic.attrs == plugin.logic.attrs and again.timing_cache_id == plugin.timing_cache_id
+        with pytest.raises(ValueError, match="not offered"):
+            plugin.set_tactic(3)
+
+
+def test_a_chain_map_not_in_8_pixel_groups_offers_the_two_kernels():
+    attrs = dict(in_channels=64, out_channels=256, next_out_channels=64, relu=1, next_relu=1)
+    logic = v3.ChainPluginLogic(FUSED_CONV_ADD_CONV, attrs, device=H200)
+    logic.configure((7, 7), (1, 8))
+    assert logic.tactics == [tc.TWO_KERNELS_TACTIC]
+    logic.configure((56, 56), (1, 256))
+    assert logic.tactics == [tc.CHAIN_KERNEL_TACTIC, tc.TWO_KERNELS_TACTIC]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu_ok, reason=f"needs a CUDA GPU: {_gpu_why}")
+def test_chain_enqueue_of_every_tactic_equals_golden(trt, resnet50_chained):
+    """Every FusedConvAddConv node, each tactic the GPU runs (the chain kernel on sm_90, the two kernels everywhere),
+    enqueued as TensorRT calls it with both outputs poisoned: y and next_y against the CPU executor's."""
+    from trtfuse.bench.conv_problem import POISON, compare, passes_lsb_rule
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins.layout import pack_nchwv, unpack_chw32
+
+    _, nodes, values = resnet50_chained
+    stream = cd.Stream()
+    run = set()
+    for node in nodes:
+        _, plugin = _chain_plugin(trt, node, trt.TensorRTPhase.BUILD)
+        args = [values[n] for n in node.input]
+        named = FUSED_CONV_ADD_CONV.bind(args)
+        plugin.configure_plugin(_dynamic_descs(trt, FUSED_CONV_ADD_CONV, list(named["x"].shape), 2, 2), [])
+        bufs = [cd.DeviceBuffer.from_array(pack_nchwv(a, 32) if t.name in ("x", "residual") else a)
+                for a, t in zip(args, FUSED_CONV_ADD_CONV.inputs)]
+        goldens = [values[o] for o in node.output]
+        shapes = [(g.shape[0], -(-g.shape[1] // 32), *g.shape[2:], 32) for g in goldens]
+        outs = [cd.DeviceBuffer(int(np.prod(s))) for s in shapes]
+        in_desc, y_desc = _tensor_descs(trt, args, goldens[0])
+        _, z_desc = _tensor_descs(trt, [], goldens[1])
+        for tactic in plugin.get_valid_tactics():
+            plugin.set_tactic(tactic)
+            runtime = plugin.attach_to_context(None)
+            runtime.on_shape_change(in_desc, [y_desc, z_desc])
+            for o in outs:
+                o.fill(POISON)
+            runtime.enqueue(in_desc, [y_desc, z_desc], [int(b.ptr) for b in bufs], [int(o.ptr) for o in outs], 0,
+                            int(stream.handle))
+            stream.synchronize()
+            for o, s, g in zip(outs, shapes, goldens):
+                stats = compare(unpack_chw32(o.download(s, np.int8), g.shape[1]), g)
+                assert passes_lsb_rule(stats), (node.name, tactic, stats)
+            run.add(tactic)
+    assert tc.TWO_KERNELS_TACTIC in run
+    if cd.compute_capability() == "sm_90":
+        assert tc.CHAIN_KERNEL_TACTIC in run

@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from trtfuse.plugins.layout import channel_vector, round_up
-from trtfuse.plugins.op_schema import FUSED_CONV, FUSED_CONV_ADD, NAMESPACE, OpSpec
+from trtfuse.plugins.op_schema import FUSED_CONV, FUSED_CONV_ADD, NAMESPACE, OpSpec, chain_attributes
 from trtfuse.plugins.tactics import TACTICS, TACTICS_BY_ID, WGMMA_TACTICS, ConvShape, Tactic, choose, wgmma_enabled
 
 AOT_SOURCE = "fused_conv.cu"
@@ -97,11 +97,12 @@ def output_shape(x_shape: Sequence, attrs: ConvAttrs) -> tuple:
     return (n, attrs.out_channels, *attrs.out_hw(h, w))
 
 
-def input_formats(spec: OpSpec, attrs: ConvAttrs) -> list[str]:
-    """TensorRT tensor formats, one per input then the output, in node order."""
+def input_formats(spec: OpSpec, attrs) -> list[str]:
+    """TensorRT tensor formats, one per input then per output, in node order: x CHW4 or CHW32 by its channels, the
+    residual and every output CHW32, the constants linear. `attrs`: anything with `in_channels` (ConvAttrs, ChainAttrs)."""
     x_format = "CHW4" if channel_vector(attrs.in_channels) == 4 else "CHW32"
     formats = {"x": x_format, "residual": "CHW32"}
-    return [formats.get(t.name, "LINEAR") for t in spec.inputs] + ["CHW32"]
+    return [formats.get(t.name, "LINEAR") for t in spec.inputs] + ["CHW32"] * len(spec.outputs)
 
 
 def io_types(spec: OpSpec) -> list[str]:
@@ -214,6 +215,71 @@ def aot_launch(spec: OpSpec, attrs: ConvAttrs, x_shape: Sequence, tactic_id: int
              attrs.pads[0], attrs.pads[1], attrs.relu)
     return AotLaunch(AOT_ENTRY[spec.name], grid_x, tactic.threads,
                      tactic.shared_bytes(attrs.in_channels, attrs.kernel_shape), extra)
+
+
+# ---- FusedConvAddConv: a block's last conv and the next conv, one op with two outputs (graph_passes/chain_pairs.py) ----
+
+# Its tactics, an id space of its own: the chain kernel (plugins/chain_conv.py, Hopper), or the op's two convs as two
+# launches, each on the tactic plugins/tactics.py `choose` picks (every GPU; the same bits).
+CHAIN_KERNEL_TACTIC = 1
+TWO_KERNELS_TACTIC = 2
+
+
+@dataclass(frozen=True)
+class ChainAttrs:
+    in_channels: int
+    out_channels: int
+    next_out_channels: int
+    relu: int
+    next_relu: int
+
+    @classmethod
+    def from_dict(cls, attrs: dict) -> "ChainAttrs":
+        """From ints or the one-element int32 arrays TensorRT's plugin layer hands over."""
+        def one(name):
+            values = np.asarray(attrs[name]).reshape(-1)
+            if values.size != 1:
+                raise ValueError(f"attribute {name} has {values.size} values, expected 1")
+            return int(values[0])
+
+        return cls(*(one(f.name) for f in dataclasses.fields(cls)))
+
+    def halves(self) -> tuple[ConvAttrs, ConvAttrs]:
+        """The ConvAttrs of the op's FusedConvAdd and of its FusedConv (op_schema.chain_attributes)."""
+        first, second = chain_attributes(dataclasses.asdict(self))
+        return ConvAttrs.from_dict(first), ConvAttrs.from_dict(second)
+
+    def shapes(self, n: int, h: int, w: int) -> tuple[ConvShape, ConvShape]:
+        """Both convs' ConvShapes for an x of [n, in_channels, h, w]."""
+        first, second = self.halves()
+        return tuple(ConvShape(n, a.in_channels, h, w, a.out_channels, *a.kernel_shape, a.strides, a.pads)
+                     for a in (first, second))
+
+
+def chain_output_shapes(x_shape: Sequence, attrs: ChainAttrs) -> tuple[tuple, tuple]:
+    """register: y = [N, out_channels, H, W] and next_y = [N, next_out_channels, H, W], int8 (1x1 convs: H, W kept)."""
+    n, c, h, w = x_shape
+    channels = static_value(c)
+    if channels is not None and channels != attrs.in_channels:
+        raise ValueError(f"input has {channels} channels, the node says in_channels={attrs.in_channels}")
+    return (n, attrs.out_channels, h, w), (n, attrs.next_out_channels, h, w)
+
+
+def chain_tactics(attrs: ChainAttrs, device: LaunchDevice | None, x_hw: tuple[int, int] | None = None,
+                  batches: tuple[int, int] | None = None) -> list[int]:
+    """The tactics a FusedConvAddConv plugin offers, best first: the chain kernel where `device` runs it and it takes
+    the node at every batch of the profile (known once configured: x's H, W and the batch range), then the two
+    kernels, which run everywhere."""
+    from trtfuse.plugins import chain_conv
+
+    ids = [TWO_KERNELS_TACTIC]
+    if device is None or x_hw is None or batches is None or device.arch != "sm_90":
+        return ids
+    if device.shared_limit < max(v.smem_bytes for v in chain_conv.VARIANTS.values()):
+        return ids
+    if all(chain_conv.refusal(*attrs.shapes(n, *x_hw)) is None for n in batches):
+        return [CHAIN_KERNEL_TACTIC] + ids
+    return ids
 
 
 # The PTX ISA each AOT target is emitted at: the first ISA that knows the architecture, so the embedded PTX

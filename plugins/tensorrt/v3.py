@@ -38,7 +38,8 @@ import numpy as np
 
 from trtfuse.errors import TrtfuseError
 from trtfuse.plugins.tensorrt import contract as tc
-from trtfuse.plugins.op_schema import NAMESPACE, OPS, PLUGIN_VERSION, SPLIT_K_GEMM, OpSpec
+from trtfuse.plugins.op_schema import (FUSED_CONV, FUSED_CONV_ADD, FUSED_CONV_ADD_CONV, NAMESPACE, OPS, PLUGIN_VERSION,
+                                       SPLIT_K_GEMM, OpSpec, chain_inputs)
 from trtfuse.plugins.tactics import WGMMA_TACTICS, wgmma_enabled
 
 # Module names to try, best first: the full runtime, then the lean runtime as the `tensorrt-lean-cu13`
@@ -184,6 +185,10 @@ class ConvPluginLogic:
         n, k, oh, ow = tc.output_shape((None, *static), self.attrs)
         return [x_dims[0], constant(k), constant(oh), constant(ow)]
 
+    def outputs_dims(self, x_dims, constant) -> list[list]:
+        """get_output_shapes: every output's dims (one output)."""
+        return [self.output_dims(x_dims, constant)]
+
     def supports(self, pos: int, type_name: str, format_name: str) -> bool:
         """supports_format_combination for in_out[pos]: exactly contract's type and format."""
         return self.types[pos] == type_name and self.formats[pos] == format_name
@@ -218,6 +223,92 @@ class ConvPluginLogic:
         plan.launch_op(self.spec, [int(p) for p in inputs], int(outputs[0]), relu=bool(self.attrs.relu), stream=int(stream))
 
 
+class ChainPluginLogic:
+    """What a FusedConvAddConv plugin answers (graph_passes/chain_pairs.py): two int8 CHW32 outputs, y and next_y.
+
+    Two tactics (contract.chain_tactics): the chain kernel (plugins/chain_conv.py) on an sm_90 GPU whose shared memory
+    holds it, offered once configured where it takes the node at every batch of the profile; and the op's two convs as
+    two launches through ConvLaunch (each on plugins/tactics.py's choice), on any GPU. Both give the same bits."""
+
+    def __init__(self, spec: OpSpec, attrs: dict, device=_DETECT):
+        self.spec, self.attrs_dict = spec, dict(attrs)
+        self.attrs = tc.ChainAttrs.from_dict(attrs)
+        self.types = [_DATA_TYPE[t.dtype] for t in (*spec.inputs, *spec.outputs)]
+        self.formats = tc.input_formats(spec, self.attrs)
+        self.device = _detected_device() if device is _DETECT else device
+        self.tactics = tc.chain_tactics(self.attrs, self.device)
+        # at runtime TensorRT sets the tactic it chose without configuring first
+        self.runnable = {tc.TWO_KERNELS_TACTIC, tc.CHAIN_KERNEL_TACTIC}
+        self.timing_cache_id = f"{spec.name}:" + ",".join(f"{k}={self.attrs_dict[k]}" for k in spec.attribute_names)
+
+    def configure(self, x_hw: tuple[int, int], batches: tuple[int, int]) -> None:
+        self.tactics = tc.chain_tactics(self.attrs, self.device, x_hw, batches)
+
+    def output_types(self) -> list[str]:
+        return [_DATA_TYPE[t.dtype] for t in self.spec.outputs]
+
+    def outputs_dims(self, x_dims, constant) -> list[list]:
+        """[N, out_channels, H, W] and [N, next_out_channels, H, W]: N passed through, the rest `constant(int)`."""
+        if len(x_dims) != 4:
+            raise ValueError(f"{self.spec.name}: x must be 4-D [N, C, H, W], got {len(x_dims)} dims")
+        static = []
+        for i in (1, 2, 3):
+            if not x_dims[i].is_constant():
+                raise ValueError(f"{self.spec.name}: x dim {i} must be static (only the batch may vary)")
+            static.append(x_dims[i].get_constant_value())
+        return [[x_dims[0], *(constant(d) for d in shape[1:])] for shape in tc.chain_output_shapes((None, *static), self.attrs)]
+
+    def supports(self, pos: int, type_name: str, format_name: str) -> bool:
+        return self.types[pos] == type_name and self.formats[pos] == format_name
+
+    def check_tactic(self, tactic: int) -> int:
+        if tactic not in self.runnable:
+            raise ValueError(f"{self.spec.name}: tactic {tactic} was not offered (offered {sorted(self.runnable)})")
+        return tactic
+
+    def plan(self, x_dims, tactic: int):
+        """A launch(inputs, outputs, stream) for runtime dims of x (plain ints) and `tactic`."""
+        from trtfuse.plugins import chain_conv
+        from trtfuse.plugins.conv import ConvLaunch
+
+        n, c, h, w = (int(d) for d in x_dims)
+        if c != self.attrs.in_channels:
+            raise ValueError(f"{self.spec.name}: x has {c} channels, the node says in_channels={self.attrs.in_channels}")
+        shapes = self.attrs.shapes(n, h, w)
+        relu = (bool(self.attrs.relu), bool(self.attrs.next_relu))
+        if tactic == tc.CHAIN_KERNEL_TACTIC:
+            why = chain_conv.refusal(*shapes) or chain_conv.device_refusal()
+            if why:
+                raise ValueError(f"{self.spec.name}: the chain kernel cannot run this node: {why}")
+
+            def chain(inputs, outputs, stream):
+                first, second = (op.bind(ins) for op, ins in zip((FUSED_CONV_ADD, FUSED_CONV), chain_inputs(inputs, outputs[0])))
+                convs = [tuple(b[k] for k in ("weight", "scale", "bias", "out_scale")) for b in (first, second)]
+                chain_conv.launch_chain(shapes, first["x"], first["residual"], first["residual_scale"], convs, outputs[0],
+                                        outputs[1], relu=relu, stream=stream)
+            return chain
+        plans = [ConvLaunch.plan(shape, splits=1) for shape in shapes]  # splits=1: no workspace
+
+        def two_kernels(inputs, outputs, stream):
+            for plan, op, ins, out, r in zip(plans, (FUSED_CONV_ADD, FUSED_CONV), chain_inputs(inputs, outputs[0]), outputs, relu):
+                plan.launch_op(op, ins, out, relu=r, stream=stream)
+        return two_kernels
+
+    def enqueue(self, x_dims, inputs, outputs, tactic: int, stream: int, plans: dict) -> None:
+        """Launch on `stream` from device pointers (ints); a launch kept per (dims, tactic), as ConvPluginLogic's."""
+        key = (tuple(int(d) for d in x_dims), int(tactic))
+        launch = plans.get(key)
+        if launch is None:
+            launch = plans[key] = self.plan(key[0], key[1])
+        launch([int(p) for p in inputs], [int(p) for p in outputs], int(stream))
+
+
+def plugin_logic(spec: OpSpec, attrs: dict, device=_DETECT):
+    """The answers of the plugin of `spec`: ChainPluginLogic for FusedConvAddConv, ConvPluginLogic for the convs."""
+    logic = ChainPluginLogic if spec is FUSED_CONV_ADD_CONV else ConvPluginLogic
+    return logic(spec, attrs, device)
+
+
 # ---- the TensorRT classes, built once per TensorRT module ----
 
 _classes: dict[str, tuple] = {}
@@ -240,13 +331,13 @@ def plugin_classes(trt):
             trt.IPluginV3OneCore.__init__(self)
             trt.IPluginV3OneBuild.__init__(self)
             trt.IPluginV3OneRuntime.__init__(self)
-            self.logic = ConvPluginLogic(spec, attrs, device)
+            self.logic = plugin_logic(spec, attrs, device)
             self.plugin_name, self.plugin_namespace, self.plugin_version = spec.name, NAMESPACE, PLUGIN_VERSION
             self.num_outputs = len(spec.outputs)
             self.timing_cache_id = self.logic.timing_cache_id
             self.layer_name, self.phase = layer_name, phase
             self.tactic = self.logic.tactics[0]
-            self.plans = {}  # (runtime x dims, tactic) -> ConvLaunch
+            self.plans = {}  # (runtime x dims, tactic) -> ConvLaunch, or a FusedConvAddConv's launch
 
         # core
         def get_capability_interface(self, capability):
@@ -262,7 +353,8 @@ def plugin_classes(trt):
             return [getattr(trt.DataType, t) for t in self.logic.output_types()]
 
         def get_output_shapes(self, inputs, shape_inputs, expr_builder):
-            return [trt.DimsExprs(self.logic.output_dims(self.logic.spec.bind(inputs)["x"], expr_builder.constant))]
+            x = self.logic.spec.bind(inputs)["x"]
+            return [trt.DimsExprs(dims) for dims in self.logic.outputs_dims(x, expr_builder.constant)]
 
         def supports_format_combination(self, pos, in_out, num_inputs):
             desc = in_out[pos].desc
