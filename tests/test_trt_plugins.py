@@ -294,3 +294,32 @@ def test_tensorrt_failures_during_the_build_are_one_line(monkeypatch, small_mode
 def test_build_cli_offers_version_compatible():
     r = subprocess.run([sys.executable, "-m", "trtfuse.cli", "build", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--version-compatible" in r.stdout
+
+
+def test_qdp_build_of_a_chained_model_is_refused_in_one_line(tmp_path):
+    """The QDP plugins embed one AOT kernel per node and have none for FusedConvAddConv: `build --plugins qdp` says so
+    before TensorRT is involved (whether or not it is installed), and points at --plugins v3."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from trtfuse.plugins.op_schema import DOMAIN, FUSED_CONV_ADD_CONV, NAMESPACE, OPSET_VERSION
+
+    names = list(FUSED_CONV_ADD_CONV.input_names)
+    node = helper.make_node(FUSED_CONV_ADD_CONV.name, names, ["y", "next_y"], name="pair", domain=DOMAIN,
+                            plugin_namespace=NAMESPACE, aot=0, in_channels=64, out_channels=256, next_out_channels=64,
+                            relu=1, next_relu=1)
+    def value(name, channels):
+        return helper.make_tensor_value_info(name, TensorProto.INT8, [1, channels, 8, 8])
+
+    consts = [helper.make_tensor(n, TensorProto.INT8 if t.dtype == "int8" else TensorProto.FLOAT, [1], [0])
+              for n, t in zip(names, FUSED_CONV_ADD_CONV.inputs) if n not in ("x", "residual")]
+    graph = helper.make_graph([node], "g", [value("x", 64), value("residual", 256)], [value("y", 256), value("next_y", 64)],
+                              consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, OPSET_VERSION)])
+    path = tmp_path / "chained.onnx"
+    onnx.save(model, path)
+    r = subprocess.run([sys.executable, "-m", "trtfuse.cli", "build", str(path), "-o", str(tmp_path / "m.engine"),
+                        "--plugins", "qdp"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "1 FusedConvAddConv nodes" in r.stderr and "--plugins v3" in r.stderr
+    assert not (tmp_path / "m.engine").exists()
