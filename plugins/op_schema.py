@@ -117,13 +117,8 @@ FUSED_CONV_ADD_CONV = OpSpec(
             TensorSpec("next_bias", "float32", "[next_K_pad] the next conv's folded BN/conv bias"),
             TensorSpec("next_out_scale", "float32", "[1] scale of the int8 next output")),
     outputs=(_Y, TensorSpec("next_y", "int8", "the next conv of y [N, next_K, H, W]; physical format CHW32")),
-    attributes=(
-        AttrSpec("in_channels", "INT", "C, logical input channels"),
-        AttrSpec("out_channels", "INT", "K, logical channels of y"),
-        AttrSpec("next_out_channels", "INT", "next_K, logical channels of next_y"),
-        AttrSpec("relu", "INT", "1: y clamped at zero before requantizing"),
-        AttrSpec("next_relu", "INT", "1: next_y clamped at zero before requantizing"),
-    ),
+    attributes=(*_CONV_ATTRS[:2], AttrSpec("next_out_channels", "INT", "next_K, logical channels of next_y"),
+                _CONV_ATTRS[5], AttrSpec("next_relu", "INT", "1: clamp next_y at zero before requantizing")),
     doc="y = FusedConvAdd(x, weight, scale, bias, out_scale, residual, residual_scale) and "
         "next_y = FusedConv(y, next_weight, next_scale, next_bias, next_out_scale), both 1x1 stride 1 unpadded",
     output_scales=("out_scale", "next_out_scale"),

@@ -139,7 +139,33 @@ def _detected_device():
     return tc.detect_launch_device()
 
 
-class ConvPluginLogic:
+class _PluginAnswers:
+    """What every trtfuse plugin answers alike: x's static dims, the exact (type, format) per position, the tactics it
+    runs. Subclasses set spec, types, formats and runnable."""
+
+    def static_dims(self, x_dims) -> list[int]:
+        """x's C, H, W as ints (only the batch may vary); `x_dims` entries answer is_constant()/get_constant_value()
+        (TensorRT's IDimensionExpr)."""
+        if len(x_dims) != 4:
+            raise ValueError(f"{self.spec.name}: x must be 4-D [N, C, H, W], got {len(x_dims)} dims")
+        static = []
+        for i in (1, 2, 3):
+            if not x_dims[i].is_constant():
+                raise ValueError(f"{self.spec.name}: x dim {i} must be static (only the batch may vary)")
+            static.append(x_dims[i].get_constant_value())
+        return static
+
+    def supports(self, pos: int, type_name: str, format_name: str) -> bool:
+        """supports_format_combination for in_out[pos]: exactly contract's type and format."""
+        return self.types[pos] == type_name and self.formats[pos] == format_name
+
+    def check_tactic(self, tactic: int) -> int:
+        if tactic not in self.runnable:
+            raise ValueError(f"{self.spec.name}: tactic {tactic} was not offered (offered {sorted(self.runnable)})")
+        return tactic
+
+
+class ConvPluginLogic(_PluginAnswers):
     """What a FusedConv / FusedConvAdd plugin answers, given its op and attributes; no TensorRT types.
 
     Its tactics are contract's `launcher_tactics` on the GPU it is created on (`enqueue` launches through
@@ -175,28 +201,12 @@ class ConvPluginLogic:
     def output_dims(self, x_dims, constant) -> list:
         """[N, K, OH, OW] from x's dims: N passed through (it may be symbolic), the rest `constant(int)`.
         `x_dims` entries answer is_constant()/get_constant_value() (TensorRT's IDimensionExpr)."""
-        if len(x_dims) != 4:
-            raise ValueError(f"{self.spec.name}: x must be 4-D [N, C, H, W], got {len(x_dims)} dims")
-        static = []
-        for i in (1, 2, 3):
-            if not x_dims[i].is_constant():
-                raise ValueError(f"{self.spec.name}: x dim {i} must be static (only the batch may vary)")
-            static.append(x_dims[i].get_constant_value())
-        n, k, oh, ow = tc.output_shape((None, *static), self.attrs)
+        n, k, oh, ow = tc.output_shape((None, *self.static_dims(x_dims)), self.attrs)
         return [x_dims[0], constant(k), constant(oh), constant(ow)]
 
     def outputs_dims(self, x_dims, constant) -> list[list]:
         """get_output_shapes: every output's dims (one output)."""
         return [self.output_dims(x_dims, constant)]
-
-    def supports(self, pos: int, type_name: str, format_name: str) -> bool:
-        """supports_format_combination for in_out[pos]: exactly contract's type and format."""
-        return self.types[pos] == type_name and self.formats[pos] == format_name
-
-    def check_tactic(self, tactic: int) -> int:
-        if tactic not in self.runnable:
-            raise ValueError(f"{self.spec.name}: tactic {tactic} was not offered (offered {sorted(self.runnable)})")
-        return tactic
 
     def plan(self, x_dims, tactic: int):
         """The ConvLaunch for runtime dims of x (plain ints)."""
@@ -223,7 +233,7 @@ class ConvPluginLogic:
         plan.launch_op(self.spec, [int(p) for p in inputs], int(outputs[0]), relu=bool(self.attrs.relu), stream=int(stream))
 
 
-class ChainPluginLogic:
+class ChainPluginLogic(_PluginAnswers):
     """What a FusedConvAddConv plugin answers (graph_passes/chain_pairs.py): two int8 CHW32 outputs, y and next_y.
 
     Two tactics (contract.chain_tactics): the chain kernel (plugins/chain_conv.py) on an sm_90 GPU whose shared memory
@@ -249,22 +259,8 @@ class ChainPluginLogic:
 
     def outputs_dims(self, x_dims, constant) -> list[list]:
         """[N, out_channels, H, W] and [N, next_out_channels, H, W]: N passed through, the rest `constant(int)`."""
-        if len(x_dims) != 4:
-            raise ValueError(f"{self.spec.name}: x must be 4-D [N, C, H, W], got {len(x_dims)} dims")
-        static = []
-        for i in (1, 2, 3):
-            if not x_dims[i].is_constant():
-                raise ValueError(f"{self.spec.name}: x dim {i} must be static (only the batch may vary)")
-            static.append(x_dims[i].get_constant_value())
-        return [[x_dims[0], *(constant(d) for d in shape[1:])] for shape in tc.chain_output_shapes((None, *static), self.attrs)]
-
-    def supports(self, pos: int, type_name: str, format_name: str) -> bool:
-        return self.types[pos] == type_name and self.formats[pos] == format_name
-
-    def check_tactic(self, tactic: int) -> int:
-        if tactic not in self.runnable:
-            raise ValueError(f"{self.spec.name}: tactic {tactic} was not offered (offered {sorted(self.runnable)})")
-        return tactic
+        shapes = tc.chain_output_shapes((None, *self.static_dims(x_dims)), self.attrs)
+        return [[x_dims[0], *(constant(d) for d in shape[1:])] for shape in shapes]
 
     def plan(self, x_dims, tactic: int):
         """A launch(inputs, outputs, stream) for runtime dims of x (plain ints) and `tactic`."""
