@@ -545,3 +545,52 @@ def test_chain_enqueue_of_every_tactic_equals_golden(trt, resnet50_chained):
     assert tc.TWO_KERNELS_TACTIC in run
     if cd.compute_capability() == "sm_90":
         assert tc.CHAIN_KERNEL_TACTIC in run
+
+
+def test_the_chain_plugin_lifecycle_launches_the_tactic_last_set(trt, monkeypatch):
+    """TensorRT's documented call order on a FusedConvAddConv plugin built on an H200: configured for its profile it
+    offers the chain kernel and the two kernels; each enqueue launches the tactic last set with all eleven inputs and
+    both outputs, one launch plan per (dims, tactic); the runtime plugin launches the serialized choice."""
+    log = []
+
+    def plan(self, dims, tactic):
+        log.append(("plan", tuple(dims), tactic))
+        return lambda inputs, outputs, stream: log.append(("launch", tuple(dims), tactic, tuple(inputs), tuple(outputs), stream))
+
+    monkeypatch.setattr(v3.ChainPluginLogic, "plan", plan)
+    monkeypatch.setattr(v3, "_detected_device", lambda: H200)
+    creator = trt.get_plugin_registry().get_creator(FUSED_CONV_ADD_CONV.name, PLUGIN_VERSION, NAMESPACE)
+    attrs = dict(in_channels=64, out_channels=256, next_out_channels=64, relu=1, next_relu=1)
+    fields = v3._collection(trt, v3.attribute_fields(FUSED_CONV_ADD_CONV, attrs))
+    x4, x8 = [4, 64, 56, 56], [8, 64, 56, 56]
+    in4 = [_x_desc(trt, x4)] + [_x_desc(trt, [1]) for _ in FUSED_CONV_ADD_CONV.inputs[1:]]
+    in8 = [_x_desc(trt, x8)] + in4[1:]
+    outs_desc = [_x_desc(trt, [4, 256, 56, 56]), _x_desc(trt, [4, 64, 56, 56])]
+    ptrs, outs = list(range(1, 12)), [12, 13]
+
+    plugin = creator.create_plugin("pair", fields, trt.TensorRTPhase.BUILD)
+    assert plugin.get_valid_tactics() == [tc.TWO_KERNELS_TACTIC]  # before configure_plugin: no spatial dims yet
+    plugin.configure_plugin(_dynamic_descs(trt, FUSED_CONV_ADD_CONV, x4, 1, 8), [])
+    tactics = plugin.get_valid_tactics()
+    assert tactics == [tc.CHAIN_KERNEL_TACTIC, tc.TWO_KERNELS_TACTIC]
+    plugin.on_shape_change(in4, outs_desc)
+    for t in tactics:
+        plugin.set_tactic(t)
+        plugin.enqueue(in4, outs_desc, ptrs, outs, 0, 11)
+        plugin.enqueue(in4, outs_desc, ptrs, outs, 0, 11)
+    launches = [e for e in log if e[0] == "launch"]
+    assert [e[2] for e in launches] == [t for t in tactics for _ in range(2)]
+    assert all(e[3] == tuple(ptrs) and e[4] == tuple(outs) and e[5] == 11 for e in launches)
+    assert [e[2] for e in log if e[0] == "plan"] == tactics
+
+    runtime = creator.create_plugin("pair", plugin.get_fields_to_serialize(), trt.TensorRTPhase.RUNTIME)
+    runtime.set_tactic(tc.CHAIN_KERNEL_TACTIC)
+    context = runtime.attach_to_context(None)
+    log.clear()
+    context.on_shape_change(in8, outs_desc)
+    context.enqueue(in8, outs_desc, ptrs, outs, 0, 12)
+    context.set_tactic(tc.TWO_KERNELS_TACTIC)
+    context.enqueue(in8, outs_desc, ptrs, outs, 0, 12)
+    assert [e[1:3] for e in log if e[0] == "launch"] == [(tuple(x8), tc.CHAIN_KERNEL_TACTIC), (tuple(x8), tc.TWO_KERNELS_TACTIC)]
+    clone = context.clone()
+    assert clone.tactic == tc.TWO_KERNELS_TACTIC and clone.plans == {} and clone.plans is not context.plans
