@@ -71,7 +71,8 @@ def chain_node_name(first_name: str, second_name: str) -> str:
 
 
 def chain_conv_pairs(model, report: list | None = None):
-    """Return a copy of `model` with every eligible FusedConvAdd + FusedConv pair as one FusedConvAddConv node."""
+    """`model` with every eligible FusedConvAdd + FusedConv pair as one FusedConvAddConv node: a new model, or `model`
+    itself where nothing is chained (never modified)."""
     import onnx_graphsurgeon as gs
 
     graph = import_graph(model, infer_shapes=False)  # plugin tensors carry their shapes from the fusion pass
