@@ -24,28 +24,25 @@ from __future__ import annotations
 import onnx
 
 from trtfuse.plugins.op_schema import (DOMAIN, FUSED_CONV, FUSED_CONV_ADD, FUSED_CONV_ADD_CONV, NAMESPACE,
-                                       chain_attributes, chain_inputs, chained)
+                                       POINTWISE_ATTRIBUTES, chain_attributes, chain_inputs, chained)
 
 from .graph_utils import export_graph, import_graph, static_4d_reason
 from .report import FUSED, REJECTED, Candidate
 
 PASS_NAME = "chain"
-_POINTWISE = {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0]}
 
 
 def _pointwise(node) -> bool:
-    return all([int(v) for v in node.attrs[k]] == want for k, want in _POINTWISE.items())
+    return all(tuple(int(v) for v in node.attrs[k]) == want for k, want in POINTWISE_ATTRIBUTES.items())
 
 
 def _shapes(first, second, y):
     """The two convs' ConvShapes at batch 1 (the kernel's refusals other than the 2^31-pixel bound do not depend on the
     batch; the runner checks that one at its own batch)."""
-    from trtfuse.plugins.conv_shape import ConvShape
+    from trtfuse.plugins.chain_conv import pair_shapes
 
     k, h, w = (int(d) for d in y.shape[1:])
-    conv1 = ConvShape(1, int(first.attrs["in_channels"]), h, w, k, 1, 1, (1, 1), (0, 0, 0, 0))
-    conv2 = ConvShape(1, k, h, w, int(second.attrs["out_channels"]), 1, 1, (1, 1), (0, 0, 0, 0))
-    return conv1, conv2
+    return pair_shapes(1, int(first.attrs["in_channels"]), h, w, k, int(second.attrs["out_channels"]))
 
 
 def pair_refusal(first, second) -> str | None:

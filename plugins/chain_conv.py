@@ -80,6 +80,12 @@ VARIANTS = {v.key: v for v in (Variant(64, 256, 64, 4, 0, False), Variant(64, 25
                                 Variant(128, 512, 128, 2, 0, True), Variant(128, 512, 256, 2, 8, True, in_runner=False))}
 
 
+def pair_shapes(n: int, c: int, h: int, w: int, k: int, next_k: int) -> tuple[ConvShape, ConvShape]:
+    """The two convs of a FusedConvAddConv (plugins/op_schema.py) on x [n, c, h, w]: 1x1 stride-1 unpadded, c -> k, then
+    k -> next_k on its output."""
+    return (ConvShape(n, c, h, w, k, 1, 1, (1, 1), (0, 0, 0, 0)), ConvShape(n, k, h, w, next_k, 1, 1, (1, 1), (0, 0, 0, 0)))
+
+
 def variant_of(conv1: ConvShape, c2: int) -> Variant:
     key = (conv1.c, conv1.k, c2)
     if key not in VARIANTS:
@@ -224,3 +230,13 @@ def launch_chain(shapes: tuple[ConvShape, ConvShape], x: int, residual: int, res
     fn = cd.kernel_module(SOURCE, defines, arch=ARCH).function(ENTRY, smem)
     ctas = grid(conv1, cd.device_attribute("MULTIPROCESSOR_COUNT"), max_ctas)
     cd.launch(fn, (ctas, 1, 1), (THREADS, 1, 1), smem, stream, [ctypes.addressof(a) for a in (*maps, p)])
+
+
+def launch_chain_op(shapes: tuple[ConvShape, ConvShape], inputs, y: int, z: int, *, relu=(True, True), stream=None) -> None:
+    """launch_chain on a FusedConvAddConv's device pointers in node-input order (plugins/op_schema.py), read by name,
+    into its outputs y and z."""
+    from .op_schema import FUSED_CONV, FUSED_CONV_ADD, chain_inputs
+
+    first, second = (op.bind(ins) for op, ins in zip((FUSED_CONV_ADD, FUSED_CONV), chain_inputs(inputs, y)))
+    convs = [tuple(b[k] for k in ("weight", "scale", "bias", "out_scale")) for b in (first, second)]
+    launch_chain(shapes, first["x"], first["residual"], first["residual_scale"], convs, y, z, relu=relu, stream=stream)

@@ -124,14 +124,15 @@ FUSED_CONV_ADD_CONV = OpSpec(
     output_scales=("out_scale", "next_out_scale"),
 )
 
-_POINTWISE = {"kernel_shape": (1, 1), "strides": (1, 1), "pads": (0, 0, 0, 0)}
+# The conv attributes of both convs of a FusedConvAddConv (1x1, stride 1, unpadded): implied, not attributes of its own.
+POINTWISE_ATTRIBUTES = {"kernel_shape": (1, 1), "strides": (1, 1), "pads": (0, 0, 0, 0)}
 _NEXT_INPUTS = ("weight", "scale", "bias", "out_scale")
 
 
 def chain_attributes(attrs: dict) -> tuple[dict, dict]:
     """A FusedConvAddConv's attributes -> those of its FusedConvAdd and of its FusedConv."""
-    first = {"in_channels": attrs["in_channels"], "out_channels": attrs["out_channels"], **_POINTWISE, "relu": attrs["relu"]}
-    second = {"in_channels": attrs["out_channels"], "out_channels": attrs["next_out_channels"], **_POINTWISE,
+    first = {"in_channels": attrs["in_channels"], "out_channels": attrs["out_channels"], **POINTWISE_ATTRIBUTES, "relu": attrs["relu"]}
+    second = {"in_channels": attrs["out_channels"], "out_channels": attrs["next_out_channels"], **POINTWISE_ATTRIBUTES,
               "relu": attrs["next_relu"]}
     return first, second
 

@@ -48,7 +48,7 @@ from ..plugins.conv import ConvLaunch, precompile
 from ..plugins import bottleneck, chain_conv, stem
 from ..plugins.layout import channel_vector, pack_weight, round_up, unpack_nchwv, unpack_weight
 from ..graph_passes.chain_pairs import chain_conv_pairs, split_chain_node
-from ..plugins.op_schema import DOMAIN, FUSED_CONV, FUSED_CONV_ADD, FUSED_CONV_ADD_CONV, chain_inputs, op_for_node
+from ..plugins.op_schema import DOMAIN, FUSED_CONV_ADD_CONV, op_for_node
 from ..plugins.tactics import ConvShape, candidate_tactics
 from .bottleneck_match import match_identity_bottleneck
 from .classifier_plan import float16_refusal, plan_classifier
@@ -341,21 +341,19 @@ class CudaRunner(Top1Readout):
         if x is None or r is None:
             raise TrtfuseError(f"--backend cuda: inputs x and residual of {node.name} must be int8 tensors it computed")
         a = _attrs(node)
-        conv1 = ConvShape(*x.shape, a["out_channels"], 1, 1, (1, 1), (0, 0, 0, 0))
-        conv2 = ConvShape(conv1.n, conv1.k, *conv1.out_hw, a["next_out_channels"], 1, 1, (1, 1), (0, 0, 0, 0))
+        conv1, conv2 = chain_conv.pair_shapes(*x.shape, a["out_channels"], a["next_out_channels"])
         if x.vec != 32 or x.folded_from or chain_conv.refusal(conv1, conv2) or chain_conv.device_refusal():
             for half in split_chain_node(node):
                 self._fused_conv(half)
             return
-        first, second = chain_inputs(list(node.input), node.output[0])
-        convs = [tuple(self._const(op.bind(inputs)[k]) for k in ("weight", "scale", "bias", "out_scale"))
-                 for op, inputs in ((FUSED_CONV_ADD, first), (FUSED_CONV, second))]
-        residual_scale = self._const(names["residual_scale"])
         relu = (bool(a["relu"]), bool(a["next_relu"]))
         y = self.tensors[node.output[0]] = _Tensor((conv1.n, conv1.k, *conv1.out_hw), 32)
         z = self.tensors[node.output[1]] = _Tensor((conv2.n, conv2.k, *conv2.out_hw), 32)
-        self.steps.append((f"{node.name} (chain)", lambda s: chain_conv.launch_chain(
-            (conv1, conv2), x.buf.ptr, r.buf.ptr, residual_scale, convs, y.buf.ptr, z.buf.ptr, relu=relu, stream=s)))
+        # device pointers in node-input order: x and the residual are buffers this runner computed, the rest constants
+        computed = {"x": x.buf.ptr, "residual": r.buf.ptr}
+        ptrs = [computed[k] if k in computed else self._const(tensor) for k, tensor in names.items()]
+        self.steps.append((f"{node.name} (chain)", lambda s: chain_conv.launch_chain_op(
+            (conv1, conv2), ptrs, y.buf.ptr, z.buf.ptr, relu=relu, stream=s)))
         self.chained.append(node.name)
 
     def _fastest(self, heuristic_plan: ConvLaunch, make_step, tensors) -> ConvLaunch:

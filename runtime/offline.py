@@ -388,8 +388,8 @@ def plan_sharing_makers(device_names: list[str], new_runner, plan_cache: dict) -
     """One runner factory per GPU. The first runner made for a kind of GPU (by name) plans its convs itself
     (new_runner(plans_from=None), which autotunes when asked); every later runner, on that GPU or another of its
     kind, takes those plans (new_runner(plans_from=...)): autotuning takes minutes per GPU and gives one kind of GPU
-    the same answers up to timing noise. plan_cache (kind -> plans) may outlive the call and serve a later run_offline
-    of the same process (--scaling's N-GPU run instead takes the plans its 1-GPU process recorded)."""
+    the same answers up to timing noise. plan_cache (kind -> plans): given plans (--plans), filled by the first runner of
+    each kind otherwise; a cache that outlives the call serves later calls too."""
     from types import SimpleNamespace
 
     def maker(name: str):
@@ -418,11 +418,11 @@ def option_refusal(backend: str, mode: str, *, autotune: bool = False, plans: st
 
 def run_offline(model_path: str, backend: str, data: str, count: int, batch: int | None, gpus: str, mode: str,
                 log_dir: str, expected_qps: float | None, min_duration_s: float, progress_cb=None, autotune: bool = False,
-                streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False, plan_cache: dict | None = None,
-                check_golden: bool = False, plans: str | None = None, answers: str = "array") -> dict:
+                streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False, check_golden: bool = False,
+                plans: str | None = None, answers: str = "array") -> dict:
     """batch None: 256 on a GPU; on the CPU the model's static batch, else 8. expected_qps None: 30000 on a
     GPU; on the CPU the rate the worker sustains in a short warm-up (so LoadGen's one query takes about
-    min_duration_s, not hours). plan_cache: see plan_sharing_makers (a new one per call when None).
+    min_duration_s, not hours). Runners of one kind of GPU share their plans (plan_sharing_makers).
     check_golden (accuracy mode, an ONNX model): after the run, every sample's answered top-1 against the CPU golden
     executor's on the same sample (golden_agreement). plans: a results file whose tuned plans every GPU runs
     (gpu_runner.load_plans), instead of tuning or the heuristic."""
@@ -474,16 +474,13 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         if backend == "cuda":
             from .gpu_runner import CudaRunner, load_plans
 
-            if plans:
-                plan_cache = {} if plan_cache is None else plan_cache
-                given = load_plans(plans, batch)
-                plan_cache.update({cd.device_name(d): given for d in range(n_gpus)})
-
+            names = [cd.device_name(d) for d in range(n_gpus)]
+            given = load_plans(plans, batch) if plans else None
             makers = plan_sharing_makers(
-                [cd.device_name(d) for d in range(n_gpus)],
+                names,
                 lambda plans_from: CudaRunner(model, batch, autotune=autotune and plans_from is None, plans_from=plans_from,
                                               quantized_input=True),
-                {} if plan_cache is None else plan_cache)
+                {name: given for name in names} if given else {})
         else:
             from .trt_runner import TrtEngine, TrtRunner
 

@@ -244,16 +244,11 @@ class ChainAttrs:
 
         return cls(*(one(f.name) for f in dataclasses.fields(cls)))
 
-    def halves(self) -> tuple[ConvAttrs, ConvAttrs]:
-        """The ConvAttrs of the op's FusedConvAdd and of its FusedConv (op_schema.chain_attributes)."""
-        first, second = chain_attributes(dataclasses.asdict(self))
-        return ConvAttrs.from_dict(first), ConvAttrs.from_dict(second)
-
     def shapes(self, n: int, h: int, w: int) -> tuple[ConvShape, ConvShape]:
         """Both convs' ConvShapes for an x of [n, in_channels, h, w]."""
-        first, second = self.halves()
-        return tuple(ConvShape(n, a.in_channels, h, w, a.out_channels, *a.kernel_shape, a.strides, a.pads)
-                     for a in (first, second))
+        from trtfuse.plugins.chain_conv import pair_shapes
+
+        return pair_shapes(n, self.in_channels, h, w, self.out_channels, self.next_out_channels)
 
 
 def chain_output_shapes(x_shape: Sequence, attrs: ChainAttrs) -> tuple[tuple, tuple]:

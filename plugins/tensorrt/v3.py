@@ -277,12 +277,8 @@ class ChainPluginLogic(_PluginAnswers):
             if why:
                 raise ValueError(f"{self.spec.name}: the chain kernel cannot run this node: {why}")
 
-            def chain(inputs, outputs, stream):
-                first, second = (op.bind(ins) for op, ins in zip((FUSED_CONV_ADD, FUSED_CONV), chain_inputs(inputs, outputs[0])))
-                convs = [tuple(b[k] for k in ("weight", "scale", "bias", "out_scale")) for b in (first, second)]
-                chain_conv.launch_chain(shapes, first["x"], first["residual"], first["residual_scale"], convs, outputs[0],
-                                        outputs[1], relu=relu, stream=stream)
-            return chain
+            return lambda inputs, outputs, stream: chain_conv.launch_chain_op(shapes, inputs, *outputs, relu=relu,
+                                                                              stream=stream)
         plans = [ConvLaunch.plan(shape, splits=1) for shape in shapes]  # splits=1: no workspace
 
         def two_kernels(inputs, outputs, stream):
