@@ -53,7 +53,7 @@ RESIDUAL_LAYERS = [
 
 def variants():
     by_id = TACTICS_BY_ID
-    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 45, 46, 50, 52, 54, 55, 56, 57, 58, 60, 61, 62, 64,
+    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 45, 46, 50, 52, 54, 55, 56, 57, 60, 61, 62, 64,
                                               65, 66, 67, 68, 69, 70, 71, 73, 74)]
     out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (60, 61, 64, 65, 66, 67, 68, 69, 70, 71, 74)
             for d in (1, 2, 3, 10, 11, 12, 13)]

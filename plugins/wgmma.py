@@ -215,8 +215,8 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         else:
             args["y"] = ((32, ow, shape.n, oh, kp // 32), (32, kp * oh * ow, ow * 32, oh * ow * 32),
                          (32, geo.pitch, geo.nb, geo.th, 1), (1,) * 5)
-    if tactic.pixel_major:  # with multicast each CTA of the cluster loads half of the box's rows into both
-        args["w"] = permuted_weight_map(kg_pad, kp, tactic.a_box, tactic.CHANNELS // (2 if tactic.multicast else 1))
+    if tactic.pixel_major:
+        args["w"] = permuted_weight_map(kg_pad, kp, tactic.a_box, tactic.CHANNELS)
     for name, (dims, strides, box, es) in args.items():
         if not within_tma_limits(dims, strides, box, es, swizzle_bytes(tactic, name)):
             raise ValueError(f"{tactic.name}: {name} tensor map outside TMA limits for {shape}: {dims} {strides} {box} {es}")
@@ -260,9 +260,7 @@ def grid(shape: ConvShape, tactic: WgmmaTactic) -> tuple[int, int, int]:
     if (tactic.pixel_major or tactic.resident_kt) and ctas < geo.ctas:  # each CTA keeps one channel tile (its folded factors load once)
         # resident weights need it (the kernel traps otherwise): never fewer CTAs than channel tiles
         ctas = max(geo.ch_tiles if tactic.resident_kt else 1, ctas - ctas % geo.ch_tiles)
-    if tactic.multicast and tactic.pixel_major:  # whole clusters, each on one channel tile: tile pairs (2i, 2i+1) are a cluster's
-        ctas = max(2 * geo.ch_tiles, ctas - ctas % (2 * geo.ch_tiles))
-    elif tactic.multicast:  # whole clusters of 2: tile pairs (2i, 2i+1) stay together as each CTA strides the tiles
+    if tactic.multicast:  # whole clusters of 2: tile pairs (2i, 2i+1) stay together as each CTA strides the tiles
         ctas = max(2, ctas - ctas % 2)
     return ctas, 1, 1
 

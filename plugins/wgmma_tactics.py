@@ -78,9 +78,7 @@ class WgmmaTactic:
     ks: int = 2  # k32 steps per ring slot
     persistent: bool = False  # min(tiles, SMs) CTAs walk the tiles; the producer runs ahead into the next tile's slots
     # clusters of 2 CTAs on a pixel tile's two channel tiles: each copy engine loads half of a slot's activation boxes
-    # and multicasts them into both CTAs; a slot is refilled once both CTAs' consumers released it. Pixel-major (flat
-    # tiles streaming their weights): the cluster's CTAs take two pixel tiles of one channel tile instead, each loading
-    # half of a slot's weight box into both
+    # and multicasts them into both CTAs; a slot is refilled once both CTAs' consumers released it
     multicast: bool = False
     # bytes of GEMM-K per weight box row: 32 (one k32 step) or 128 (a slot's 4 steps in one box, 128-byte swizzle: the
     # copy engine's cost goes with the rows it moves, so this cuts the weights' cost 4x; needs ks = 4)
@@ -131,9 +129,7 @@ class WgmmaTactic:
     def __post_init__(self):
         if self.pixel_major:
             assert self.bm in (64, 128) and self.bn in (128, 256) and self.a_box == 128 and self.ks == 4
-            assert self.persistent, "pixel-major tiles are persistent"
-            assert not self.multicast or (self.flat and not self.resident_kt and self.tile_groups == 1), \
-                "pixel-major multicast: flat tiles, one tile group, the weights through the ring (what the cluster shares)"
+            assert self.persistent and not self.multicast, "pixel-major tiles are persistent, without clusters"
             assert self.consumers in (2, 4) and self.consumers % (self.bm // 64) == 0
             assert self.bn * self.consumers <= 512, "accumulators: bn / 2 registers per consumer thread"
             assert self.resident_kt % 4 == 0
@@ -294,9 +290,7 @@ class WgmmaTactic:
         if self.window_batches and shape.r * shape.s != 9:
             return "window batches: one batch is a 3x3 window's 9 taps"
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
-        if self.multicast and self.pixel_major:  # clusters take pixel tiles in pairs: an odd count gets one never stored
-            pix_tiles = round_up(pix_tiles, 2)
-        elif self.multicast and ch_tiles % 2:
+        if self.multicast and ch_tiles % 2:
             return "multicast: a cluster pairs a pixel tile's channel tiles, and there is an odd number of them"
         return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_set, box_groups, pitch, group_images)
 
@@ -484,7 +478,6 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(id=55, bm=128, bn=256, stages=3, flat=True, **_PM),
     WgmmaTactic(id=56, bm=128, bn=128, stages=4, consumers=4, resident_kt=8, flat=True, **_PM),
     WgmmaTactic(id=57, bm=64, bn=256, stages=3, resident_kt=16, pingpong=True, flat=True, **_PM),  # w52 with 16 k32 steps resident (res5 conv3)
-    WgmmaTactic(id=58, bm=128, bn=256, stages=3, multicast=True, flat=True, **_PM),  # w55 with each weight box shared by 2 CTAs (res4 conv1)
 )
 WGMMA_BY_ID = {t.id: t for t in WGMMA_TACTICS}
 

@@ -14,7 +14,6 @@ from trtfuse.bench.layers import edge_layers, resnet50_layers
 from trtfuse.plugins.layout import pack_nchwv, pack_weight, round_up
 from trtfuse.plugins.reference import conv_int8_accumulate
 from trtfuse.plugins.tactics import TACTICS_BY_ID, WGMMA_TACTICS, ConvShape, candidate_tactics, choose, choose_wgmma
-from trtfuse.plugins.wgmma_tactics import WGMMA_BY_ID
 
 
 def tma_box(t: np.ndarray, coords, box, elem_strides) -> np.ndarray:
@@ -569,23 +568,3 @@ def test_the_kernel_struct_carries_every_field_by_name():
     profiling = dataclasses.replace(TACTICS_BY_ID[70], diag=3).config_header()
     timeline = dataclasses.replace(TACTICS_BY_ID[70], timeline=1).config_header()
     assert "ProfilingBuild<3>" in profiling and "TimelineBuild<0>" in timeline
-
-
-def test_pixel_major_multicast_pairs_pixel_tiles_of_one_channel_tile(monkeypatch):
-    # w58: a cluster's two CTAs take tiles 2i and 2i + 1, two pixel tiles of one channel tile (wgmma_tile.cuh: TileCoord),
-    # so the pixel tiles round up to pairs and the grid is whole clusters, each staying on one channel tile; each CTA
-    # loads half of a weight box's rows into both.
-    from trtfuse.plugins import wgmma
-
-    monkeypatch.delenv("TRTFUSE_WGMMA_MAX_CTAS", raising=False)
-    tactic, single = WGMMA_BY_ID[58], WGMMA_BY_ID[55]
-    assert tactic.multicast and tactic.pixel_major and "__cluster_dims__(2, 1, 1)" in tactic.config_header()
-    for shape in (ConvShape(512, 1024, 14, 14, 256, 1, 1), ConvShape(512, 2048, 7, 7, 512, 1, 1), ConvShape(8, 256, 14, 14, 1024, 1, 1)):
-        geo, alone = tactic.geometry(shape), single.geometry(shape)
-        assert geo.pix_tiles == alone.pix_tiles + alone.pix_tiles % 2 and geo.ctas % 2 == 0
-        grid = wgmma.grid(shape, tactic)[0]
-        assert grid % (2 * geo.ch_tiles) == 0 and grid <= max(132, 2 * geo.ch_tiles)
-        box = wgmma.tensor_map_args(shape, tactic, geo)["w"][2]
-        assert box[-1] * 32 == tactic.bn // 2 == single.bn // 2
-    with pytest.raises(AssertionError, match="pixel-major multicast"):
-        dataclasses.replace(WGMMA_BY_ID[57], multicast=True)

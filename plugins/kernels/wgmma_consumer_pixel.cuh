@@ -48,16 +48,6 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   constexpr bool PINGPONG = Tactic::pingpong != 0;
   static_assert(!PINGPONG || GROUPS == 2, "ping-pong alternates two tile groups");
   constexpr int kTurn = 1 + 2 * GROUPS, kTurnThreads = 2 * 128 * TILE_WGS;
-  // A slot is free once every warp that reads it is done: with multicast (kPixelPairs) the weight half this CTA's copy
-  // engine writes into the partner's slot too, so each warp releases the slot in both CTAs.
-  auto release = [&](PipelineState<STAGES> used) {
-    if (kPixelPairs) {
-      sm90::mbar_arrive_cluster(ring.empty(used), 0);
-      sm90::mbar_arrive_cluster(ring.empty(used), 1);
-    } else {
-      sm90::mbar_arrive(ring.empty(used));
-    }
-  };
   if (load_res && tile_of(group) < t.tiles)
     ResidualSlice<CH>::load(slice0, p, t, TileCoord(tile_of(group), p, t, ohw, CH), first_px, ohw, kpad, lane);
   cp_async_commit();
@@ -104,7 +94,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
       }
       sm90::wgmma_commit();
       sm90::wgmma_wait<1>();
-      if (kb > 0 && lane == 0) release(it.previous());
+      if (kb > 0 && lane == 0) sm90::mbar_arrive(ring.empty(it.previous()));
       __syncwarp();
       ++it;
     };
@@ -114,7 +104,7 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     // Every wgmma of this tile is issued: the other group's next tile may queue behind them.
     if (PINGPONG && tile_of(i + 1) < t.tiles) sm90::named_barrier_arrive(kTurn + 1 - group, kTurnThreads);
     sm90::wgmma_wait<0>();
-    if (lane == 0) release(it.previous());
+    if (lane == 0) sm90::mbar_arrive(ring.empty(it.previous()));
     __syncwarp();
     // The group's next tile's residual into the other buffer (read by this warp a tile ago, __syncwarp'd).
     const int next = tile + GROUPS * tile_step;
@@ -144,7 +134,6 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
     __syncwarp();  // every lane's reads of this slice come before its refill two tiles on
   }
   cp_async_wait<0>();
-  if (kPixelPairs) sm90::cluster_sync();  // matches the producer's: no CTA leaves while its partner may still write into it
 }
 
 }  // namespace trtfuse

@@ -45,7 +45,7 @@ __device__ __forceinline__ void init_barriers(uint32_t full0, uint32_t empty0, u
 #pragma unroll
   for (int s = 0; s < STAGES; ++s) {
     sm90::mbar_init(full0 + 8 * s, 1);
-    sm90::mbar_init(empty0 + 8 * s, (Tactic::multicast ? 2 : 1) * (PIXM ? 4 * BN / 64 : CONSUMERS / 32));
+    sm90::mbar_init(empty0 + 8 * s, PIXM ? 4 * BN / 64 : (Tactic::multicast ? 2 : 1) * CONSUMERS / 32);
   }
   sm90::mbar_init(wres_full, 1);
 #pragma unroll
@@ -60,9 +60,7 @@ template <int BN, int STAGES, int KS, bool PERSISTENT, int CH = 128, bool PIXM =
 __device__ __forceinline__ void wgmma_conv_body(const sm90::TensorMap* tmap_w, const sm90::TensorMap* tmap_x, const sm90::TensorMap* tmap_y,
                                                 const ConvParams& p, const WgmmaTile& t) {
   using L = WgmmaSmem<BN, STAGES, KS, CH, PIXM>;
-  static_assert(!PIXM || (kWeightBox128 && PERSISTENT && KS == 4), "pixel-major: 128-byte weight boxes, persistent");
-  static_assert(!PIXM || !Tactic::multicast || (Tactic::flat && !Tactic::resident_kt && L::GROUPS == 1),
-                "pixel-major multicast: flat tiles of one tile group, the weights through the ring");
+  static_assert(!PIXM || (kWeightBox128 && PERSISTENT && !Tactic::multicast && KS == 4), "pixel-major: 128-byte weight boxes, persistent, no multicast");
   static_assert(!Tactic::window_warp || (L::HALO && !kChannelPingpong), "a window thread: window tiles whose weights stream through the ring");
   constexpr int CONSUMERS = 128 * Tactic::consumers;
   if (Profiling::empty_launch) return;

@@ -62,14 +62,8 @@ __device__ __forceinline__ void load_window(uint32_t slot, const sm90::TensorMap
 
 // A ring slot's weights as whole 128-byte boxes (k32 steps past the GEMM-K read as zeros).
 template <class L, int KS, bool PIXM>
-__device__ __forceinline__ void load_slot_weights(uint32_t sa, const sm90::TensorMap* tmap_w, uint32_t full, int kb, const TileCoord& tc,
-                                                  uint32_t rank) {
-  if (PIXM && kPixelPairs) {
-    // The cluster's two pixel tiles share the channel tile's weights: this CTA loads its half of the box's rows (CH / 2,
-    // 1024-byte aligned, so the 128-byte swizzle is the whole box's) into both CTAs.
-    constexpr int HALF = 2 * L::A_STEP;  // CH / 2 rows of 128 bytes: CH / 64 blocks of 32 channels, 4096 bytes each
-    sm90::tma_load_5d_multicast(sa + rank * HALF, tmap_w, full, kb * KS * 32, 0, 0, 0, tc.c0 / 32 + rank * (HALF / 4096), 0x3);
-  } else if (PIXM) {
+__device__ __forceinline__ void load_slot_weights(uint32_t sa, const sm90::TensorMap* tmap_w, uint32_t full, int kb, const TileCoord& tc) {
+  if (PIXM) {
     // 5-D view (KGpad, 2, 4, 4, Kpad/32) of the packed weight: row e + 2q + 8jj + 32b of the box is
     // channel c0 + 32b + 8q + 2jj + e (plugins/wgmma.py), which is wgmma column 8(4b + jj) + 2q + e.
     sm90::tma_load_5d(sa, tmap_w, full, kb * KS * 32, 0, 0, 0, tc.c0 / 32);
@@ -153,7 +147,7 @@ __device__ __forceinline__ void produce(const sm90::TensorMap* tmap_w, const sm9
         const int act_steps = Tactic::flat ? KS : steps;  // a flat box brings KS blocks, those past CB zero-filled
         sm90::mbar_arrive_expect_tx(full, a_bytes + (L::HALO || !kLoadActivations ? 0 : act_steps * t.box_bytes));
         const uint32_t sa = base + L::RING_OFFSET + slot * L::STAGE, sb = sa + L::A_IN_SLOT;
-        if (kLoadWeights) load_slot_weights<L, KS, PIXM>(sa, tmap_w, full, kb, tc, rank);
+        if (kLoadWeights) load_slot_weights<L, KS, PIXM>(sa, tmap_w, full, kb, tc);
         for (int j = 0; j < steps; ++j) {
           const int k = kb * KS + j;
           if (kLoadWeights && !kWeightBox128) sm90::tma_load_2d(sa + j * L::A_STEP, tmap_w, full, k * 32, tc.c0);

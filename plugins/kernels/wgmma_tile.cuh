@@ -28,19 +28,11 @@ __device__ __forceinline__ int flat_groups(const ConvParams& p, const WgmmaTile&
   return p.N / t.group_images * t.groups_per_set;
 }
 
-// Pixel-major multicast: a cluster's two CTAs share each weight box, so tiles 2i and 2i + 1 (the cluster's, as its
-// CTAs stride the tiles by an even grid) are two pixel tiles of one channel tile.
-constexpr bool kPixelPairs = Tactic::pixel_major && Tactic::multicast;
-
-// Where tile `tile` sits: channel tile fastest (CTAs sharing an activation tile run together, hit L2); with kPixelPairs
-// tile pair i = tile / 2 is pixel tiles 2 (i / ch_tiles) + {0, 1} of channel tile i % ch_tiles (the host rounds the
-// pixel tiles up to pairs: a pair's second may lie past the batch, its valid_px <= 0, computed and never stored).
+// Where tile `tile` sits: channel tile fastest (CTAs sharing an activation tile run together, hit L2).
 struct TileCoord {
   int n0, oh0, valid_px, m0, c0;
   __device__ __forceinline__ TileCoord(int tile, const ConvParams& p, const WgmmaTile& t, int ohw, int channels) {
-    const int pair = tile >> 1;
-    const int ch_tile = kPixelPairs ? pair % t.ch_tiles : tile % t.ch_tiles;
-    const int pix_tile = kPixelPairs ? 2 * (pair / t.ch_tiles) + (tile & 1) : tile / t.ch_tiles;
+    const int ch_tile = tile % t.ch_tiles, pix_tile = tile / t.ch_tiles;
     if (Tactic::flat) {  // Tactic::bm consecutive pixels of the linear output index (n0, oh0: unused)
       n0 = oh0 = 0;
       valid_px = min(Tactic::bm, flat_groups(p, t) * kFlatGroup - pix_tile * Tactic::bm);
