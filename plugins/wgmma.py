@@ -44,7 +44,7 @@ class WgmmaTileStruct(ctypes.Structure):
 
     _fields_ = [(n, ctypes.c_int32) for n in ("th", "nb", "tiles_per_image", "ch_tiles", "kt", "box_bytes", "tiles",
                                               "groups_per_set", "box_groups", "pitch",
-                                              "group_images", "box_w")] + [
+                                              "group_images")] + [
         (f"div_groups_{f}", ctypes.c_uint32) for f in ("d", "mul", "shr")]
 
 
@@ -192,10 +192,7 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         # Maps whose pixels do not come in 8s (group_images 8): (32, 8 images, CB, OH * OW, N / 8), group q is pixel
         # q % (OH * OW) of images 8 (q / (OH * OW)) .. + 7, landing the same [group][block][8][32].
         hw = shape.h * shape.w
-        if geo.box_w:  # strided 1x1: (32, N, CB, OW, OH), input column 2 ow, row 2 oh; boxes of 8 images x box_w x 4 / box_w pixels
-            args["x"] = ((32, shape.n, cb, ow, oh), (cb * hw * 32, hw * 32, 64, 2 * shape.w * 32),
-                         (32, 8, tactic.ks, geo.box_w, 4 // geo.box_w), (1,) * 5)
-        elif geo.group_images == 8:
+        if geo.group_images == 8:
             args["x"] = ((32, 8, cb, hw, shape.n // 8), (cb * hw * 32, hw * 32, 32, 8 * cb * hw * 32),
                          (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)
         else:
@@ -284,7 +281,7 @@ def launch(shape: ConvShape, tactic: WgmmaTactic, params, x: int, w: int, stream
     d, mul, shr = fast_divmod(max(geo.groups_per_set, 1))
     tile = WgmmaTileStruct(th=geo.th, nb=geo.nb, tiles_per_image=geo.tiles_per_image, ch_tiles=geo.ch_tiles,
                            kt=geo.kt, box_bytes=geo.box_bytes, tiles=geo.ctas, groups_per_set=geo.groups_per_set,
-                           box_groups=geo.box_groups, pitch=geo.pitch, group_images=geo.group_images, box_w=geo.box_w, div_groups_d=d,
+                           box_groups=geo.box_groups, pitch=geo.pitch, group_images=geo.group_images, div_groups_d=d,
                            div_groups_mul=mul, div_groups_shr=shr)
     smem = tactic.shared_bytes()
     fn = module_for(tactic).function(ENTRY, smem)

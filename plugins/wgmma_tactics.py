@@ -44,9 +44,6 @@ class WgmmaGeometry:
     box_groups: int = 0  # flat tiles: groups per activation box
     pitch: int = 0  # window tiles: window columns per image, W + max(pad_left, pad_right)
     group_images: int = 1  # flat tiles: images an 8-row group spans: 1 (8 pixels of an image) or 8 (a pixel of 8 images)
-    # flat tiles of a strided 1x1 conv (8-image groups): an activation box is box_w x 4 / box_w output pixels of a
-    # row-major grid of such boxes; 0: boxes of 4 consecutive pixels of the flattened map
-    box_w: int = 0
 
     @property
     def ctas(self) -> int:
@@ -263,24 +260,17 @@ class WgmmaTactic:
         handles (CHW4 input, boxes over 256, strides over 8, ...)."""
         if shape.vec != 32:
             return f"input vectors of {shape.vec} channels (the TMA views read CHW32)"
-        groups_per_set = box_groups = box_w = 0
+        groups_per_set = box_groups = 0
         group_images = 1
         if self.flat:
-            # the output's pixels are the input's (1x1, stride 1, unpadded) or every other row's every other column's
-            # (stride 2 on an even map: the downsamples); an 8-row group of the wgmma operand is 8 pixels of one image
-            # where a stride-1 map comes in groups of 8, else one pixel of 8 images (14 x 14, 7 x 7, every strided map)
-            strided = shape.stride == (2, 2) and shape.h % 2 == 0 and shape.w % 2 == 0
-            if (shape.r, shape.s, shape.pads) != (1, 1, (0, 0, 0, 0)) or not (shape.stride == (1, 1) or strided):
-                return "flat tiles: 1x1 unpadded convs, stride 1 or stride 2 on an even map"
-            oh, ow = shape.out_hw
-            hw, group_images = oh * ow, flat_group_images(shape)
+            # the output's pixels are the input's (1x1, stride 1, unpadded); an 8-row group of the wgmma operand is 8
+            # pixels of one image where the map comes in groups of 8, else one pixel of 8 images (14 x 14, 7 x 7)
+            if (shape.r, shape.s, shape.stride, shape.pads) != (1, 1, (1, 1), (0, 0, 0, 0)):
+                return "flat tiles: 1x1 stride-1 unpadded convs only"
+            hw, group_images = shape.h * shape.w, flat_group_images(shape)
             if group_images == 8 and shape.n % 8:
                 return "flat tiles: the map's pixels, or else the batch's images, must come in groups of 8"
-            if strided:  # boxes of box_w x 4 / box_w output pixels: the shape that rounds the map up least, widest first
-                box_groups = 4
-                box_w = min((4, 2, 1), key=lambda bw: math.ceil(ow / bw) * math.ceil(oh / (4 // bw)))
-                groups_per_set = math.ceil(ow / box_w) * math.ceil(oh / (4 // box_w)) * 4
-            elif group_images == 1:
+            if group_images == 1:
                 groups_per_set = hw // 8
                 box_groups = min(groups_per_set & -groups_per_set, self.bm // 8)  # a power of two dividing both
             else:  # a set of 8 images: its OH * OW groups rounded up to boxes of 4 (the groups past the map not stored)
@@ -302,7 +292,7 @@ class WgmmaTactic:
         ch_tiles = math.ceil(round_up(shape.k, 32) / self.CHANNELS)
         if self.multicast and ch_tiles % 2:
             return "multicast: a cluster pairs a pixel tile's channel tiles, and there is an odd number of them"
-        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_set, box_groups, pitch, group_images, box_w)
+        return WgmmaGeometry(th, nb, tpi, ch_tiles, kt, box_bytes, pix_tiles, groups_per_set, box_groups, pitch, group_images)
 
     def _row_tiles(self, shape: ConvShape):
         """(TH, NB, tiles per image, box bytes, pixel tiles, 0 (no window pitch)): TH full output rows of one image,
@@ -493,9 +483,9 @@ WGMMA_BY_ID = {t.id: t for t in WGMMA_TACTICS}
 
 
 def flat_group_images(shape: ConvShape) -> int:
-    """Images an 8-row group of a flat tile spans on `shape`'s map: 1 (8 of its pixels) where a stride-1 map's pixels
-    come in 8s, else 8 (one pixel of 8 images; strided maps always, their pixels are not consecutive in memory)."""
-    return 1 if shape.stride == (1, 1) and shape.h * shape.w % 8 == 0 else 8
+    """Images an 8-row group of a flat tile spans on `shape`'s map: 1 (8 of its pixels) where the map's pixels come in
+    8s, else 8 (one pixel of 8 images)."""
+    return 1 if shape.h * shape.w % 8 == 0 else 8
 
 
 def wgmma_cost(shape: ConvShape, tactic: WgmmaTactic, sms: int = H100_SMS) -> float | None:
@@ -548,9 +538,7 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
         quads = [t for t in windows if t.quad_windows]
         return quads[0] if quads else min(windows, key=lambda t: wgmma_cost(shape, t, sms))
     image_groups = flat_group_images(shape) == 8
-    # (strided 1x1 convs: the autotuner's, the rule below keeps them on the row-box tiles)
-    flat_orders = () if shape.stride != (1, 1) else WGMMA_FLAT_IMAGE_GROUPS_PREFERRED if n >= 256 and image_groups else WGMMA_FLAT_PREFERRED[n >= 256]
-    for i in flat_orders:
+    for i in WGMMA_FLAT_IMAGE_GROUPS_PREFERRED if n >= 256 and image_groups else WGMMA_FLAT_PREFERRED[n >= 256]:
         geo = WGMMA_BY_ID[i].geometry(shape)
         if geo is None:
             continue

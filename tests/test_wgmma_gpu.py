@@ -185,9 +185,6 @@ FLAT_SHAPES = [
     ConvShape(24, 96, 5, 5, 256, 1, 1),  # 25 pixels: 28 groups a set, three sets
     ConvShape(8, 160, 6, 6, 256, 1, 1),  # 36 pixels: four-group boxes, the last tile past the batch, 3 blocks past CB
     ConvShape(8, 256, 14, 14, 1024, 1, 1),  # res4 conv3's map: 196 pixels, four-group boxes
-    ConvShape(16, 96, 12, 12, 512, 1, 1, (2, 2)),  # strided 1x1 (a downsample): 6 x 6 outputs in 2 x 2 boxes of 8 images
-    ConvShape(8, 160, 14, 14, 256, 1, 1, (2, 2)),  # ... 7 x 7 in 4 x 1 boxes, 7 groups a set past the map; 3 blocks past CB
-    ConvShape(8, 256, 28, 28, 1024, 1, 1, (2, 2)),  # ... 14 x 14 in 2 x 2 boxes (res4's downsample map)
 ]
 
 

@@ -78,25 +78,19 @@ def tile_pixel(pos: int, oh: int, ow: int, valid_px: int, wh: int = 0, pitch: in
     return pix, x < ow and y < oh and pix < valid_px
 
 
-def row_pixel(m: int, ohw: int, group_images: int = 1, groups: int = 0, box_w: int = 0, ow: int = 0) -> tuple[int, int]:
+def row_pixel(m: int, ohw: int, group_images: int = 1, groups: int = 0) -> tuple[int, int]:
     """wgmma_tile.cuh's tile_row_offset: (image, pixel) of row m of the tiles' linear order: the linear output index,
     or (flat tiles of 8-image groups, `groups` per set) row 8q + i is pixel q % groups of image 8 (q // groups) + i,
-    a pixel only where that is under ohw. With `box_w` (strided 1x1) group 4b + j of a set is pixel (j % box_w,
-    j // box_w) of box b in rows of ceil(ow / box_w) boxes; ohw where that lies outside the map."""
+    a pixel only where that is under ohw."""
     if group_images == 1:
         return divmod(m, ohw)
     q, i = divmod(m, 8)
     image_set, pix = divmod(q, groups)
-    if box_w:
-        b, j = divmod(pix, 4)
-        by, bx = divmod(b, -(-ow // box_w))
-        x, y = bx * box_w + j % box_w, by * (4 // box_w) + j // box_w
-        pix = y * ow + x if x < ow and y < ohw // ow else ohw
     return 8 * image_set + i, pix
 
 
 def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0: int, c0: int, valid_px: int, bm: int = 128,
-                       group_images: int = 1, groups: int = 0, box_w: int = 0):
+                       group_images: int = 1, groups: int = 0):
     """wgmma_conv.cu's ResidualSlice::load by every consumer warp of a tile's group: warp w (64 part +
     16 warp = 16 w) copies, lane l, 16-byte half l % 2 of tile pixel 16 w + l / 2, block b, into slice w
     [block][16 pixels][32] (zeros where the pixel or block is outside the tensor); the group's slices are
@@ -110,7 +104,7 @@ def load_residual_tile(flat_residual, ch: int, kpad: int, ohw: int, ow: int, m0:
             for b in range(ch // 32):
                 dst = w * 16 * ch + (16 * b + lane // 2) * 32 + 16 * (lane % 2)
                 assert w * 16 * ch <= dst and dst + 16 <= (w + 1) * 16 * ch
-                n, pix = row_pixel(m0 + px, ohw, group_images, groups, box_w, ow)
+                n, pix = row_pixel(m0 + px, ohw, group_images, groups)
                 if px < valid_px and pix < ohw and b < blocks:
                     src = ((n * (kpad // 32) + c0 // 32 + b) * ohw + pix) * 32 + 16 * (lane % 2)
                     assert src + 16 <= flat_residual.size
@@ -218,9 +212,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                 # the slot's boxes of the (32, 8, CB, G, N) view, box_groups groups x 4 blocks each (boxes past the
                 # batch load its last), land [group][block][8][32]; step k % 4 is block k % 4 of every group. Maps
                 # whose pixels do not come in 8s: the view (32, 8 images, CB, OH * OW, N / 8), a group one pixel of 8 images
-                if g.box_w:  # strided 1x1: the view (32, N, CB, OW, OH) = [oh][ow][cb][n][32], input pixel (2 oh, 2 ow)
-                    xf = x5[:, :, ::2, ::2].transpose(2, 3, 1, 0, 4)
-                elif g.group_images == 8:  # [set][pixel][cb][image][32]
+                if g.group_images == 8:  # [set][pixel][cb][image][32]
                     xf = x5.reshape(shape.n // 8, 8, x5.shape[1], ohw, 32).transpose(0, 3, 2, 1, 4)
                 else:  # [n][group][cb][8][32]
                     xf = x5.reshape(shape.n, -1, g.groups_per_set, 8, 32).transpose(0, 2, 1, 3, 4)
@@ -228,12 +220,6 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                 for gi in range(0, bn // 8, g.box_groups):
                     q = min((m0 // 8) + gi, shape.n // g.group_images * g.groups_per_set - g.box_groups)
                     n, rest = divmod(q, g.groups_per_set)
-                    if g.box_w:  # box rest // 4 of rows of ceil(OW / box_w): lands [box row][box column][block][image][32]
-                        by, bx = divmod(rest // 4, -(-ow // g.box_w))
-                        box = tma_box(xf, (0, 8 * n, k // 4 * 4, bx * g.box_w, by * (4 // g.box_w)),
-                                      (32, 8, tactic.ks, g.box_w, 4 // g.box_w), (1,) * 5)
-                        slot[gi:gi + 4] = box.reshape(4, tactic.ks, 8, 32)
-                        continue
                     slot[gi:gi + g.box_groups] = tma_box(xf, (0, 0, k // 4 * 4, rest, n), (32, 8, tactic.ks, g.box_groups, 1),
                                                          (1,) * 5)[0]
                 b = slot[:, k % 4].reshape(bn, 32)
@@ -255,7 +241,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                      for b in range(ch // 32) for jj in range(4) for q in range(4) for e in range(2)}
             if residual is not None:
                 rtile = load_residual_tile(pack_nchwv(residual, 32).reshape(-1), ch, kpad, ohw, ow, m0, c0, valid_px, bn,
-                                           g.group_images, g.groups_per_set, g.box_w)
+                                           g.group_images, g.groups_per_set)
         elif tactic.stores_by_tma:  # wgmma row 16u + 8h + g holds channel 16u + 2g + h
             store = {16 * u + 8 * h + g: 16 * u + 2 * g + h for u in range(ch // 16) for h in range(2) for g in range(8)}
         else:
@@ -265,7 +251,7 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                                       bn // 2 if tactic.quad_windows else 0)) for px in range(bn)]
         stored = [(px, pix) for px, pix, ok in positions if ok]
         for px, tile_pix in stored:
-            n, pix = row_pixel(m0 + tile_pix, ohw, g.group_images, g.groups_per_set, g.box_w, ow)
+            n, pix = row_pixel(m0 + tile_pix, ohw, g.group_images, g.groups_per_set)
             if pix >= ohw:  # 8-image groups: a set's groups past its map (rounded up to whole boxes)
                 continue
             for col, c in store.items():
@@ -296,9 +282,6 @@ CASES = [
     ConvShape(8, 96, 6, 6, 256, 1, 1),  # ... 36 pixels: four-group boxes, the last tile past the batch
     ConvShape(24, 64, 5, 5, 160, 1, 1),  # ... 25 pixels in 28 groups, 3 sets
     ConvShape(12, 64, 7, 7, 256, 1, 1),  # ... a batch not in 8s: the per-image tiles
-    ConvShape(8, 96, 12, 12, 256, 1, 1, (2, 2)),  # strided 1x1 on flat tiles: 6 x 6 outputs in 2 x 2 boxes, 36 groups a set
-    ConvShape(16, 64, 14, 14, 256, 1, 1, (2, 2)),  # ... 7 x 7 in 4 x 1 boxes: 56 groups a set, 7 past the map
-    ConvShape(8, 160, 16, 6, 160, 1, 1, (2, 2)),  # ... 8 x 3 in 1 x 4 boxes; 5 channel blocks
     ConvShape(2, 64, 58, 56, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # stride-2 windows: 29 x 28 outputs, a short last tile per image
     ConvShape(3, 96, 28, 28, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 14 x 14 outputs
     ConvShape(1, 64, 56, 54, 128, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 28 x 27 outputs, two channel tiles of 64

@@ -20,9 +20,7 @@
 // 7 x 7) with a batch of whole 8s take a group as one pixel of 8 images instead (t.group_images 8): the view
 // (32, 8 images, CB, OH * OW, N / 8), boxes of 4 groups, each set's OH * OW groups rounded up to whole boxes (7 x 7: 52,
 // the 3 past the map zero-filled and not stored), so these maps compute few rows that are not pixels; tile row 8q + i is
-// image 8 (q / G) + i (tile_row_offset). A strided 1x1 conv (the downsamples, stride 2 on an even map) takes 8-image
-// groups too, the view (32, N, CB, OW, OH) with byte strides that step two input columns and two input rows, boxes of
-// box_w x 4 / box_w output pixels (14 x 14: 2 x 2, 7 x 7: 4 x 1, 56 groups a set). Bigger boxes than one group per k32 step matter:
+// image 8 (q / G) + i (tile_row_offset). Bigger boxes than one group per k32 step matter:
 // the copy engine takes ~150 clocks per 512-byte box, so one box per group and k32 step left res3 conv3 bound by the
 // copies (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/17-flat-per-group-boxes-not-kept.json).
 #pragma once
@@ -84,13 +82,8 @@ __device__ __forceinline__ void load_flat_slot(uint32_t sb, const sm90::TensorMa
                                                const ConvParams& p, const WgmmaTile& t, bool first_step) {
   const int last_box = flat_groups(p, t) - t.box_groups;
   for (int g = 0; first_step && g < kFlatGroupsPerTile; g += t.box_groups) {
-    const int q = min(tc.m0 / kFlatGroup + g, last_box), n = t.div_groups.div(q), group = q - n * t.groups_per_set;
-    if (t.box_w) {  // strided 1x1, the view (32, N, CB, OW, OH): box group / 4 of rows of ceil(OW / box_w) boxes
-      const int per_row = (p.OW + t.box_w - 1) / t.box_w, b = group >> 2, by = b / per_row;
-      sm90::tma_load_5d(sb + g * KS * 256, tmap_x, full, 0, 8 * n, kb * KS, (b - by * per_row) * t.box_w, by * (4 / t.box_w));
-    } else {
-      sm90::tma_load_5d(sb + g * KS * 256, tmap_x, full, 0, 0, kb * KS, group, n);
-    }
+    const int q = min(tc.m0 / kFlatGroup + g, last_box), n = t.div_groups.div(q);
+    sm90::tma_load_5d(sb + g * KS * 256, tmap_x, full, 0, 0, kb * KS, q - n * t.groups_per_set, n);
   }
 }
 

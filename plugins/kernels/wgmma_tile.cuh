@@ -20,8 +20,6 @@ struct WgmmaTile {
   int box_groups;       // Tactic::flat: groups per activation box (a power of two dividing groups_per_set and Tactic::bm / 8)
   int pitch;            // kWindows: window columns per image, W + max(pad_left, pad_right); the window is nb * pitch wide
   int group_images;     // Tactic::flat: 1 (a group is 8 pixels of an image) or 8 (one pixel of 8 images: OH * OW % 8 != 0)
-  int box_w;            // Tactic::flat, strided 1x1: a box is box_w x 4 / box_w output pixels of a row-major grid of boxes;
-                        // 0: 4 consecutive pixels of the flattened map (plugins/wgmma_tactics.py: WgmmaGeometry.box_w)
   FastDivmod div_groups;  // by groups_per_set
 };
 
@@ -65,16 +63,8 @@ __device__ __forceinline__ size_t chw32_offset(const ConvParams& p, int m, int c
 __device__ __forceinline__ size_t tile_row_offset(const ConvParams& p, const WgmmaTile& t, int m, int c, int ohw, int kpad,
                                                   bool& ok) {
   if (!Tactic::flat || t.group_images == 1) return chw32_offset(p, m, c, ohw, kpad);
-  const int q = m >> 3, set = t.div_groups.div(q), group = q - set * t.groups_per_set, n = set * 8 + (m & 7);
-  int pix = group;
-  if (t.box_w) {  // strided 1x1: group 4b + i is pixel (i % box_w, i / box_w) of box b, in rows of ceil(OW / box_w) boxes
-    const int per_row = (p.OW + t.box_w - 1) / t.box_w, b = group >> 2, i = group & 3, by = b / per_row;
-    const int ow = (b - by * per_row) * t.box_w + i % t.box_w, oh = by * (4 / t.box_w) + i / t.box_w;
-    ok = ok && ow < p.OW && oh < p.OH;
-    pix = oh * p.OW + ow;
-  } else {
-    ok = ok && pix < ohw;
-  }
+  const int q = m >> 3, set = t.div_groups.div(q), pix = q - set * t.groups_per_set, n = set * 8 + (m & 7);
+  ok = ok && pix < ohw;
   return ((size_t)(n * (kpad / 32) + c / 32) * ohw + pix) * 32;
 }
 
