@@ -90,7 +90,6 @@ class WgmmaTactic:
     # channels of a pixel, the epilogue writing 8-byte CHW32 pieces from registers, no staging tile, no CTA barrier
     pixel_major: bool = False
     consumers: int = 2  # consumer warpgroups; 4 only pixel-major (4 warps per scheduler in the epilogue-bound layers)
-    residual_buffers: int = 2  # pixel-major: residual buffers (0: layers without a residual only; the kernel traps on one)
     resident_kt: int = 0  # k32 steps of the channel tile's weight held resident in shared memory; 0: in every slot
     # two tile groups take the tensor cores in turn (as CUTLASS's KernelTmaWarpSpecializedPingpong): pixel-major, or
     # channel-major with bn = 64 (each consumer warpgroup a tile of its own, resident weights, windows, TMA stores)
@@ -233,7 +232,7 @@ class WgmmaTactic:
         if self.pixel_major:
             weights_in_slot = 0 if self.resident_kt else self.CHANNELS
             ring = self.stages * self.ks * 32 * (weights_in_slot + self.bm) + self.resident_kt * 32 * self.CHANNELS
-            return ring + self.residual_buffers * self.consumers * 64 * self.bn + self.tile_groups * 8 * self.bn + bars + 1024
+            return ring + 2 * self.consumers * 64 * self.bn + self.tile_groups * 8 * self.bn + bars + 1024
         if self.halo_rows:  # weight slots carry weights only (or resident weights), the windows have their ring and barriers
             weights = self.resident_kt * 32 * self.CHANNELS if self.resident_kt else self.stages * self.ks * 32 * self.CHANNELS
             ring = weights + self.halo_stages * self.halo_slot_bytes
