@@ -126,8 +126,9 @@ def fused_output_map(int8_model, fp32_model) -> dict[str, tuple[str, str]]:
     out = {}
     for node in _plugin_nodes(int8_model):
         spec = op_for_node(node.op_type, node.domain)
+        named = spec.bind(node.input)
         for y, scale in zip(node.output, spec.output_scales):  # a FusedConvAddConv has two int8 outputs
-            out_scale = spec.bind(node.input)[scale]
+            out_scale = named[scale]
             original = recorded.get(y)
             if original is None and y in fp32_names:
                 original = y

@@ -141,7 +141,8 @@ def _detected_device():
 
 class _PluginAnswers:
     """What every trtfuse plugin answers alike: x's static dims, the exact (type, format) per position, the tactics it
-    runs. Subclasses set spec, types, formats and runnable."""
+    runs, its timing-cache id, and enqueue (a plan kept per runtime dims and tactic). Subclasses set spec, attrs,
+    attrs_dict, types, formats and runnable, and give plan(dims, tactic) and launch(plan, inputs, outputs, stream)."""
 
     def static_dims(self, x_dims) -> list[int]:
         """x's C, H, W as ints (only the batch may vary); `x_dims` entries answer is_constant()/get_constant_value()
@@ -163,6 +164,31 @@ class _PluginAnswers:
         if tactic not in self.runnable:
             raise ValueError(f"{self.spec.name}: tactic {tactic} was not offered (offered {sorted(self.runnable)})")
         return tactic
+
+    def cache_id(self) -> str:
+        """Same op and attributes -> same kernel choice for the same shapes and formats: TensorRT shares timings."""
+        return f"{self.spec.name}:" + ",".join(f"{k}={self.attrs_dict[k]}" for k in self.spec.attribute_names)
+
+    def output_types(self) -> list[str]:
+        return [_DATA_TYPE[t.dtype] for t in self.spec.outputs]
+
+    def runtime_dims(self, x_dims) -> tuple[int, int, int, int]:
+        """x's runtime dims as plain ints, its channels checked against the node's in_channels."""
+        n, c, h, w = (int(d) for d in x_dims)
+        if c != self.attrs.in_channels:
+            raise ValueError(f"{self.spec.name}: x has {c} channels, the node says in_channels={self.attrs.in_channels}")
+        return n, c, h, w
+
+    def enqueue(self, x_dims, inputs, outputs, tactic: int, stream: int, plans: dict) -> None:
+        """Launch on `stream` from device pointers (ints, as TensorRT passes them); no host synchronization.
+
+        A plan is kept per (dims, tactic): TensorRT may change the tactic with no shape change in between (the
+        builder times every tactic on one object; `set_tactic` names the tactic "of the subsequent enqueue")."""
+        key = (tuple(int(d) for d in x_dims), int(tactic))
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = self.plan(*key)
+        self.launch(plan, [int(p) for p in inputs], [int(p) for p in outputs], int(stream))
 
 
 class ConvPluginLogic(_PluginAnswers):
@@ -187,16 +213,12 @@ class ConvPluginLogic(_PluginAnswers):
             raise ValueError(f"{spec.name}: no tactic fits this node (in_channels={self.attrs.in_channels}, "
                              f"kernel {self.attrs.kernel_shape}) under {limit} bytes of shared memory")
         self.runnable = set(self.tactics) | {t.id for t in WGMMA_TACTICS if self.device and wgmma_enabled(self.device.arch)}
-        # Same attributes -> same kernel choice for the same shapes and formats: share timings.
-        self.timing_cache_id = f"{spec.name}:" + ",".join(f"{k}={self.attrs_dict[k]}" for k in spec.attribute_names)
+        self.timing_cache_id = self.cache_id()
 
     def configure(self, x_hw: tuple[int, int], batches: tuple[int, int]) -> None:
         """The build's input dims: spatial (static) and the profile's batch range (MIN, MAX)."""
         if self.device:
             self.tactics = tc.launcher_tactics(self.attrs, self.device, x_hw, batches)
-
-    def output_types(self) -> list[str]:
-        return [_DATA_TYPE[t.dtype] for t in self.spec.outputs]
 
     def output_dims(self, x_dims, constant) -> list:
         """[N, K, OH, OW] from x's dims: N passed through (it may be symbolic), the rest `constant(int)`.
@@ -213,24 +235,13 @@ class ConvPluginLogic(_PluginAnswers):
         from trtfuse.plugins.conv import ConvLaunch
         from trtfuse.plugins.tactics import ConvShape
 
-        n, c, h, w = (int(d) for d in x_dims)
-        if c != self.attrs.in_channels:
-            raise ValueError(f"{self.spec.name}: x has {c} channels, the node says in_channels={self.attrs.in_channels}")
+        n, c, h, w = self.runtime_dims(x_dims)
         a = self.attrs
         shape = ConvShape(n, c, h, w, a.out_channels, *a.kernel_shape, a.strides, a.pads)
         return ConvLaunch.plan(shape, tactic, splits=1)  # splits=1: no workspace (get_workspace_size is 0)
 
-    def enqueue(self, x_dims, inputs, outputs, tactic: int, stream: int, plans: dict) -> None:
-        """Launch on `stream` from device pointers (ints, as TensorRT passes them); no host synchronization.
-
-        A plan is kept per (dims, tactic): TensorRT may change the tactic with no shape change in between (the
-        builder times every tactic on one object; `set_tactic` names the tactic "of the subsequent enqueue")."""
-        dims = tuple(int(d) for d in x_dims)
-        key = (dims, int(tactic))
-        plan = plans.get(key)
-        if plan is None:
-            plan = plans[key] = self.plan(dims, tactic)
-        plan.launch_op(self.spec, [int(p) for p in inputs], int(outputs[0]), relu=bool(self.attrs.relu), stream=int(stream))
+    def launch(self, plan, inputs: list[int], outputs: list[int], stream: int) -> None:
+        plan.launch_op(self.spec, inputs, outputs[0], relu=bool(self.attrs.relu), stream=stream)
 
 
 class ChainPluginLogic(_PluginAnswers):
@@ -249,13 +260,10 @@ class ChainPluginLogic(_PluginAnswers):
         self.tactics = tc.chain_tactics(self.attrs, self.device)
         # at runtime TensorRT sets the tactic it chose without configuring first
         self.runnable = {tc.TWO_KERNELS_TACTIC, tc.CHAIN_KERNEL_TACTIC}
-        self.timing_cache_id = f"{spec.name}:" + ",".join(f"{k}={self.attrs_dict[k]}" for k in spec.attribute_names)
+        self.timing_cache_id = self.cache_id()
 
     def configure(self, x_hw: tuple[int, int], batches: tuple[int, int]) -> None:
         self.tactics = tc.chain_tactics(self.attrs, self.device, x_hw, batches)
-
-    def output_types(self) -> list[str]:
-        return [_DATA_TYPE[t.dtype] for t in self.spec.outputs]
 
     def outputs_dims(self, x_dims, constant) -> list[list]:
         """[N, out_channels, H, W] and [N, next_out_channels, H, W]: N passed through, the rest `constant(int)`."""
@@ -267,9 +275,7 @@ class ChainPluginLogic(_PluginAnswers):
         from trtfuse.plugins import chain_conv
         from trtfuse.plugins.conv import ConvLaunch
 
-        n, c, h, w = (int(d) for d in x_dims)
-        if c != self.attrs.in_channels:
-            raise ValueError(f"{self.spec.name}: x has {c} channels, the node says in_channels={self.attrs.in_channels}")
+        n, _, h, w = self.runtime_dims(x_dims)
         shapes = self.attrs.shapes(n, h, w)
         relu = (bool(self.attrs.relu), bool(self.attrs.next_relu))
         if tactic == tc.CHAIN_KERNEL_TACTIC:
@@ -286,13 +292,8 @@ class ChainPluginLogic(_PluginAnswers):
                 plan.launch_op(op, ins, out, relu=r, stream=stream)
         return two_kernels
 
-    def enqueue(self, x_dims, inputs, outputs, tactic: int, stream: int, plans: dict) -> None:
-        """Launch on `stream` from device pointers (ints); a launch kept per (dims, tactic), as ConvPluginLogic's."""
-        key = (tuple(int(d) for d in x_dims), int(tactic))
-        launch = plans.get(key)
-        if launch is None:
-            launch = plans[key] = self.plan(key[0], key[1])
-        launch([int(p) for p in inputs], [int(p) for p in outputs], int(stream))
+    def launch(self, plan, inputs: list[int], outputs: list[int], stream: int) -> None:
+        plan(inputs, outputs, stream)
 
 
 def plugin_logic(spec: OpSpec, attrs: dict, device=_DETECT):
