@@ -3,6 +3,7 @@ the output poisoned first. Shared by the GPU tests and `trtfuse bench kernels`."
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,8 @@ class ConvProblem:
 
     @classmethod
     def random(cls, shape: ConvShape, has_residual: bool, relu: bool = True, seed=None) -> "ConvProblem":
+        """`shape`'s `residual` becomes has_residual: the problem's shape says whether it has one."""
+        shape = dataclasses.replace(shape, residual=has_residual)
         rng = np.random.default_rng(seed)
         kp = round_up(shape.k, 32)
         oh, ow = shape.out_hw

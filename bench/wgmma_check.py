@@ -10,6 +10,7 @@ Every check runs on fresh random data with the output poisoned first (bench/conv
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -39,6 +40,7 @@ EDGE_CASES = [
 
 def _run_case(shape, res, relu, tactic):
     problem = ConvProblem.random(shape, res, relu)
+    shape = problem.shape  # its `residual` says whether the problem has one
     dev = DeviceConv(problem, ConvLaunch(shape, tactic, 1))
     out, raw = dev.run_checked()
     stats = compare(out, problem.golden())
@@ -73,6 +75,7 @@ def build() -> int:
 def correctness() -> int:
     bad = 0
     for label, shape, res, relu in EDGE_CASES:
+        shape = dataclasses.replace(shape, residual=res)
         for t in WGMMA_TACTICS:
             if t.geometry(shape) is None:
                 print(f"  skip {t.name} {label}: geometry unsupported")
@@ -102,14 +105,16 @@ def tiny() -> int:
              (ConvShape(3, 64, 4, 4, 64, 3, 3, (2, 2), (1, 1, 1, 1)), False),
              (ConvShape(2, 32, 20, 20, 256, 3, 3, (1, 1), (1, 1, 1, 1)), True),
              (ConvShape(2, 64, 12, 10, 256, 1, 1), True),  # short GEMM-K: the resident-weight tiles
+             (ConvShape(2, 256, 8, 8, 256, 1, 1), False),  # no residual: the tiles without residual buffers
              (ConvShape(13, 64, 5, 5, 64, 3, 3, (1, 1), (1, 1, 1, 1)), True),  # window tiles of several images side by side
              (ConvShape(2, 64, 24, 28, 96, 3, 3, (2, 2), (1, 1, 1, 1)), False),  # stride-2 windows
              (ConvShape(2, 128, 22, 16, 96, 3, 3, (2, 2), (1, 1, 1, 1)), True),  # ... with a residual
              (ConvShape(9, 64, 14, 14, 160, 3, 3, (2, 2), (1, 1, 1, 1)), True),  # stride-2 windows of stacked images
              (ConvShape(2, 128, 28, 24, 96, 3, 3, (2, 2), (1, 1, 1, 1)), True)]  # quad windows (w89) with a residual
     by_id = {t.id: t for t in WGMMA_TACTICS}
-    tiny_ids = (22, 24, 28, 31, 33, 35, 40, 41, 45, 46, 50, 52, 54, 55, 56, 60, 61, 64, 70, 71, 73, 65, 74, 89, 66, 67, 68, 69)
+    tiny_ids = (22, 24, 28, 31, 33, 35, 40, 41, 45, 46, 50, 52, 54, 55, 56, 59, 60, 61, 64, 70, 71, 73, 65, 74, 89, 66, 67, 68, 69)
     for shape, res in cases:
+        shape = dataclasses.replace(shape, residual=res)
         for t in (by_id[i] for i in tiny_ids):
             if only and t.id not in only:
                 continue

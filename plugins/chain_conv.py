@@ -82,8 +82,9 @@ VARIANTS = {v.key: v for v in (Variant(64, 256, 64, 4, 0, False), Variant(64, 25
 
 def pair_shapes(n: int, c: int, h: int, w: int, k: int, next_k: int) -> tuple[ConvShape, ConvShape]:
     """The two convs of a FusedConvAddConv (plugins/op_schema.py) on x [n, c, h, w]: 1x1 stride-1 unpadded, c -> k, then
-    k -> next_k on its output."""
-    return (ConvShape(n, c, h, w, k, 1, 1, (1, 1), (0, 0, 0, 0)), ConvShape(n, k, h, w, next_k, 1, 1, (1, 1), (0, 0, 0, 0)))
+    k -> next_k on its output (no residual)."""
+    return (ConvShape(n, c, h, w, k, 1, 1, (1, 1), (0, 0, 0, 0)),
+            ConvShape(n, k, h, w, next_k, 1, 1, (1, 1), (0, 0, 0, 0), residual=False))
 
 
 def variant_of(conv1: ConvShape, c2: int) -> Variant:

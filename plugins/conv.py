@@ -136,6 +136,8 @@ class ConvLaunch:
         sh, t = self.shape, self.tactic
         if self.splits > 1 and not workspace:
             raise ValueError("split-K launch needs a zeroed workspace of workspace_bytes")
+        if residual and not sh.residual:
+            raise ValueError(f"{t.name} was planned for a conv without a residual (ConvShape.residual), given one")
         m, n, _ = sh.gemm
         oh, ow = sh.out_hw
         p = ConvParamsStruct(x=x, w=w, scale=scale, bias=bias, out_scale=out_scale, residual=residual,

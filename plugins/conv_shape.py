@@ -20,6 +20,9 @@ class ConvShape:
     stride: tuple[int, int] = (1, 1)
     pads: tuple[int, int, int, int] = (0, 0, 0, 0)
     in_vec: int = 0  # input vector width; 0: the op's layout (channel_vector), 16: the space-to-depth stem
+    # whether a residual may be added in the epilogue: False only where the conv is known to have none (a FusedConv
+    # node), which lets the tactics that keep no residual buffers take it; True wherever it is not known
+    residual: bool = True
 
     @property
     def out_hw(self) -> tuple[int, int]:

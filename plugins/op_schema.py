@@ -59,6 +59,11 @@ class OpSpec:
         return tuple(t.name for t in self.inputs)
 
     @property
+    def adds_residual(self) -> bool:
+        """Whether the op's (first) conv adds a residual input in its epilogue (ConvShape.residual)."""
+        return "residual" in self.input_names
+
+    @property
     def attribute_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.attributes)
 

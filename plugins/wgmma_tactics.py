@@ -90,6 +90,9 @@ class WgmmaTactic:
     # channels of a pixel, the epilogue writing 8-byte CHW32 pieces from registers, no staging tile, no CTA barrier
     pixel_major: bool = False
     consumers: int = 2  # consumer warpgroups; 4 only pixel-major (4 warps per scheduler in the epilogue-bound layers)
+    # pixel-major: residual buffers; 0 frees their shared memory for ring slots, for convs without a residual only
+    # (can_implement refuses a shape whose `residual` is True, the kernel traps on a residual pointer)
+    residual_buffers: int = 2
     resident_kt: int = 0  # k32 steps of the channel tile's weight held resident in shared memory; 0: in every slot
     # two tile groups take the tensor cores in turn (as CUTLASS's KernelTmaWarpSpecializedPingpong): pixel-major, or
     # channel-major with bn = 64 (each consumer warpgroup a tile of its own, resident weights, windows, TMA stores)
@@ -133,6 +136,7 @@ class WgmmaTactic:
             assert self.consumers in (2, 4) and self.consumers % (self.bm // 64) == 0
             assert self.bn * self.consumers <= 512, "accumulators: bn / 2 registers per consumer thread"
             assert self.resident_kt % 4 == 0
+            assert self.residual_buffers in (0, 2), "residual buffers: two (one a tile group), or none"
             assert not self.pingpong or self.tile_groups == 2, "ping-pong alternates two tile groups"
             # (w46 with resident_kt=0 ran res4 conv3, 2 k-blocks a tile, but did not finish res5 conv3's 4 in 200 s)
             assert self.tile_groups == 1 or self.resident_kt, "tile groups: the channel tile's weight resident"
@@ -154,6 +158,7 @@ class WgmmaTactic:
             else:
                 assert self.bn == 128 and self.consumers == 2 and self.resident_kt == 0, "channel-major tiles are two warpgroups x m64 channels"
             assert not self.flat, "flat tiles are pixel-major"
+            assert self.residual_buffers == 2, "residual buffers are the pixel-major tiles' (channel-major ones stage)"
         assert not self.timeline or (self.pingpong and not self.pixel_major), "the timeline build is the channel-major ping-pong's"
         assert not self.window_batches or (self.pingpong and not self.pixel_major), "window batches: the channel-major ping-pong's"
         assert 0 <= self.early_release < 9 and (not self.early_release or (self.window_batches and self.stride2_windows)), \
@@ -177,7 +182,7 @@ class WgmmaTactic:
     def name(self) -> str:
         return (f"w{self.id}_wgmma_p{self.bm}xc{self.bn}_k{self.ks}_s{self.stages}{'_a128' if self.a_box == 128 else ''}"
                 f"{'_mc' if self.multicast else ''}{'_pers' if self.persistent else ''}{'_st2' if self.staging == 2 else ''}{'_pm' if self.pixel_major else ''}"
-                f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
+                f"{f'_c{self.consumers}' if self.consumers != 2 else ''}{f'_rb{self.residual_buffers}' if self.residual_buffers != 2 else ''}{f'_wr{self.resident_kt}' if self.resident_kt else ''}{'_pp' if self.pingpong else ''}"
                 f"{f'_halo{self.halo_stages}' if self.halo_rows else ''}{('_s2q' if self.quad_windows else '_s2') if self.stride2_windows else ''}{'_flat' if self.flat else ''}"
                 f"{f'_if{self.pp_inflight}' if self.pp_inflight != 3 else ''}{'_tmaout' if self.tma_store else ''}{'_ww' if self.window_warp else ''}{'_wb' if self.window_batches else ''}{f'_er{self.early_release}' if self.early_release else ''}{f'_pdl{self.pdl}' if self.pdl else ''}"
                 + (f"_diag{self.diag}" if self.diag else "") + ("_timeline" if self.timeline else ""))
@@ -232,7 +237,7 @@ class WgmmaTactic:
         if self.pixel_major:
             weights_in_slot = 0 if self.resident_kt else self.CHANNELS
             ring = self.stages * self.ks * 32 * (weights_in_slot + self.bm) + self.resident_kt * 32 * self.CHANNELS
-            return ring + 2 * self.consumers * 64 * self.bn + self.tile_groups * 8 * self.bn + bars + 1024
+            return ring + self.residual_buffers * self.consumers * 64 * self.bn + self.tile_groups * 8 * self.bn + bars + 1024
         if self.halo_rows:  # weight slots carry weights only (or resident weights), the windows have their ring and barriers
             weights = self.resident_kt * 32 * self.CHANNELS if self.resident_kt else self.stages * self.ks * 32 * self.CHANNELS
             ring = weights + self.halo_stages * self.halo_slot_bytes
@@ -260,6 +265,8 @@ class WgmmaTactic:
         handles (CHW4 input, boxes over 256, strides over 8, ...)."""
         if shape.vec != 32:
             return f"input vectors of {shape.vec} channels (the TMA views read CHW32)"
+        if self.pixel_major and not self.residual_buffers and shape.residual:
+            return "no residual buffers: convs without a residual only"
         groups_per_set = box_groups = 0
         group_images = 1
         if self.flat:
@@ -478,6 +485,8 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(id=55, bm=128, bn=256, stages=3, flat=True, **_PM),
     WgmmaTactic(id=56, bm=128, bn=128, stages=4, consumers=4, resident_kt=8, flat=True, **_PM),
     WgmmaTactic(id=57, bm=64, bn=256, stages=3, resident_kt=16, pingpong=True, flat=True, **_PM),  # w52 with 16 k32 steps resident (res5 conv3)
+    # ... w55 with a fourth ring slot where the residual buffers were: the long-K convs without a residual (res4 conv1)
+    WgmmaTactic(id=59, bm=128, bn=256, stages=4, residual_buffers=0, flat=True, **_PM),
 )
 WGMMA_BY_ID = {t.id: t for t in WGMMA_TACTICS}
 
@@ -507,11 +516,12 @@ WGMMA_SHORT_K_PREFERRED = (33, 35)
 # GEMM-K under 512 with 256+ output channels: the pixel-major tiles, first the ping-pong one where its weight fits
 WGMMA_PIXEL_MAJOR_PREFERRED = (50, 42, 40)
 # GEMM-K under 1024, or any GEMM-K where 8-image groups fill whole boxes (14 x 14): the flat tiles, by "256+ output
-# channels"
-WGMMA_FLAT_PREFERRED = {True: (52, 55), False: (56,)}
-# ... 256+ channels on maps not in 8-pixel groups (8-image groups): w57's 16 k32 steps resident before w55 (res5 conv3;
-# on res4's first conv1, a 28 x 28 map, autotune keeps w55)
-WGMMA_FLAT_IMAGE_GROUPS_PREFERRED = (52, 57, 55)
+# channels"; w59 (no residual buffers, a fourth ring slot) before w55 where the conv has no residual: res4 first conv1
+# 0.1020 against 0.1125 ms at batch 512, res4 conv1 0.0516 against 0.0541, res5 first conv1 0.0944 against 0.0993
+WGMMA_FLAT_PREFERRED = {True: (52, 59, 55), False: (56,)}
+# ... 256+ channels on maps not in 8-pixel groups (8-image groups): w57's 16 k32 steps resident before w59 / w55
+# (res5 conv3)
+WGMMA_FLAT_IMAGE_GROUPS_PREFERRED = (52, 57, 59, 55)
 
 
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:

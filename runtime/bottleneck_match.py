@@ -33,9 +33,11 @@ def _attrs(node) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _shape(node, in_shape) -> ConvShape:
+def node_conv_shape(node, in_shape) -> ConvShape:
+    """The ConvShape of a FusedConv / FusedConvAdd node on an input of `in_shape` (N, C, H, W)."""
     a = _attrs(node)
-    return ConvShape(*in_shape, a["out_channels"], *a["kernel_shape"], tuple(a["strides"]), tuple(a["pads"]))
+    return ConvShape(*in_shape, a["out_channels"], *a["kernel_shape"], tuple(a["strides"]), tuple(a["pads"]),
+                     residual=op_for_node(node.op_type, node.domain).adds_residual)
 
 
 def _sole_user(tensor: str, consumers: dict, op_type: str):
@@ -61,9 +63,9 @@ def match_identity_bottleneck(conv1, consumers: dict, in_shape, graph_outputs=()
         return "an intermediate of the block is a graph output"
     if op_for_node(conv3.op_type, conv3.domain).bind(conv3.input)["residual"] != conv1.input[0]:
         return f"{conv3.name}'s residual is not the block input {conv1.input[0]} (a downsample block)"
-    s1 = _shape(conv1, in_shape)
-    s2 = _shape(conv2, (s1.n, s1.k, *s1.out_hw))
-    s3 = _shape(conv3, (s2.n, s2.k, *s2.out_hw))
+    s1 = node_conv_shape(conv1, in_shape)
+    s2 = node_conv_shape(conv2, (s1.n, s1.k, *s1.out_hw))
+    s3 = node_conv_shape(conv3, (s2.n, s2.k, *s2.out_hw))
     why = bottleneck.refusal(s1, s2, s3)
     if why:
         return why

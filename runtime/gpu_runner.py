@@ -49,8 +49,8 @@ from ..plugins import bottleneck, chain_conv, stem
 from ..plugins.layout import channel_vector, pack_weight, round_up, unpack_nchwv, unpack_weight
 from ..graph_passes.chain_pairs import chain_conv_pairs, split_chain_node
 from ..plugins.op_schema import DOMAIN, FUSED_CONV_ADD_CONV, op_for_node
-from ..plugins.tactics import ConvShape, candidate_tactics
-from .bottleneck_match import match_identity_bottleneck
+from ..plugins.tactics import candidate_tactics
+from .bottleneck_match import match_identity_bottleneck, node_conv_shape
 from .classifier_plan import float16_refusal, plan_classifier
 from .top1 import Top1Readout
 
@@ -228,16 +228,11 @@ class CudaRunner(Top1Readout):
         if self.output_name not in self.tensors:
             raise TrtfuseError(f"--backend cuda: the graph output {self.output_name} is not produced by a supported pattern")
 
-    @staticmethod
-    def _conv_shape(node, in_shape) -> ConvShape:
-        a = _attrs(node)
-        return ConvShape(*in_shape, a["out_channels"], *a["kernel_shape"], tuple(a["strides"]), tuple(a["pads"]))
-
     def _quantize_input(self, node) -> None:
         scale = self._const(node.input[1], np.float32)
         n, c, h, w = self.input_shape
         users = self.consumers.get(node.output[0], [])
-        stem_conv = (self._conv_shape(users[0], self.input_shape)
+        stem_conv = (node_conv_shape(users[0], self.input_shape)
                      if len(users) == 1 and users[0].domain == DOMAIN and users[0].op_type == "FusedConv" else None)
         if self.fold_stem and stem_conv is not None and stem.applies(stem_conv):
             # The stem reads the image folded 2x2 into 16 channels: quantize straight into that form.
@@ -261,7 +256,7 @@ class CudaRunner(Top1Readout):
         x = self.tensors.get(names["x"])
         if x is None:
             raise TrtfuseError(f"--backend cuda: input {names['x']} of {node.name} is not an int8 tensor it computed")
-        shape = self._conv_shape(node, x.folded_from or x.shape)
+        shape = node_conv_shape(node, x.folded_from or x.shape)
         n = shape.n
         if x.folded_from:
             fc = stem.fold(shape)

@@ -147,7 +147,7 @@ def test_launcher_tactics_on_hopper_add_the_wgmma_ones_that_handle_the_profile(n
     shape_free = tc.launcher_tactics(attrs, H200)
     assert shape_free[:len(aot)] == aot and all(TACTICS_BY_ID[i].family == "mma" for i in shape_free)
     for batches in ((256, 256), (1, 256), (3, 40), (256, 512), (8, 8)):
-        ids = tc.launcher_tactics(attrs, H200, hw, batches)
+        ids = tc.launcher_tactics(attrs, H200, hw, batches, residual=shape.residual)
         assert set(shape_free) <= set(ids) and len(ids) == len(set(ids))
         # first: what our own runner picks at the largest batch, where the whole profile allows it
         best = choose(dataclasses.replace(shape, n=batches[1]), H200.sms, H200.arch)[0].id
@@ -161,7 +161,7 @@ def test_launcher_tactics_on_hopper_add_the_wgmma_ones_that_handle_the_profile(n
             assert any(TACTICS_BY_ID[i].geometry(dataclasses.replace(shape, n=n)) is None
                        for n in range(batches[0], batches[1] + 1)), (name, batches, i)
     # at one batch the first is always `choose`'s pick: for the 3x3 layers at 256, a wgmma tactic
-    at_256 = tc.launcher_tactics(attrs, H200, hw, (256, 256))
+    at_256 = tc.launcher_tactics(attrs, H200, hw, (256, 256), residual=shape.residual)
     assert at_256[0] == choose(shape, H200.sms, H200.arch)[0].id
     if (shape.r, shape.c) == (3, shape.k) and shape.c >= 128:
         assert TACTICS_BY_ID[at_256[0]].family == "wgmma"
@@ -169,6 +169,17 @@ def test_launcher_tactics_on_hopper_add_the_wgmma_ones_that_handle_the_profile(n
     assert all(TACTICS_BY_ID[i].family == "mma" for i in tc.launcher_tactics(attrs, A100, hw, (256, 256)))
     monkeypatch.setenv("TRTFUSE_WGMMA", "0")
     assert all(TACTICS_BY_ID[i].family == "mma" for i in tc.launcher_tactics(attrs, H200, hw, (256, 256)))
+
+
+def test_tiles_without_residual_buffers_are_offered_only_to_convs_without_a_residual(monkeypatch):
+    # a FusedConv plugin (no residual input) may take w59, a FusedConvAdd one may not: the kernel has no buffers for it
+    monkeypatch.delenv("TRTFUSE_WGMMA", raising=False)
+    res4_conv1 = ConvShape(256, 1024, 14, 14, 256, 1, 1)
+    attrs = _attrs_of(res4_conv1)
+    without = tc.launcher_tactics(attrs, H200, (14, 14), (256, 256), residual=False)
+    assert without[0] == 59 and 55 in without
+    with_residual = tc.launcher_tactics(attrs, H200, (14, 14), (256, 256), residual=True)
+    assert 59 not in with_residual and 55 in with_residual
 
 
 def test_stacked_image_tiles_are_offered_only_to_profiles_whose_smallest_batch_fills_them():

@@ -226,6 +226,20 @@ def _dynamic_descs(trt, spec, dims, lo, hi):
     return [_dynamic_desc(trt, dims, lo, hi)] + [_dynamic_desc(trt, [1, 1], 1, 1) for _ in spec.inputs[1:]]
 
 
+def test_only_a_plugin_without_a_residual_input_offers_the_tiles_without_residual_buffers(trt):
+    # res4 conv1 as TensorRT configures it: FusedConv offers w59 first (choose's pick), FusedConvAdd never (no buffers)
+    from trtfuse.plugins.op_schema import FUSED_CONV_ADD
+
+    ConvPlugin, _ = v3.plugin_classes(trt)
+    res4_conv1 = dict(in_channels=1024, out_channels=256, kernel_shape=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), relu=1)
+    offered = {}
+    for spec in (FUSED_CONV, FUSED_CONV_ADD):
+        plugin = ConvPlugin(spec, res4_conv1, "res4_conv1", trt.TensorRTPhase.BUILD, device=H200)
+        plugin.configure_plugin(_dynamic_descs(trt, spec, [256, 1024, 14, 14], 256, 256), [])
+        offered[spec.name] = plugin.get_valid_tactics()
+    assert offered["FusedConv"][0] == 59 and 59 not in offered["FusedConvAdd"] and 55 in offered["FusedConvAdd"]
+
+
 def test_configured_plugins_on_hopper_offer_the_wgmma_tactics_of_their_profile(trt):
     from trtfuse.plugins.tactics import TACTICS_BY_ID
 

@@ -294,13 +294,15 @@ CASES = [
 @pytest.mark.parametrize("tactic", WGMMA_TACTICS, ids=[t.name for t in WGMMA_TACTICS])
 @pytest.mark.parametrize("shape", CASES, ids=[f"{s.c}x{s.h}x{s.w}k{s.k}r{s.r}s{s.stride[0]}" for s in CASES])
 def test_tiles_compute_the_exact_convolution(shape, tactic):
+    with_residual = tactic.residual_buffers > 0  # a tactic without residual buffers takes the convs without one
+    shape = dataclasses.replace(shape, residual=with_residual)
     if tactic.geometry(shape) is None:
         pytest.skip(f"{tactic.name} does not take this shape")
     rng = np.random.default_rng()
     x = rng.integers(-128, 128, (shape.n, shape.c, shape.h, shape.w), dtype=np.int8)
     w = rng.integers(-127, 128, (shape.k, shape.c, shape.r, shape.s), dtype=np.int8)
     oh, ow = shape.out_hw
-    res = rng.integers(-128, 128, (shape.n, shape.k, oh, ow), dtype=np.int8)
+    res = rng.integers(-128, 128, (shape.n, shape.k, oh, ow), dtype=np.int8) if with_residual else None
     got = emulate(shape, tactic, x, w, res)
     ref = conv_int8_accumulate(x, w, shape.stride, shape.pads)
     np.testing.assert_array_equal(got[:, : shape.k], ref)
@@ -391,15 +393,19 @@ def test_heuristic_by_default_takes_wgmma_for_128_channels_and_more_or_flat_tile
         assert choose(shapes[name], arch="sm_90")[0].pixel_major, name
     assert not choose(shapes["res3 conv1 1x1 512->128"], arch="sm_90")[0].pixel_major
     # 1x1 stride-1 maps in 8-pixel groups with GEMM-K under 1024: the flat tiles, 64-channel layers included
-    # (w52 at 256+ channels with resident weights, w57 with 16 k32 steps resident, w55 past them, w56 below 256); 14 x 14
-    # and 7 x 7 maps too, as 8-image groups (14 x 14 whatever the GEMM-K); strided maps not
+    # (w52 at 256+ channels with resident weights, w57 with 16 k32 steps resident, w59's four ring slots for the convs
+    # without a residual, w55 past them, w56 below 256); 14 x 14 and 7 x 7 maps too, as 8-image groups (14 x 14 whatever
+    # the GEMM-K); strided maps not
     flat = {"res2 first conv1 1x1 64->64": 56, "res2 conv1 1x1 256->64": 56, "res3 first conv1 1x1 256->128": 56,
             "res2 conv3 1x1 64->256 +res": 52, "res3 conv3 1x1 128->512 +res": 52, "res2 downsample 1x1/1 64->256": 52,
-            "res4 first conv1 1x1 512->256": 55, "res4 conv3 1x1 256->1024 +res": 52, "res4 conv1 1x1 1024->256": 55,
-            "res5 first conv1 1x1 1024->512": 55, "res5 conv3 1x1 512->2048 +res": 57}
+            "res4 first conv1 1x1 512->256": 59, "res4 conv3 1x1 256->1024 +res": 52, "res4 conv1 1x1 1024->256": 59,
+            "res5 first conv1 1x1 1024->512": 59, "res5 conv3 1x1 512->2048 +res": 57}
     for name, shape in shapes.items():
         t = choose(shape, arch="sm_90")[0]
         assert (t.id if getattr(t, "flat", False) else None) == flat.get(name), name
+    # the same convs said to have a residual (a shape that does not know) keep w55, which has the residual buffers
+    for name in ("res4 first conv1 1x1 512->256", "res4 conv1 1x1 1024->256", "res5 first conv1 1x1 1024->512"):
+        assert choose(dataclasses.replace(shapes[name], residual=True), arch="sm_90")[0].id == 55, name
     # a batch not in 8s leaves 14 x 14 maps to the row tiles (res4 conv3 + residual: the ping-pong w50), one in 8s does not
     for batch, tactic_id in ((12, 50), (16, 52)):
         res4_conv3 = {n: s for n, s, _ in resnet50_layers(batch)}["res4 conv3 1x1 256->1024 +res"]
@@ -553,6 +559,20 @@ def test_a_tactic_says_why_it_refuses_a_shape():
     for t in WGMMA_TACTICS:  # geometry and can_implement are one decision
         for shape in (res3_conv2, ConvShape(8, 256, 14, 14, 1024, 1, 1)):
             assert (t.geometry(shape) is not None) == t.can_implement(shape)[0], t.name
+    # a tile without residual buffers (w59) takes res4 conv1 only where the shape says it has no residual
+    w59, res4_conv1 = TACTICS_BY_ID[59], ConvShape(512, 1024, 14, 14, 256, 1, 1)
+    ok, why = w59.can_implement(res4_conv1)
+    assert not ok and "residual" in why
+    assert w59.can_implement(dataclasses.replace(res4_conv1, residual=False)) == (True, "")
+
+
+def test_a_plan_for_a_conv_without_a_residual_refuses_one_at_launch():
+    # checked before the driver is touched: the kernel would trap on the residual pointer
+    from trtfuse.plugins.conv import ConvLaunch
+
+    plan = ConvLaunch(ConvShape(512, 1024, 14, 14, 256, 1, 1, residual=False), TACTICS_BY_ID[59], 1)
+    with pytest.raises(ValueError, match="without a residual"):
+        plan.launch(1, 2, 3, 4, 5, 6, residual=7, residual_scale=8)
 
 
 def test_the_kernel_struct_carries_every_field_by_name():

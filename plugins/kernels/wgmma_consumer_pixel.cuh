@@ -35,7 +35,8 @@ __device__ __forceinline__ void consume_pixel_major(const ConvParams& p, const W
   const uint32_t wres_full = ring.empty0 + STAGES * 8;
   float* s_scale = reinterpret_cast<float*>(smem + L::FACTOR_OFFSET) + group * 2 * CH;
   float* s_bias = s_scale + CH;
-  const bool has_res = p.residual != nullptr && Profiling::pixel_major_residual;
+  if (L::BUFFERS == 0 && p.residual != nullptr) __trap();  // a tactic without residual buffers given a residual layer
+  const bool has_res = L::BUFFERS > 0 && p.residual != nullptr && Profiling::pixel_major_residual;
   const bool load_res = has_res && !Profiling::no_residual_loads;
   const EpilogueScalars es(p, has_res);
   const int first_px = 64 * part + 16 * warp;  // this warp's 16 pixels of the tile

@@ -121,7 +121,7 @@ struct WgmmaSmem {
   static constexpr int OUT_STRIDE = kTmaOut ? 32 : CH + 16;
   static constexpr int OUT_OFFSET = HALO_OFFSET + HALO_STAGES * HALO_SLOT;  // HALO_SLOT is 0 without windows
   static constexpr int OUT_BYTES = PIXM ? Tactic::consumers * 64 * CH : kTmaOut ? BN * CH : BN * OUT_STRIDE;  // one staging (or residual) buffer
-  static constexpr int BUFFERS = PIXM ? 2 : Tactic::staging;
+  static constexpr int BUFFERS = PIXM ? Tactic::residual_buffers : Tactic::staging;
   static constexpr int GROUPS = PIXM ? Tactic::consumers / (BN / 64) : 1;  // tile groups (pixel-major): consumer warpgroups per CTA / per tile
   static constexpr int FACTOR_OFFSET = OUT_OFFSET + BUFFERS * OUT_BYTES;
   static constexpr int BAR_OFFSET = FACTOR_OFFSET + (PIXM ? GROUPS * 2 * CH * 4 : 0);

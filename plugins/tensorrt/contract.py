@@ -153,7 +153,7 @@ def _handles_batches(tactic, shape: ConvShape, batches: tuple[int, int]) -> bool
 
 
 def launcher_tactics(attrs: ConvAttrs, device: LaunchDevice, x_hw: tuple[int, int] | None = None,
-                     batches: tuple[int, int] | None = None) -> list[int]:
+                     batches: tuple[int, int] | None = None, *, residual: bool = True) -> list[int]:
     """Tactic ids a plugin launching through ConvLaunch offers on `device`, best guess first.
 
     Every mma.sync tactic of the input's vector width whose shared memory the device allows (persistent ones
@@ -172,7 +172,7 @@ def launcher_tactics(attrs: ConvAttrs, device: LaunchDevice, x_hw: tuple[int, in
     if x_hw is None or batches is None:
         return ids
     shape = ConvShape(batches[1], attrs.in_channels, *x_hw, attrs.out_channels, *attrs.kernel_shape, attrs.strides,
-                      attrs.pads)
+                      attrs.pads, residual=residual)
     if wgmma_enabled(device.arch):
         ids += [t.id for t in WGMMA_TACTICS if t.shared_bytes() <= device.shared_limit and _handles_batches(t, shape, batches)]
     best = choose(shape, device.sms, device.arch)[0].id

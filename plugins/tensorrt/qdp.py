@@ -132,7 +132,8 @@ def _register_conv(spec: OpSpec, trt, trtp) -> None:
         tensors = _tensors(spec, args)
         ptr = lambda t: t.__cuda_array_interface__["data"][0]
         n, c, h, w = (int(d) for d in spec.bind(tensors)["x"].shape)
-        shape = ConvShape(n, attrs.in_channels, h, w, attrs.out_channels, *attrs.kernel_shape, attrs.strides, attrs.pads)
+        shape = ConvShape(n, attrs.in_channels, h, w, attrs.out_channels, *attrs.kernel_shape, attrs.strides, attrs.pads,
+                          residual=spec.adds_residual)
         plan = ConvLaunch.plan(shape, int(args["tactic"]))
         plan.launch_op(spec, [ptr(t) for t in tensors], ptr(args["outputs"][0]), relu=bool(attrs.relu), stream=args["stream"])
 

@@ -207,7 +207,7 @@ class ConvPluginLogic(_PluginAnswers):
         self.types = [_QDP_TYPE_TO_DATA_TYPE[t] for t in self.combination.types.split(", ")]
         self.formats = self.combination.formats.split(", ")
         self.device = _detected_device() if device is _DETECT else device
-        self.tactics = tc.launcher_tactics(self.attrs, self.device) if self.device else list(self.combination.tactics)
+        self.tactics = tc.launcher_tactics(self.attrs, self.device, residual=spec.adds_residual) if self.device else list(self.combination.tactics)
         if not self.tactics:  # every tactic's shared memory exceeds what the device (or TensorRT's AOT path) allows
             limit = self.device.shared_limit if self.device else tc.AOT_SHARED_LIMIT
             raise ValueError(f"{spec.name}: no tactic fits this node (in_channels={self.attrs.in_channels}, "
@@ -218,7 +218,7 @@ class ConvPluginLogic(_PluginAnswers):
     def configure(self, x_hw: tuple[int, int], batches: tuple[int, int]) -> None:
         """The build's input dims: spatial (static) and the profile's batch range (MIN, MAX)."""
         if self.device:
-            self.tactics = tc.launcher_tactics(self.attrs, self.device, x_hw, batches)
+            self.tactics = tc.launcher_tactics(self.attrs, self.device, x_hw, batches, residual=self.spec.adds_residual)
 
     def output_dims(self, x_dims, constant) -> list:
         """[N, K, OH, OW] from x's dims: N passed through (it may be symbolic), the rest `constant(int)`.
@@ -237,7 +237,7 @@ class ConvPluginLogic(_PluginAnswers):
 
         n, c, h, w = self.runtime_dims(x_dims)
         a = self.attrs
-        shape = ConvShape(n, c, h, w, a.out_channels, *a.kernel_shape, a.strides, a.pads)
+        shape = ConvShape(n, c, h, w, a.out_channels, *a.kernel_shape, a.strides, a.pads, residual=self.spec.adds_residual)
         return ConvLaunch.plan(shape, tactic, splits=1)  # splits=1: no workspace (get_workspace_size is 0)
 
     def launch(self, plan, inputs: list[int], outputs: list[int], stream: int) -> None:
