@@ -40,6 +40,9 @@ LAYERS = [
     ("res4 first conv1 1x1 512->256", ConvShape(256, 512, 28, 28, 256, 1, 1)),
     ("res5 first conv1 1x1 1024->512", ConvShape(256, 1024, 14, 14, 512, 1, 1)),
     ("res5 conv1 1x1 2048->512", ConvShape(256, 2048, 7, 7, 512, 1, 1)),
+    ("res2 first conv1 1x1 64->64", ConvShape(256, 64, 56, 56, 64, 1, 1)),
+    ("res2 downsample 1x1 64->256", ConvShape(256, 64, 56, 56, 256, 1, 1)),
+    ("res3 downsample 1x1/2 256->512", ConvShape(256, 256, 56, 56, 512, 1, 1, (2, 2))),
     ("res3 first conv2 3x3/2 128", ConvShape(256, 128, 56, 56, 128, 3, 3, (2, 2), (1, 1, 1, 1))),
     ("res4 first conv2 3x3/2 256", ConvShape(256, 256, 28, 28, 256, 3, 3, (2, 2), (1, 1, 1, 1))),
     ("res5 first conv2 3x3/2 512", ConvShape(256, 512, 14, 14, 512, 3, 3, (2, 2), (1, 1, 1, 1))),
@@ -56,7 +59,7 @@ RESIDUAL_LAYERS = [
 
 def variants():
     by_id = TACTICS_BY_ID
-    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 45, 46, 50, 52, 54, 55, 56, 57, 59, 60, 61, 62, 64,
+    out = [(f"full t{i}", by_id[i]) for i in (24, 26, 28, 29, 30, 31, 32, 33, 34, 35, 40, 41, 42, 43, 45, 46, 50, 52, 53, 54, 55, 56, 57, 59, 60, 61, 62, 64,
                                               65, 66, 67, 68, 69, 70, 71, 73, 74)]
     out += [(f"diag{d} t{i}", dataclasses.replace(by_id[i], diag=d)) for i in (60, 61, 64, 65, 66, 67, 68, 69, 70, 71, 74)
             for d in (1, 2, 3, 10, 11, 12, 13)]

@@ -455,6 +455,7 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(id=40, bm=128, bn=256, stages=3, **_PM),
     WgmmaTactic(id=41, bm=128, bn=128, stages=4, **_PM),
     WgmmaTactic(id=42, bm=128, bn=256, stages=2, **_PM),
+    WgmmaTactic(id=43, bm=128, bn=256, stages=4, residual_buffers=0, **_PM),  # ... w40 with a fourth slot, no residual (res3 downsample)
     WgmmaTactic(id=45, bm=64, bn=256, stages=8, resident_kt=8, **_PM),  # ... the weight resident, a tile per warpgroup
     WgmmaTactic(id=46, bm=128, bn=128, stages=4, consumers=4, resident_kt=8, **_PM),  # ... 4 consumer warpgroups
     WgmmaTactic(id=50, bm=64, bn=256, stages=8, resident_kt=8, pingpong=True, **_PM),  # ... w45's two groups in ping-pong
@@ -481,6 +482,7 @@ WGMMA_TACTICS: tuple[WgmmaTactic, ...] = (
     WgmmaTactic(id=69, bm=224, bn=128, stages=4, persistent=True, halo_rows=320, halo_stages=4, tma_store=True, pdl=1, **_CM),
     # flat tiles of consecutive pixels for the 1x1 stride-1 layers whose maps come in 8-pixel groups (w50 / w45 / w42 / w46)
     WgmmaTactic(id=52, bm=64, bn=256, stages=8, resident_kt=8, pingpong=True, flat=True, **_PM),
+    WgmmaTactic(id=53, bm=64, bn=256, stages=12, resident_kt=8, pingpong=True, flat=True, residual_buffers=0, **_PM),  # ... w52 with 12 slots, no residual (res2 downsample)
     WgmmaTactic(id=54, bm=64, bn=256, stages=8, resident_kt=8, flat=True, **_PM),
     WgmmaTactic(id=55, bm=128, bn=256, stages=3, flat=True, **_PM),
     WgmmaTactic(id=56, bm=128, bn=128, stages=4, consumers=4, resident_kt=8, flat=True, **_PM),
@@ -513,15 +515,17 @@ WGMMA_PREFERRED = (31, 28)
 WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 69, 64, 89, 74, 67, 65, 68, 66)
 # GEMM-K under 1024: two staging tiles, the residual streaming in while the previous output waits
 WGMMA_SHORT_K_PREFERRED = (33, 35)
-# GEMM-K under 512 with 256+ output channels: the pixel-major tiles, first the ping-pong one where its weight fits
-WGMMA_PIXEL_MAJOR_PREFERRED = (50, 42, 40)
+# GEMM-K under 512 with 256+ output channels: the pixel-major tiles, first the ping-pong one where its weight fits;
+# w43 before w40 where the conv has no residual (res3 downsample 0.1350 against 0.1470 ms at batch 512)
+WGMMA_PIXEL_MAJOR_PREFERRED = (50, 42, 43, 40)
 # GEMM-K under 1024, or any GEMM-K where 8-image groups fill whole boxes (14 x 14): the flat tiles, by "256+ output
 # channels"; w59 (no residual buffers, a fourth ring slot) before w55 where the conv has no residual: res4 first conv1
-# 0.1020 against 0.1125 ms at batch 512, res4 conv1 0.0516 against 0.0541, res5 first conv1 0.0944 against 0.0993
-WGMMA_FLAT_PREFERRED = {True: (52, 59, 55), False: (56,)}
+# 0.1020 against 0.1125 ms at batch 512, res4 conv1 0.0516 against 0.0541, res5 first conv1 0.0944 against 0.0993;
+# likewise w53 before w52 (res2 downsample 0.1512 against 0.1578)
+WGMMA_FLAT_PREFERRED = {True: (53, 52, 59, 55), False: (56,)}
 # ... 256+ channels on maps not in 8-pixel groups (8-image groups): w57's 16 k32 steps resident before w59 / w55
 # (res5 conv3)
-WGMMA_FLAT_IMAGE_GROUPS_PREFERRED = (52, 57, 59, 55)
+WGMMA_FLAT_IMAGE_GROUPS_PREFERRED = (53, 52, 57, 59, 55)
 
 
 def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:

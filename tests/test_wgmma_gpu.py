@@ -194,7 +194,7 @@ FLAT_SHAPES = [
 
 @pytest.mark.parametrize("ctas", ["3", "1", ""], ids=["three-ctas", "one-cta", "every-sm"])
 @pytest.mark.parametrize("shape", FLAT_SHAPES, ids=[f"{s.n}x{s.c}x{s.h}x{s.w}" for s in FLAT_SHAPES])
-@pytest.mark.parametrize("tactic_id", [52, 54, 55, 56, 57, 59])
+@pytest.mark.parametrize("tactic_id", [52, 53, 54, 55, 56, 57, 59])
 def test_flat_tiles_cross_images_and_the_batch_end(monkeypatch, tactic_id, shape, ctas):
     # flat tiles: tiles of consecutive pixels whatever the image, boxes of 1, 2 or 8 eight-pixel groups x a slot's 4
     # channel blocks (those past CB zero-filled), the batch's last tile partly past it (its boxes reload the last
@@ -207,7 +207,7 @@ def test_flat_tiles_cross_images_and_the_batch_end(monkeypatch, tactic_id, shape
     assert tactic.geometry(no_residual) is not None
     if tactic.residual_buffers:
         _check(shape, True, tactic)
-    else:  # no residual buffers (w59): convs without a residual only
+    else:  # no residual buffers (w53, w59): convs without a residual only
         assert tactic.geometry(dataclasses.replace(shape, residual=True)) is None
         _check(shape, False, tactic)
     _check(shape, False, tactic, relu=False)
