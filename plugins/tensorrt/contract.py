@@ -160,7 +160,8 @@ def launcher_tactics(attrs: ConvAttrs, device: LaunchDevice, x_hw: tuple[int, in
     included: ConvLaunch sizes their grid from the SM count), and, where the device has wgmma (and TRTFUSE_WGMMA is
     not 0), every wgmma tactic whose geometry handles the node at every batch of `batches` (MIN, MAX: the build's
     optimization profile; a tile of stacked images needs enough of them, so a profile from batch 1 leaves those out, and
-    a flat tile of 8-image groups every batch in 8s).
+    a flat tile of 8-image groups every batch in 8s). `residual`: whether the node adds one (a FusedConvAdd); only a
+    node without one is offered the tiles that keep no residual buffers (ConvShape.residual).
     Without the spatial dims or the batch range (before TensorRT configures the plugin) the wgmma tactics, whose
     geometry needs them, are left out. First comes the tactic plugins/tactics.py `choose` picks at the largest batch (our own
     runner's choice), then the AOT tactics in their order, then the rest by id.
