@@ -516,12 +516,12 @@ WGMMA_HALO_PREFERRED = (70, 71, 73, 60, 61, 69, 64, 89, 74, 67, 65, 68, 66)
 # GEMM-K under 1024: two staging tiles, the residual streaming in while the previous output waits
 WGMMA_SHORT_K_PREFERRED = (33, 35)
 # GEMM-K under 512 with 256+ output channels: the pixel-major tiles, first the ping-pong one where its weight fits;
-# w43 before w40 where the conv has no residual (res3 downsample 0.1350 against 0.1470 ms at batch 512)
+# w43 before w40 where the conv has no residual (res3 downsample 0.1350 against 0.1474 ms at batch 512)
 WGMMA_PIXEL_MAJOR_PREFERRED = (50, 42, 43, 40)
 # GEMM-K under 1024, or any GEMM-K where 8-image groups fill whole boxes (14 x 14): the flat tiles, by "256+ output
 # channels"; w59 (no residual buffers, a fourth ring slot) before w55 where the conv has no residual: res4 first conv1
 # 0.1020 against 0.1125 ms at batch 512, res4 conv1 0.0516 against 0.0541, res5 first conv1 0.0944 against 0.0993;
-# likewise w53 before w52 (res2 downsample 0.1512 against 0.1578)
+# likewise w53 before w52 (res2 downsample 0.1500 against 0.1553)
 WGMMA_FLAT_PREFERRED = {True: (53, 52, 59, 55), False: (56,)}
 # ... 256+ channels on maps not in 8-pixel groups (8-image groups): w57's 16 k32 steps resident before w59 / w55
 # (res5 conv3)
