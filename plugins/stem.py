@@ -55,7 +55,8 @@ def fold(shape: ConvShape) -> FoldedConv:
     oh, ow = shape.out_hw
     # Bottom/right padding chosen so the folded conv has exactly the original output size.
     pb, pr = oh - 1 - h2 - (-q_top) + r2, ow - 1 - w2 - (-q_left) + s2
-    folded = ConvShape(shape.n, 4 * shape.c, h2, w2, shape.k, r2, s2, (1, 1), (-q_top, -q_left, pb, pr), in_vec=S2D_VEC)
+    folded = ConvShape(shape.n, 4 * shape.c, h2, w2, shape.k, r2, s2, (1, 1), (-q_top, -q_left, pb, pr), in_vec=S2D_VEC,
+                       residual=shape.residual)
     assert folded.out_hw == (oh, ow), (folded, shape)
     return FoldedConv(shape, folded, q_top, q_left)
 

@@ -293,9 +293,9 @@ class CudaRunner(Top1Readout):
             given = self._given_plans.get(node.name, plan)  # absent: the other runner ran it inside a fused block
             plan = given if isinstance(given, ConvLaunch) else named_plan(given, plan.shape, node.name)
         elif self.autotune:
-            # ResNet-50's 53 convs are 24 distinct problems: a problem timed once serves its repeats (same shape,
-            # same residual and ReLU: the same candidates on the same amount of work)
-            key = (plan.shape, r is not None, bool(a["relu"]))
+            # ResNet-50's 53 convs are 24 distinct problems: a problem timed once serves its repeats (same shape, its
+            # residual flag included, and ReLU: the same candidates on the same amount of work)
+            key = (plan.shape, bool(a["relu"]))
             if key not in self._tuned:
                 self._tuned[key] = self._fastest(plan, make_step, [x, out] + ([r] if r is not None else []))
             plan = self._tuned[key]
