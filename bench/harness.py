@@ -6,10 +6,11 @@ answer at once and each `wait` returns it. No GPU is involved, so the figure is 
 a GPU run cannot go faster, and at a GPU rate R the harness's Python work (under one GIL) occupies about
 R / ceiling of the run's time, which is what it can steal from the threads that feed the GPU.
 
-    trtfuse bench harness [--batch 256] [--slots 4] [--seconds 5] [--count 4096] [--answers array|objects]
+    trtfuse bench harness [--batch 256] [--slots 4] [--seconds 5] [--count 4096] [--answers array|lists|objects]
 
---answers is the offline run's choice (runtime/loadgen_answers.py): one C++ call per batch, or a Python
-QuerySampleResponse per sample.
+--answers is the offline run's choice: the query read in place (runtime/loadgen_query.py) and one C++ call per batch
+(runtime/loadgen_answers.py), the query as the Python binding's two lists, or those and a Python QuerySampleResponse
+per sample.
 """
 
 from __future__ import annotations

@@ -30,8 +30,9 @@ COMMON_FLAGS = frozenset({
 ARCHITECTURES = ("resnet18", "resnet34", "resnet50", "resnet101")
 FUSE_MODES = ("residual", "all")
 # What an images argument of calibrate / evaluate / calibrate-compare takes.
-# How a LoadGen run answers each batch (runtime/offline.run_loadgen, runtime/loadgen_answers.py).
-ANSWER_PATHS = ("array", "objects")
+# How a LoadGen run receives its query and answers each batch (runtime/offline.run_loadgen; runtime/loadgen_query.py,
+# runtime/loadgen_answers.py), fastest first.
+ANSWER_PATHS = ("array", "lists", "objects")
 DATA_HELP = "a folder of JPEG/PNG images (optional val_map.txt labels), a .npy/.npz batch, or 'default' (embedded photos)"
 
 _POSITIVE_INT = positive_int()
@@ -217,12 +218,14 @@ def replace(p, help: str):
 
 
 def answers(p, help: str):
-    """--answers of a LoadGen run: how each batch is answered (runtime/loadgen_answers.py)."""
+    """--answers of a LoadGen run: how the query is received and each batch answered (runtime/loadgen_query.py,
+    runtime/loadgen_answers.py)."""
     return p.add_argument("--answers", choices=ANSWER_PATHS, default=ANSWER_PATHS[0],
-                          help=f"how each batch is answered to LoadGen: array, one call into LoadGen's C++ "
-                               f"QuerySamplesComplete with the batch's responses (default; objects where the installed "
-                               f"LoadGen does not allow it), or objects, a QuerySampleResponse per sample through "
-                               f"LoadGen's Python binding; {help}")
+                          help=f"how LoadGen's query is received and each batch answered: array, the query read in "
+                               f"place from LoadGen's own sample array and one call into LoadGen's C++ "
+                               f"QuerySamplesComplete per batch (default; the next path where the installed LoadGen "
+                               f"does not allow it); lists, the query as the Python binding's two lists of ints and "
+                               f"answers as array; objects, those lists and a QuerySampleResponse per sample; {help}")
 
 
 # ---- groups ----

@@ -35,6 +35,16 @@ STD_FUNCTION_BYTES = 32  # sizeof(std::function<...>) in libstdc++ on 64-bit
 def elf_function_symbols(path: str, names: set[str]) -> dict[str, int]:
     """{name: value} of the FUNC symbols in `names` found in the ELF64 little-endian file's .symtab (absent: not
     there). Raises ValueError where the file is not such an ELF."""
+    return elf_symbols(path, names, kinds=(STT_FUNC,))
+
+
+STT_OBJECT, STT_FUNC = 1, 2
+
+
+def elf_symbols(path: str, names: set[str], kinds: tuple[int, ...] = (STT_OBJECT, STT_FUNC)) -> dict[str, int]:
+    """{name: value} of the symbols in `names` of the given types (STT_FUNC, STT_OBJECT: functions, data such as a
+    vtable) with a nonzero value, from the ELF64 little-endian file's .symtab. Raises ValueError where the file is not
+    such an ELF."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
@@ -51,8 +61,8 @@ def elf_function_symbols(path: str, names: set[str]) -> dict[str, int]:
         symbols = np.frombuffer(data, dtype=np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"),
                                                       ("shndx", "<u2"), ("value", "<u8"), ("size", "<u8")]),
                                 count=size // 24, offset=offset)
-        functions = symbols[(symbols["info"] & 0xF) == 2]  # STT_FUNC
-        for entry in functions[functions["value"] != 0]:
+        wanted_kind = np.isin(symbols["info"] & 0xF, kinds)
+        for entry in symbols[wanted_kind & (symbols["value"] != 0)]:
             start = strtab_offset + int(entry["name"])
             name = data[start : data.index(b"\0", start)]
             if name in wanted:

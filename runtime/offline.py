@@ -17,6 +17,9 @@ forward ends with the top-1 of each image on the device (plugins/network_ops.arg
   * the responder thread, which answers LoadGen: one call into LoadGen's C++ QuerySamplesComplete per batch with an
     array of responses, each pointing at its sample's 4 bytes (runtime/loadgen_answers.py; --answers objects, or a
     LoadGen module where that call cannot be found: a QuerySampleResponse object per sample).
+The query itself is read where LoadGen holds it, its sample array viewed in place through a SUT of LoadGen's C++
+interface (runtime/loadgen_query.py; --answers lists and objects, or a LoadGen module whose layout is not the one
+checked: the Python binding's two lists of ints, converted after LoadGen's clock has started).
 Neither the launcher nor the next batch's wait waits on response work (LoadGen's per-sample bookkeeping
 takes longer than the copy): a runner is back in the launcher's hands as soon as its GPU work is done, and
 the launcher blocks only while every runner is in flight. Responses are
@@ -42,6 +45,7 @@ import numpy as np
 from ..args import ANSWER_PATHS  # how batches are answered to LoadGen: see run_loadgen
 from ..errors import TrtfuseError
 from .loadgen_answers import native_answerer
+from .loadgen_query import native_sut
 
 BACKENDS = ("cuda", "onnxruntime", "trt")
 GIL_SWITCH_INTERVAL_S = 0.0005  # during a LoadGen run (Python's default: 0.005)
@@ -613,9 +617,10 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
 
     if answers not in ANSWER_PATHS:
         raise TrtfuseError(f"--answers {answers!r}: one of {', '.join(ANSWER_PATHS)}")
-    # "array": one call into LoadGen's C++ QuerySamplesComplete per batch (runtime/loadgen_answers.py), where this
-    # LoadGen module allows it; else, and with "objects", a QuerySampleResponse per sample through its Python binding
-    native = native_answerer(lg) if answers == "array" else None
+    # "array" and "lists": one call into LoadGen's C++ QuerySamplesComplete per batch (runtime/loadgen_answers.py),
+    # where this LoadGen module allows it; else, and with "objects", a QuerySampleResponse per sample through its
+    # Python binding. "array" also reads the query in place (runtime/loadgen_query.py), where the module allows it.
+    native = native_answerer(lg) if answers in ("array", "lists") else None
 
     def complete(ids, data_address: int = 0, item_bytes: int = 0) -> None:
         """LoadGen's completion of `ids`, the i-th answer the item_bytes at data_address + i * item_bytes."""
@@ -640,10 +645,11 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
                 progress_cb(len(ids))
 
     def issue_queries(ids, indices):
-        # LoadGen's "fast" SUT hands over the Offline query as two lists of ints (response ids, sample
-        # indices) instead of hundreds of thousands of QuerySample objects to convert and read one by one.
-        # Each batch is queued as soon as it is cut, so the GPUs start on the first while the rest are cut.
-        if scenario == "offline":
+        # The query as two sequences of ints (response ids, sample indices): uint64 views of LoadGen's own sample
+        # array (NativeSut), or the two lists of the binding's "fast" SUT, instead of hundreds of thousands of
+        # QuerySample objects to convert and read one by one. Each batch is queued as soon as it is cut, so the
+        # GPUs start on the first while the rest are cut.
+        if scenario == "offline" and isinstance(ids, list):
             # The two lists hold an int per sample (tens of millions in a long run), allocated just before this call:
             # the collector's young-generation passes would walk them under the GIL while the GPUs wait for launches
             # (80 ms for 4.4 million on this repository's CI machine). Frozen, they are never walked (thawed after
@@ -666,7 +672,8 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
     def flush_queries():
         pass
 
-    sut = lg.ConstructFastSUT(issue_queries, flush_queries)
+    in_place = native_sut(lg, issue_queries, flush_queries) if native and answers == "array" else None
+    sut = in_place.handle if in_place else lg.ConstructFastSUT(issue_queries, flush_queries)
     qsl = lg.ConstructQSL(count, count, lambda s: None, lambda s: None)
     settings = lg.TestSettings()
     settings.mode = lg.TestMode.AccuracyOnly if mode == "accuracy" else lg.TestMode.PerformanceOnly
@@ -704,8 +711,9 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
         close_workers(workers)
         query_lists.clear()
         lg.DestroyQSL(qsl)
-        lg.DestroyFastSUT(sut)
-    failed = [w.error for w in workers if w.error is not None]
+        if not in_place:
+            lg.DestroyFastSUT(sut)
+    failed = [w.error for w in workers if w.error is not None] + (in_place.errors if in_place else [])
     if failed:
         first = str(failed[0]).splitlines()[0] if str(failed[0]) else ""
         raise TrtfuseError(f"{what} failed: {type(failed[0]).__name__}: {first}")
@@ -718,7 +726,7 @@ def run_loadgen(workers: list[_Worker], count: int, batch: int, pad_last_batch: 
     verdict = summary.get("Result is") if mode == "performance" else None
     out = {"scenario": scenario, "result": verdict, "min_duration_s": min_duration_s, "samples_issued": issued[0],
            "samples_completed": completed[0], "wall_seconds": wall, "samples_per_s": rate, "loadgen_summary": summary,
-           "log_dir": str(log_dir), "invalid_because": reasons or None, "answers": "array" if native else "objects"}
+           "log_dir": str(log_dir), "invalid_because": reasons or None, "answers": "array" if in_place else "lists" if native else "objects"}
     if issued_at and answered:
         out["timeline"] = answer_timeline(issued_at[0], answered)
     if mode == "accuracy":

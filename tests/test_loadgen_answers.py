@@ -77,7 +77,7 @@ def test_an_unknown_answer_path_is_refused(tmp_path):
 
     worker = _GpuWorker(FakeGpu(batch=8, slots=2).slots)
     try:
-        with pytest.raises(TrtfuseError, match="--answers 'tuples': one of array, objects"):
+        with pytest.raises(TrtfuseError, match="--answers 'tuples': one of array, lists, objects"):
             run_loadgen([worker], 16, 8, pad_last_batch=True, mode="performance", log_dir=str(tmp_path / "l"),
                         expected_qps=100.0, min_duration_s=0.1, answers="tuples")
     finally:
@@ -87,7 +87,7 @@ def test_an_unknown_answer_path_is_refused(tmp_path):
 def test_bench_harness_with_each_answer_path(tmp_path):
     from trtfuse.cli import main
 
-    for answers in ("array", "objects"):
+    for answers in ("array", "lists", "objects"):
         out = tmp_path / f"{answers}.json"
         assert main(["bench", "harness", "--seconds", "0.05", "--batch", "8", "--count", "64", "--slots", "2",
                      "--answers", answers, "-o", str(out), "--json"]) == 0

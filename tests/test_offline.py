@@ -390,11 +390,12 @@ def _loadgen_errors(tmp_path) -> list:
     return [line for line in detail if '"is_error": true' in line]
 
 
-@pytest.mark.parametrize("answers", ["array", "objects"])
+@pytest.mark.parametrize("answers", ["array", "lists", "objects"])
 def test_gpu_pipeline_under_loadgen_accuracy_mode(tmp_path, answers):
     """Every sample answered once, the response of each sample its own top-1 (the responses point into
     the slot's array at base + 4 * i), the short last batch padded and its padding not answered: LoadGen's own
-    accuracy log says so, whether the batch is answered with one C++ call or an object per sample."""
+    accuracy log says so, whether the query is read in place or as lists and the batch answered with one C++ call or
+    an object per sample."""
     result = _loadgen_run(tmp_path, "accuracy", FakeGpu(batch=8, slots=3), answers=answers)
     assert result["accuracy_responses"] == 45 and result["samples_completed"] == 45
     assert result["answers"] == answers
@@ -484,7 +485,7 @@ def test_answer_timeline_separates_ramp_and_drain_from_the_steady_rate():
     assert t["samples_per_s_by_tenth"][0] < 600 and t["samples_per_s_by_tenth"][5] == pytest.approx(1000.0, rel=0.02)
 
 
-@pytest.mark.parametrize("answers", ["array", "objects"])
+@pytest.mark.parametrize("answers", ["array", "lists", "objects"])
 def test_gpu_pipeline_failure_under_loadgen_is_one_error_after_the_run(tmp_path, answers):
     from trtfuse.errors import TrtfuseError
 
@@ -616,7 +617,8 @@ def test_loadgens_query_lists_are_kept_from_the_collector_during_the_run(tmp_pat
         start = slot.start
         slot.start = lambda indices, start=start: (seen.append(gc.get_freeze_count()), start(indices))[1]
     before = gc.get_freeze_count()
-    result = _loadgen_run(tmp_path, "performance", gpu)
+    result = _loadgen_run(tmp_path, "performance", gpu, answers="lists")
+    assert result["answers"] == "lists"
     assert result["samples_completed"] > 0 and seen and min(seen) > before
     assert gc.get_freeze_count() == before
 
@@ -646,7 +648,7 @@ def test_the_offline_querys_lists_are_freed_after_the_run_not_during_it(tmp_path
     for slot in gpu.slots:
         wait = slot.wait
         slot.wait = lambda wait=wait: (alive_at_last_wait.append([r() is not None for r in refs]), wait())[1]
-    result = _loadgen_run(tmp_path, "performance", gpu)
+    result = _loadgen_run(tmp_path, "performance", gpu, answers="lists")
     assert result["samples_completed"] > 0 and len(refs) == 2
     assert all(all(alive) for alive in alive_at_last_wait)  # every batch, the last one included
     import gc
