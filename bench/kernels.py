@@ -240,9 +240,11 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
 
 
 def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
-    """The stem conv fused with its 3x3/2 max-pool (plugins/kernels/stem_pool.cu) against the two kernels it replaces
+    """The stem conv fused with its 3x3/2 max-pool (plugins/kernels/stem_pool.cu, stem_pool_rows.cu: every tile the GPU
+    runs) against the two kernels it replaces
     (the runner's heuristic stem plan, then trtfuse_maxpool_chw32): times, and its output (poisoned first) against
     the golden conv then max-pool computed on the device."""
+    from ..plugins import cuda_driver as cd
     from ..plugins import network_ops, stem
     from ..plugins.conv import ConvLaunch
     from .conv_problem import ConvProblem, DeviceConv, DeviceStemPool, passes_lsb_rule
@@ -252,7 +254,8 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     fused = DeviceStemPool(problem)
     folded = problem.folded()
     tile_ms = {}
-    for tile in stem.POOL_TILES:  # the tiles autotune chooses from
+    arch = cd.compute_capability(cd.current_device())
+    for tile in stem.pool_tiles(arch):  # the tiles autotune chooses from
         fused.tile = tile
         tile_ms[tile] = graph_time_ms(torch, lambda: fused.run(stream=cur()), args.reps)
     fused.tile = min(tile_ms, key=tile_ms.get)
@@ -276,8 +279,8 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     rec = {"layer": "stem 7x7/2 + max-pool 3x3/2", "batch": shape.n, "M": m, "N": shape.k, "K": shape.c * shape.r * shape.s,
            "K_gemm": folded.shape.gemm[2], "residual": False, "tactic": f"stem_pool/{stem.tile_name(fused.tile)}", "family": "mma", "splits": 1,
            "form": "space-to-depth CHW16, pooled CHW32", "fused_with_pool": True,
-           "ms_by_tile": {stem.tile_name(t): ms for t, ms in tile_ms.items()}, "heuristic": f"stem_pool/{stem.tile_name(stem.POOL_TILE)}",
-           "heuristic_ms": tile_ms[stem.POOL_TILE], "ours_ms": ours_ms,
+           "ms_by_tile": {stem.tile_name(t): ms for t, ms in tile_ms.items()}, "heuristic": f"stem_pool/{stem.tile_name(stem.default_tile(arch))}",
+           "heuristic_ms": tile_ms[stem.default_tile(arch)], "ours_ms": ours_ms,
            "unfused_ms": pair_ms, "unfused": f"{pair_conv.launch_plan.name} + maxpool",
            "correct": passes_lsb_rule(stats), **stats}
     rec.update(floors(fused.x.nbytes + fused.w.nbytes + fused.y.nbytes, 2.0 * m * macs, ours_ms, bw_tbps))

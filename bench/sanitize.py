@@ -78,14 +78,16 @@ def maxpool_cases() -> bool:
 
 def stem_pool_cases() -> bool:
     """The fused stem + max-pool (plugins/stem.py) on small images: one whole tile, partial tiles, more tiles than
-    resident CTAs (the persistent loop)."""
+    resident CTAs (the persistent loop); every other tile the GPU runs (on Hopper the row tiles of stem_pool_rows.cu)."""
+    from ..plugins import cuda_driver as cd
     from ..plugins import stem
     from .conv_problem import DeviceStemPool
 
     ok = True
     cases = [(use_wgmma, stem.POOL_TILE, shape) for use_wgmma in (None, False)  # the device's variant, and mma.sync
              for shape in ((1, 32, 56), (2, 9, 13), (300, 9, 13))]
-    cases += [(None, tile, (2, 37, 61)) for tile in stem.POOL_TILES if tile != stem.POOL_TILE]
+    tiles = stem.pool_tiles(cd.compute_capability(cd.current_device()))
+    cases += [(None, tile, (2, 37, 61)) for tile in tiles if tile != stem.POOL_TILE]
     for use_wgmma, tile, (n, h, w) in cases:
         p = ConvProblem.random(ConvShape(n, 3, h, w, 64, 7, 7, (2, 2), (3, 3, 3, 3)), False, seed=1)
         dev = DeviceStemPool(p, use_wgmma, tile)

@@ -94,52 +94,92 @@ def fold_weight(w: np.ndarray, fc: FoldedConv) -> np.ndarray:
 
 POOL_SOURCE = "stem_pool.cu"
 POOL_ENTRY = "trtfuse_stem_pool"
-POOL_WINDOW = (3, 2, 1)  # (kernel, stride, padding): the one max-pool the kernel's tile is built for
+ROWS_SOURCE = "stem_pool_rows.cu"
+ROWS_ENTRY = "trtfuse_stem_pool_rows"
+POOL_WINDOW = (3, 2, 1)  # (kernel, stride, padding): the one max-pool the kernels' tiles are built for
 POOL_TILE = (8, 14)  # the default tile: pooled rows x columns per CTA (stem_pool.cu's TPH, TPW)
-# The tiles autotune and `bench kernels` time: larger tiles recompute less halo (8x14: 10 %) but fit fewer CTAs per SM.
-POOL_TILES = ((8, 14), (4, 28), (8, 7), (14, 14))
+# stem_pool.cu's tiles (a conv tile staged in shared memory, then pooled): larger tiles recompute less halo (8x14:
+# 10 %) but fit fewer CTAs per SM.
+GRID_TILES = ((8, 14), (4, 28), (8, 7), (14, 14))
+# stem_pool_rows.cu's (sm_90a only): TPH pooled rows x 64 pooled columns walked a row at a time, the pool taken on the
+# accumulators; 6 conv blocks per pooled row plus 3 per tile for the row above it.
+ROW_TILES = ((8, 64), (4, 64))
+# The tiles autotune and `bench kernels` time (pool_tiles: those a GPU runs).
+POOL_TILES = GRID_TILES + ROW_TILES
 POOL_THREADS = 256
+ROWS_THREADS = 128
+ROWS_PATCH_COLUMNS = 2 * (64 - 1) + 3 + 3  # stem_pool_rows.cu's IC: 64 pooled columns' conv columns + the 4x4's 3
 
 
 def tile_name(tile: tuple[int, int]) -> str:
-    """"8x14": how plan names, records and test ids name a tile."""
-    return f"{tile[0]}x{tile[1]}"
+    """"8x14" (stem_pool.cu) or "rows8" (stem_pool_rows.cu's 8 pooled rows): how plan names, records and test ids
+    name a tile."""
+    return f"rows{tile[0]}" if tile in ROW_TILES else f"{tile[0]}x{tile[1]}"
 
 
 def tile_from_name(text: str) -> tuple[int, int]:
     """The tile of POOL_TILES that `text` (tile_name's form) names; ValueError for any other."""
-    h, _, w = text.partition("x")
-    if not (h.isdigit() and w.isdigit()) or (int(h), int(w)) not in POOL_TILES:
-        raise ValueError(f"{text!r} is not a stem tile of the stem + max-pool kernel; tiles: {', '.join(map(tile_name, POOL_TILES))}")
-    return int(h), int(w)
+    for tile in POOL_TILES:
+        if tile_name(tile) == text:
+            return tile
+    raise ValueError(f"{text!r} is not a stem tile of the stem + max-pool kernels; tiles: {', '.join(map(tile_name, POOL_TILES))}")
+
+
+def default_tile(arch: str) -> tuple[int, int]:
+    """The tile a runner takes without autotune or plans: rows8 where wgmma runs (8 % faster than 8x14 at batch 256
+    and 512 on the H200, docs/PERF.md), else 8x14."""
+    return ROW_TILES[0] if arch == "sm_90" else POOL_TILE
+
+
+def pool_tiles(arch: str, use_wgmma: bool | None = None) -> tuple[tuple[int, int], ...]:
+    """The tiles the stem + max-pool kernels run on a GPU of compute capability `arch` (pool_variant's use_wgmma):
+    the row tiles need wgmma."""
+    return POOL_TILES if arch == "sm_90" and use_wgmma is not False else GRID_TILES
 
 
 def pool_smem_bytes(tile: tuple[int, int], wgmma: bool) -> int:
-    """stem_pool.cu's SMEM_BYTES for a tile: two input patches, the conv tile (rows of 64 channels + 16 bytes, whole
-    m16 tiles), the per-channel factors, and on sm_90a the weights as wgmma's B (the kernel checks it at compile time)."""
+    """The dynamic shared memory of a tile's kernel (each checks it at compile time). stem_pool.cu: two input patches,
+    the conv tile (rows of 64 channels + 16 bytes, whole m16 tiles), the per-channel factors, and on sm_90a the weights
+    as wgmma's B. stem_pool_rows.cu: the weights, two input patches of 2 TPH + 1 conv rows (+ 3) by 132 columns, the
+    factors."""
     k, s, _ = POOL_WINDOW
+    weights, factors = 8 * 64 * 32, 2 * 64 * 4
+    if tile in ROW_TILES:
+        patch = (2 * tile[0] + 1 + 3) * -(-ROWS_PATCH_COLUMNS // 2) * 2 * 16
+        return weights + 2 * patch + factors
     conv_rows, conv_cols = (tile[0] - 1) * s + k, (tile[1] - 1) * s + k
     patch = (conv_rows + 3) * (conv_cols + 3) * 16  # the folded 4x4 conv reads 3 more rows and columns
     conv = -(-conv_rows * conv_cols // 16) * 16 * 80
-    return (8 * 64 * 32 if wgmma else 0) + 2 * patch + conv + 2 * 64 * 4
+    return (weights if wgmma else 0) + 2 * patch + conv + factors
 
 
 def pool_variant(arch: str, use_wgmma: bool | None = None, tile: tuple[int, int] = POOL_TILE) -> tuple[str, dict, int]:
     """(NVRTC arch, defines, dynamic shared bytes) of the stem + max-pool kernel on a GPU of compute capability `arch`:
-    wgmma (sm_90a) on Hopper, mma.sync elsewhere; use_wgmma=False picks mma.sync on Hopper too (the tests run both)."""
+    wgmma (sm_90a) on Hopper, mma.sync elsewhere; use_wgmma=False picks mma.sync on Hopper too (the tests run both).
+    A row tile (ROW_TILES) is stem_pool_rows.cu, wgmma only: ValueError elsewhere."""
     wgmma = arch == "sm_90" and use_wgmma is not False
     smem = pool_smem_bytes(tile, wgmma)
+    if tile in ROW_TILES:
+        if not wgmma:
+            raise ValueError(f"stem tile {tile_name(tile)} runs on Hopper's wgmma only (sm_90a)")
+        return "sm_90a", {"STEM_POOL_ROWS": 1, "STEM_POOL_ROWS_TPH": tile[0], "STEM_POOL_ROWS_SMEM": smem}, smem
     defines = {"STEM_POOL_TPH": tile[0], "STEM_POOL_TPW": tile[1], "STEM_POOL_SMEM": smem}
     if wgmma:
         return "sm_90a", {"STEM_POOL_WGMMA": 1, **defines}, smem
     return arch, defines, smem
 
 
+def pool_source(tile: tuple[int, int]) -> tuple[str, str, int]:
+    """(kernel source, entry, threads per CTA) of a tile's kernel."""
+    return (ROWS_SOURCE, ROWS_ENTRY, ROWS_THREADS) if tile in ROW_TILES else (POOL_SOURCE, POOL_ENTRY, POOL_THREADS)
+
+
 def _pool_function(use_wgmma: bool | None = None, tile: tuple[int, int] = POOL_TILE):
     from . import cuda_driver as cd
 
     arch, defines, smem = pool_variant(cd.compute_capability(cd.current_device()), use_wgmma, tile)
-    return cd.kernel_module(POOL_SOURCE, defines, arch=arch).function(POOL_ENTRY, smem), smem
+    source, entry, _ = pool_source(tile)
+    return cd.kernel_module(source, defines, arch=arch).function(entry, smem), smem
 
 
 def pool_refusal(shape: ConvShape, pool: tuple[int, int, int]) -> str | None:
@@ -185,9 +225,11 @@ def launch_stem_pool(shape: ConvShape, x: int, folded_weight: int, scale: int, b
     p = ConvParamsStruct(x=x, w=folded_weight, scale=scale, bias=bias, out_scale=out_scale, y=y, N=f.n, C=f.c, H=f.h,
                          W=f.w, K=f.k, OH=oh, OW=ow, R=f.r, S=f.s, stride_h=1, stride_w=1, pad_top=f.pads[0],
                          pad_left=f.pads[1], relu=int(relu), splits=1)
-    fn, smem = _pool_function(use_wgmma, tuple(tile))
+    tile = tuple(tile)
+    fn, smem = _pool_function(use_wgmma, tile)
+    threads = pool_source(tile)[2]
     tiles = f.n * -(-ph // tile[0]) * -(-pw // tile[1])
-    resident = cd.max_active_blocks(fn, POOL_THREADS, smem) * cd.device_attribute("MULTIPROCESSOR_COUNT")
+    resident = cd.max_active_blocks(fn, threads, smem) * cd.device_attribute("MULTIPROCESSOR_COUNT")
     args = [p, ctypes.c_int32(ph), ctypes.c_int32(pw), ctypes.c_uint64(image_index)]
-    cd.launch(fn, (min(tiles, max(1, resident)), 1, 1), (POOL_THREADS, 1, 1), smem, stream,
+    cd.launch(fn, (min(tiles, max(1, resident)), 1, 1), (threads, 1, 1), smem, stream,
               [ctypes.addressof(a) for a in args])

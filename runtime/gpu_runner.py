@@ -460,10 +460,11 @@ class CudaRunner(Top1Readout):
                                                    names["bias"], names["out_scale"], pooled.buf.ptr, relu=relu, stream=s,
                                                    tile=tile, image_index=self._images_at[1])
 
-        tile = self._given_stem_tile or stem.POOL_TILE
-        if self._given_plans is None and self.autotune:  # the tile too is chosen by timing (stem.POOL_TILES)
+        arch = cd.compute_capability(cd.current_device())
+        tile = self._given_stem_tile or stem.default_tile(arch)
+        if self._given_plans is None and self.autotune:  # the tile too is chosen by timing (stem.pool_tiles)
             stream = cd.Stream()
-            tile = min(stem.POOL_TILES, key=lambda t: self._step_ms(step_for(t), stream))
+            tile = min(stem.pool_tiles(arch), key=lambda t: self._step_ms(step_for(t), stream))
         self.steps[index] = (conv.name + " + max-pool", step_for(tile))
         self.stem_pool_tile = tile
         self.fused_stem = conv.name

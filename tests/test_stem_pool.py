@@ -26,17 +26,35 @@ def test_other_stems_are_refused_with_the_reason(shape, pool, reason):
     assert reason in stem.pool_refusal(shape, pool)
 
 
-@pytest.mark.parametrize("tile", stem.POOL_TILES, ids=lambda t: f"{t[0]}x{t[1]}")
-@pytest.mark.parametrize("device_arch,use_wgmma", [("sm_80", None), ("sm_90", None), ("sm_90", False)],
-                         ids=["sm_80", "sm_90-wgmma", "sm_90-mma-sync"])
+VARIANTS = [("sm_80", None), ("sm_90", None), ("sm_90", False)]
+
+
+@pytest.mark.parametrize("device_arch,use_wgmma,tile",
+                         [(a, w, t) for a, w in VARIANTS for t in stem.pool_tiles(a, w)],
+                         ids=lambda v: v if isinstance(v, str) else stem.tile_name(v) if isinstance(v, tuple)
+                         else {None: "default", False: "mma-sync"}[v])
 def test_stem_pool_compiles_without_spills(device_arch, use_wgmma, tile):
-    # the kernel's static_assert holds pool_smem_bytes to its own SMEM_BYTES: a wrong count fails this compile
+    # each kernel's static_assert holds pool_smem_bytes to its own SMEM_BYTES: a wrong count fails this compile
     arch, defines, smem = stem.pool_variant(device_arch, use_wgmma, tile)
-    assert ("STEM_POOL_WGMMA" in defines) == (device_arch == "sm_90" and use_wgmma is None)
-    assert smem <= 163 * 1024  # sm_80's per-block limit (Hopper allows 227 KB)
-    k = compile_kernel(stem.POOL_SOURCE, defines, arch, "cubin")
-    assert set(k.resources) == {stem.POOL_ENTRY}
+    wgmma = device_arch == "sm_90" and use_wgmma is None
+    assert ("STEM_POOL_WGMMA" in defines or "STEM_POOL_ROWS" in defines) == wgmma
+    assert smem <= (227 if wgmma else 163) * 1024  # the per-block limits of Hopper and sm_80
+    source, entry, _threads = stem.pool_source(tile)
+    k = compile_kernel(source, defines, arch, "cubin")
+    assert set(k.resources) == {entry}
     assert not k.spills() and all(r["stack"] == 0 for r in k.resources.values())
+
+
+def test_row_tiles_are_hopper_only_and_named_apart():
+    assert set(stem.ROW_TILES) <= set(stem.pool_tiles("sm_90")) and not set(stem.ROW_TILES) & set(stem.pool_tiles("sm_80"))
+    assert not set(stem.ROW_TILES) & set(stem.pool_tiles("sm_90", False))
+    with pytest.raises(ValueError, match="wgmma only"):
+        stem.pool_variant("sm_80", None, stem.ROW_TILES[0])
+    names = [stem.tile_name(t) for t in stem.POOL_TILES]
+    assert len(set(names)) == len(names) and "rows8" in names and "8x14" in names
+    assert all(stem.tile_from_name(stem.tile_name(t)) == t for t in stem.POOL_TILES)
+    with pytest.raises(ValueError, match="not a stem tile"):
+        stem.tile_from_name("8x64")
 
 
 def test_a_wrong_shared_memory_count_does_not_compile():
@@ -45,3 +63,6 @@ def test_a_wrong_shared_memory_count_does_not_compile():
     arch, defines, smem = stem.pool_variant("sm_90", None, (8, 14))
     with pytest.raises((TrtfuseError, RuntimeError), match="pool_smem_bytes"):
         compile_kernel(stem.POOL_SOURCE, {**defines, "STEM_POOL_SMEM": smem - 16}, arch, "cubin", use_cache=False)
+    arch, defines, smem = stem.pool_variant("sm_90", None, stem.ROW_TILES[0])
+    with pytest.raises((TrtfuseError, RuntimeError), match="pool_smem_bytes"):
+        compile_kernel(stem.ROWS_SOURCE, {**defines, "STEM_POOL_ROWS_SMEM": smem - 16}, arch, "cubin", use_cache=False)

@@ -47,14 +47,43 @@ def test_stem_pool_equals_golden_and_the_two_kernels(shape, relu, use_wgmma):
     assert np.array_equal(pooled.download(raw.shape, np.int8), raw), "the fused kernel must equal conv then max-pool bit for bit"
 
 
-@pytest.mark.parametrize("tile", [t for t in stem.POOL_TILES if t != stem.POOL_TILE], ids=lambda t: f"{t[0]}x{t[1]}")
+def _device_tiles():
+    from trtfuse.plugins import cuda_driver as cd
+
+    return stem.pool_tiles(cd.compute_capability(cd.current_device())) if ok else stem.GRID_TILES
+
+
+@pytest.mark.parametrize("tile", [t for t in stem.POOL_TILES if t != stem.POOL_TILE], ids=stem.tile_name)
 @pytest.mark.parametrize("shape", SHAPES[1:], ids=lambda s: f"{s.n}x{s.h}x{s.w}")
 def test_every_tile_equals_golden(shape, tile):
+    if tile not in _device_tiles():
+        pytest.skip(f"stem tile {stem.tile_name(tile)} needs Hopper's wgmma")
     problem = ConvProblem.random(shape, False)
     fused = DeviceStemPool(problem, tile=tile)
     out, _ = fused.run_checked()
     stats = compare(out, fused.golden())
     assert passes_lsb_rule(stats), (tile, stats)
+
+
+@pytest.mark.parametrize("tile", stem.ROW_TILES, ids=stem.tile_name)
+@pytest.mark.parametrize("relu", [True, False], ids=["relu", "no-relu"])
+@pytest.mark.parametrize("shape", SHAPES + [ConvShape(1, 3, 40, 300, 64, 7, 7, (2, 2), (3, 3, 3, 3))],
+                         ids=lambda s: f"{s.n}x{s.h}x{s.w}")
+def test_row_tiles_pool_the_accumulators_bit_identically(shape, relu, tile):
+    """stem_pool_rows.cu pools the int32 accumulators and requantizes once: bit-identical to the golden conv then
+    max-pool and to the kernel that requantizes every conv pixel first, with a third of the channels' factors
+    negative (their minimum pooled) and one zero; 300 columns make 2 tiles of 64 pooled columns."""
+    if tile not in _device_tiles():
+        pytest.skip(f"stem tile {stem.tile_name(tile)} needs Hopper's wgmma")
+    problem = ConvProblem.random(shape, False, relu)
+    problem.scale[: shape.k : 3] *= -1
+    problem.scale[1] = 0.0
+    rows = DeviceStemPool(problem, tile=tile)
+    out, raw = rows.run_checked()
+    stats = compare(out, rows.golden())
+    assert stats["exact_fraction"] == 1.0, stats
+    _, raw_grid = DeviceStemPool(problem).run_checked()
+    assert np.array_equal(raw, raw_grid)
 
 
 def test_stem_pool_replays_give_the_same_bits():
@@ -66,14 +95,17 @@ def test_stem_pool_replays_give_the_same_bits():
         assert np.array_equal(first, again)
 
 
+@pytest.mark.parametrize("tile", [stem.POOL_TILE, *stem.ROW_TILES], ids=stem.tile_name)
 @pytest.mark.parametrize("shape", SHAPES[1:3], ids=lambda s: f"{s.n}x{s.h}x{s.w}")
-def test_images_read_in_place_by_index_equal_the_gathered_batch(shape):
+def test_images_read_in_place_by_index_equal_the_gathered_batch(shape, tile):
     """image_index: image i of the batch is image index[i] of the library, read where it lies (the Offline harness's
     device samples), with the same bits as that image in a batch of its own."""
     from trtfuse.plugins import cuda_driver as cd
 
+    if tile not in _device_tiles():
+        pytest.skip(f"stem tile {stem.tile_name(tile)} needs Hopper's wgmma")
     problem = ConvProblem.random(shape, False)
-    fused = DeviceStemPool(problem)
+    fused = DeviceStemPool(problem, tile=tile)
     _, whole = fused.run_checked()  # the library's images in their own order
     order = np.array([shape.n - 1] + list(range(shape.n - 1)), np.int64)
     order[-1] = order[0]  # a permutation with a repeat, as a padded last batch has

@@ -20,9 +20,8 @@
 //                   contiguous CHW32 rows.
 // Max commutes with the quantizer (both monotonic), so pooling the requantized int8 equals quantizing the max
 // of the conv's fp32 values: the output is bit-identical to the conv kernel followed by the max-pool kernel.
-#include "conv_epilogue.cuh"
+#include "stem_common.cuh"
 #if STEM_POOL_WGMMA
-#include "sm90_primitives.cuh"
 #include "wgmma_s8.cuh"
 #endif
 
@@ -37,23 +36,20 @@
 
 namespace trtfuse {
 namespace stem_pool {
+using namespace stem;
 
 constexpr int TPH = STEM_POOL_TPH, TPW = STEM_POOL_TPW;  // pooled pixels per tile
-constexpr int PK = 3, PS = 2, PP = 1;               // the max-pool window, stride and padding
 constexpr int CR = (TPH - 1) * PS + PK;             // 17 conv rows per tile
 constexpr int CC = (TPW - 1) * PS + PK;             // 29 conv columns
 constexpr int PIX = CR * CC, MTILES = (PIX + 15) / 16;
-constexpr int R = 4, S = 4, VEC = 16;               // the folded conv: 4x4 taps of 16 channels
-constexpr int KSTEPS = R * S * VEC / 32;            // m16n8k32 steps: two taps each
 constexpr int IR = CR + R - 1, IC = CC + S - 1;     // input patch rows, columns
-constexpr int CH = 64, CSTRIDE = CH + 16;           // conv tile row: 64 channels + 16 bytes (conflict-free stores)
+constexpr int CSTRIDE = CH + 16;                    // conv tile row: 64 channels + 16 bytes (conflict-free stores)
 constexpr int WARPS = 8, THREADS = 32 * WARPS;
 constexpr int CHANNEL_WARPS = CH / 32, PIXEL_WARPS = WARPS / CHANNEL_WARPS;
 constexpr int PATCH_BYTES = IR * IC * VEC;
 constexpr int CONV_BYTES = MTILES * 16 * CSTRIDE;
-constexpr int FACTOR_BYTES = 2 * CH * 4;            // per-channel a, b of the requantize
 #if STEM_POOL_WGMMA
-constexpr int WEIGHT_BYTES = KSTEPS * CH * 32;      // wgmma's B: per k32 step 64 rows x 32 bytes, 32-byte swizzle
+constexpr int WEIGHT_BYTES = WGMMA_WEIGHT_BYTES;
 #else
 constexpr int WEIGHT_BYTES = 0;                     // mma.sync keeps its B fragments in registers
 #endif
@@ -61,10 +57,6 @@ constexpr int SMEM_BYTES = WEIGHT_BYTES + 2 * PATCH_BYTES + CONV_BYTES + FACTOR_
 #ifdef STEM_POOL_SMEM
 static_assert(STEM_POOL_SMEM == SMEM_BYTES, "plugins/stem.py: pool_smem_bytes must give this kernel's shared memory");
 #endif
-
-// Column c of n8 tile ni holds channel channel_of(ni, c) of the warp's 32 (fused_conv.cu's WarpMma order): a
-// thread's accumulators of n8 tiles 2j, 2j + 1 are then 4 consecutive channels, one requantized word.
-__device__ __forceinline__ constexpr int channel_of(int ni, int c) { return (ni / 2) * 16 + (c / 2) * 4 + (ni % 2) * 2 + c % 2; }
 
 }  // namespace stem_pool
 
@@ -74,8 +66,8 @@ __device__ __forceinline__ constexpr int channel_of(int ni, int c) { return (ni 
 __device__ __forceinline__ void store_word(int8_t* conv, int m, int c, const int (&acc)[4], const float* factor_a,
                                            const float* factor_b, bool inside, float relu_min, uint32_t outside) {
   using namespace stem_pool;
-  const float a[4] = {factor_a[c], factor_a[c + 1], factor_a[c + 2], factor_a[c + 3]};
-  const float b[4] = {factor_b[c], factor_b[c + 1], factor_b[c + 2], factor_b[c + 3]};
+  float a[4], b[4];
+  word_factors(factor_a, factor_b, c, a, b);
   const uint32_t y = requantize_word<false>(acc, a, b, 0u, 0.0f, relu_min);
   *reinterpret_cast<uint32_t*>(conv + m * CSTRIDE + c) = inside ? y : outside;
 }
@@ -139,19 +131,9 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
   float* const factor_b = factor_a + CH;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
-  constexpr int KG = R * S * VEC;  // weight row bytes
 
 #if STEM_POOL_WGMMA
-  // B of k32 step ks: row n = 8 ni + c holds channel channel_of(ni, c), its 32 bytes as two 16-byte chunks, the chunk
-  // index XOR-ed with bit 2 of the row (CU_TENSOR_MAP_SWIZZLE_32B's pattern, which desc_kmajor_sw32 describes).
-  for (int v = tid; v < KSTEPS * CH * 2; v += THREADS) {
-    const int ks = v / (CH * 2), n = (v / 2) % CH, chunk = v % 2;
-    cp_async_16(smem_u32(weights + ks * CH * 32 + n * 32 + ((chunk ^ ((n >> 2) & 1)) * 16)),
-                p.w + channel_of(n / 8, n % 8) * KG + ks * 32 + chunk * 16, true);
-  }
-  cp_async_commit();
-  cp_async_wait<0>();
-  sm90::fence_proxy_async_shared();  // written through the generic proxy, read by wgmma (async proxy)
+  load_weights_wgmma(weights, p.w, tid, THREADS);
 #else
   // This warp's 32 channels of every k-step, for the CTA's life: b[ks][ni] is the m16n8k32 B fragment.
   const int channel_warp = warp % CHANNEL_WARPS, pixel_warp = warp / CHANNEL_WARPS;
@@ -165,13 +147,7 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
       b[ks][ni][1] = __ldg(reinterpret_cast<const uint32_t*>(row + 16));
     }
 #endif
-  {
-    const float out_scale = *p.out_scale, out_scale_inv = __frcp_rn(out_scale);
-    for (int c = tid; c < CH; c += THREADS) {
-      factor_a[c] = fold_scale(p.scale[c], out_scale, out_scale_inv);
-      factor_b[c] = fold_scale(p.bias[c], out_scale, out_scale_inv);
-    }
-  }
+  fold_factors(factor_a, factor_b, p, tid, THREADS);
   const float relu_min = relu_floor(p.relu != 0);
   const uint32_t outside = p.relu ? 0u : 0x80808080u;  // what an out-of-image conv pixel holds in the conv tile
   const int tiles_h = (PH + TPH - 1) / TPH, tiles_w = (PW + TPW - 1) / TPW;
