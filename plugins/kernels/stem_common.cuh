@@ -47,6 +47,21 @@ __device__ __forceinline__ void fold_factors(float* factor_a, float* factor_b, c
   }
 }
 
+// The input patch of a tile: IR x IC folded 16-byte pixels of `image` from row ir0 and column ic0 (zero outside the
+// image: the conv's padding) by cp.async into `patch`, pixel v = (row, col) = (v / IC, v % IC) at byte
+// offset(v, row, col); committed, not waited for.
+template <int IR, int IC, int NTHREADS, typename Offset>
+__device__ __forceinline__ void load_input_patch(int8_t* patch, const int8_t* image, const ConvParams& p, int ir0, int ic0,
+                                                 int tid, Offset&& offset) {
+  for (int v = tid; v < IR * IC; v += NTHREADS) {
+    const int row = v / IC, col = v % IC, ih = ir0 + row, iw = ic0 + col;
+    const bool in_image = ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
+    const int8_t* src = image + ((size_t)(in_image ? ih : 0) * p.W + (in_image ? iw : 0)) * VEC;
+    cp_async_16(smem_u32(patch + offset(v, row, col)), src, in_image);
+  }
+  cp_async_commit();
+}
+
 // The 4 words of factors a[c .. c + 3], b[c .. c + 3] as requantize_word takes them.
 __device__ __forceinline__ void word_factors(const float* factor_a, const float* factor_b, int c, float (&a)[4], float (&b)[4]) {
 #pragma unroll

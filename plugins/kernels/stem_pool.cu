@@ -158,13 +158,8 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
     const int n = tile / (tiles_h * tiles_w), t = tile % (tiles_h * tiles_w);
     const int ir0 = (t / tiles_w) * TPH * PS - PP - p.pad_top, ic0 = (t % tiles_w) * TPW * PS - PP - p.pad_left;
     const int8_t* const image = p.x + (size_t)(image_index ? image_index[n] : n) * p.H * p.W * VEC;
-    for (int v = tid; v < IR * IC; v += THREADS) {
-      const int ih = ir0 + v / IC, iw = ic0 + v % IC;
-      const bool in_image = ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
-      const int8_t* src = image + ((size_t)(in_image ? ih : 0) * p.W + (in_image ? iw : 0)) * VEC;
-      cp_async_16(smem_u32(patches + buf * PATCH_BYTES + v * VEC), src, in_image);
-    }
-    cp_async_commit();
+    load_input_patch<IR, IC, THREADS>(patches + buf * PATCH_BYTES, image, p, ir0, ic0, tid,
+                                      [](int v, int, int) { return v * VEC; });
   };
   if (blockIdx.x < tiles) load_patch(blockIdx.x, 0);
 

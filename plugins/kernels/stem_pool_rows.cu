@@ -78,13 +78,8 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
     const int n = tile / (tiles_h * tiles_w), t = tile % (tiles_h * tiles_w);
     const int ir0 = (t / tiles_w) * TPH * PS - PP - p.pad_top, ic0 = (t % tiles_w) * SLOTS * PS - PP - p.pad_left;
     const int8_t* const image = p.x + (size_t)(image_index ? image_index[n] : n) * p.H * p.W * VEC;
-    for (int v = tid; v < IR * IC; v += THREADS) {
-      const int row = v / IC, col = v % IC, ih = ir0 + row, iw = ic0 + col;
-      const bool in_image = ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
-      const int8_t* src = image + ((size_t)(in_image ? ih : 0) * p.W + (in_image ? iw : 0)) * VEC;
-      cp_async_16(smem_u32(patches + buf * PATCH_BYTES + patch_offset(row, col)), src, in_image);
-    }
-    cp_async_commit();
+    load_input_patch<IR, IC, THREADS>(patches + buf * PATCH_BYTES, image, p, ir0, ic0, tid,
+                                      [](int, int row, int col) { return patch_offset(row, col); });
   };
   if (blockIdx.x < tiles) load_patch(blockIdx.x, 0);
   __syncthreads();  // the factors
