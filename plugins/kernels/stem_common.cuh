@@ -47,6 +47,17 @@ __device__ __forceinline__ void fold_factors(float* factor_a, float* factor_b, c
   }
 }
 
+// Tile `tile` of a grid of tiles_h x tiles_w tiles per image, each TPH x TPW pooled pixels: its image, and the folded
+// input row and column its patch starts at (the pool's padding, then the conv's).
+struct StemTile {
+  int n, ir0, ic0;
+  template <int TPH, int TPW>
+  __device__ __forceinline__ static StemTile at(int tile, int tiles_h, int tiles_w, const ConvParams& p) {
+    const int n = tile / (tiles_h * tiles_w), t = tile % (tiles_h * tiles_w);
+    return {n, (t / tiles_w) * TPH * PS - PP - p.pad_top, (t % tiles_w) * TPW * PS - PP - p.pad_left};
+  }
+};
+
 // The input patch of a tile: IR x IC folded 16-byte pixels of `image` from row ir0 and column ic0 (zero outside the
 // image: the conv's padding) by cp.async into `patch`, pixel v = (row, col) = (v / IC, v % IC) at byte
 // offset(v, row, col); committed, not waited for.

@@ -155,10 +155,9 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
 
   // The input patch of tile `tile` into patch buffer `buf` (cp.async, not waited for).
   auto load_patch = [&](int tile, int buf) {
-    const int n = tile / (tiles_h * tiles_w), t = tile % (tiles_h * tiles_w);
-    const int ir0 = (t / tiles_w) * TPH * PS - PP - p.pad_top, ic0 = (t % tiles_w) * TPW * PS - PP - p.pad_left;
-    const int8_t* const image = p.x + (size_t)(image_index ? image_index[n] : n) * p.H * p.W * VEC;
-    load_input_patch<IR, IC, THREADS>(patches + buf * PATCH_BYTES, image, p, ir0, ic0, tid,
+    const StemTile at = StemTile::at<TPH, TPW>(tile, tiles_h, tiles_w, p);
+    const int8_t* const image = p.x + (size_t)(image_index ? image_index[at.n] : at.n) * p.H * p.W * VEC;
+    load_input_patch<IR, IC, THREADS>(patches + buf * PATCH_BYTES, image, p, at.ir0, at.ic0, tid,
                                       [](int v, int, int) { return v * VEC; });
   };
   if (blockIdx.x < tiles) load_patch(blockIdx.x, 0);

@@ -75,10 +75,9 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
   const int tiles = p.N * tiles_h * tiles_w;
 
   auto load_patch = [&](int tile, int buf) {
-    const int n = tile / (tiles_h * tiles_w), t = tile % (tiles_h * tiles_w);
-    const int ir0 = (t / tiles_w) * TPH * PS - PP - p.pad_top, ic0 = (t % tiles_w) * SLOTS * PS - PP - p.pad_left;
-    const int8_t* const image = p.x + (size_t)(image_index ? image_index[n] : n) * p.H * p.W * VEC;
-    load_input_patch<IR, IC, THREADS>(patches + buf * PATCH_BYTES, image, p, ir0, ic0, tid,
+    const StemTile at = StemTile::at<TPH, SLOTS>(tile, tiles_h, tiles_w, p);
+    const int8_t* const image = p.x + (size_t)(image_index ? image_index[at.n] : at.n) * p.H * p.W * VEC;
+    load_input_patch<IR, IC, THREADS>(patches + buf * PATCH_BYTES, image, p, at.ir0, at.ic0, tid,
                                       [](int, int row, int col) { return patch_offset(row, col); });
   };
   if (blockIdx.x < tiles) load_patch(blockIdx.x, 0);
