@@ -88,23 +88,31 @@ class NativeAnswerer:
         self._call(responses.ctypes.data, len(responses), ctypes.addressof(self._empty_callback))
 
 
-def native_answerer(lg) -> NativeAnswerer | None:
-    """A NativeAnswerer into the loaded LoadGen module `lg`, or None where it cannot be found with certainty (see
-    the module's docstring)."""
-    if sys.byteorder != "little" or ctypes.sizeof(ctypes.c_void_p) != 8:
-        return None
-    if not hasattr(lg.QuerySampleResponse(), "n_tokens"):
-        return None
+def loaded_module_symbols(lg, names: set[str], kinds: tuple[int, ...] = (STT_OBJECT, STT_FUNC)) -> tuple[int, dict[str, int]] | None:
+    """(load address, {name: value}) of the loaded module `lg` (a 64-bit little-endian ELF) and the symbols `names`
+    of the given types in its symbol table, the load address from its exported init function's; None unless every
+    name is there."""
     path = getattr(lg, "__file__", None)
-    if not path:
+    if not path or sys.byteorder != "little" or ctypes.sizeof(ctypes.c_void_p) != 8:
         return None
     try:
-        symbols = elf_function_symbols(path, {QUERY_SAMPLES_COMPLETE, MODULE_INIT})
+        symbols = elf_symbols(path, set(names) | {MODULE_INIT}, kinds)
         library = ctypes.CDLL(path)  # already loaded: the same handle, nothing runs
         init_address = ctypes.cast(getattr(library, MODULE_INIT), ctypes.c_void_p).value
     except (OSError, ValueError, AttributeError, struct.error):
         return None
-    if QUERY_SAMPLES_COMPLETE not in symbols or MODULE_INIT not in symbols or not init_address:
+    if not init_address or not all(name in symbols for name in (*names, MODULE_INIT)):
         return None
-    load_address = init_address - symbols[MODULE_INIT]
+    return init_address - symbols[MODULE_INIT], symbols
+
+
+def native_answerer(lg) -> NativeAnswerer | None:
+    """A NativeAnswerer into the loaded LoadGen module `lg`, or None where it cannot be found with certainty (see
+    the module's docstring)."""
+    if not hasattr(lg.QuerySampleResponse(), "n_tokens"):
+        return None
+    found = loaded_module_symbols(lg, {QUERY_SAMPLES_COMPLETE}, kinds=(STT_FUNC,))
+    if found is None:
+        return None
+    load_address, symbols = found
     return NativeAnswerer(load_address + symbols[QUERY_SAMPLES_COMPLETE])

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import ctypes
 import struct
-import sys
 import traceback
 
 import numpy as np
 
-from .loadgen_answers import MODULE_INIT, elf_symbols
+from .loadgen_answers import loaded_module_symbols
 
 # mlperf::QuerySample (query_sample.h): ResponseId id (uintptr_t), QuerySampleIndex index (size_t)
 QUERY_SAMPLE_DTYPE = np.dtype([("id", "<u8"), ("index", "<u8")])
@@ -108,29 +107,13 @@ class NativeSut:
             self.errors.append(e)
 
 
-def _load_address_and_symbols(lg, names: set[str]) -> tuple[int, dict[str, int]] | None:
-    path = getattr(lg, "__file__", None)
-    if not path or sys.byteorder != "little" or ctypes.sizeof(ctypes.c_void_p) != 8:
-        return None
-    try:
-        symbols = elf_symbols(path, names | {MODULE_INIT})
-        init_address = ctypes.cast(getattr(ctypes.CDLL(path), MODULE_INIT), ctypes.c_void_p).value
-    except (OSError, ValueError, AttributeError, struct.error):
-        return None
-    if MODULE_INIT not in symbols or not init_address:
-        return None
-    return init_address - symbols[MODULE_INIT], symbols
-
-
 def fast_sut_typeinfo(lg) -> int | None:
     """The typeinfo address in the binding's own fast SUT vtable, once every slot after it has been checked against
     the symbol table (see the module's docstring); None where any check fails."""
-    found = _load_address_and_symbols(lg, {FAST_SUT_VTABLE, START_TEST_CXX11, *FAST_SUT_SLOTS})
+    found = loaded_module_symbols(lg, {FAST_SUT_VTABLE, START_TEST_CXX11, *FAST_SUT_SLOTS})
     if found is None:
         return None
     load_address, symbols = found
-    if START_TEST_CXX11 not in symbols or not all(name in symbols for name in (FAST_SUT_VTABLE, *FAST_SUT_SLOTS)):
-        return None
     words = struct.unpack(f"<{2 + len(FAST_SUT_SLOTS)}Q",
                           ctypes.string_at(load_address + symbols[FAST_SUT_VTABLE], 8 * (2 + len(FAST_SUT_SLOTS))))
     offset_to_top, typeinfo, slots = words[0], words[1], words[2:]

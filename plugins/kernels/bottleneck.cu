@@ -150,9 +150,7 @@ __device__ __forceinline__ void fold_factors(float* fa, float* fb, const float* 
 extern "C" __global__ void __launch_bounds__(bottleneck::THREADS, 1) trtfuse_bottleneck(const BottleneckParams p) {
   using namespace bottleneck;
   extern __shared__ __align__(128) int8_t smem[];
-  uint32_t smem_given;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_given));
-  if (smem_given < SMEM_BYTES) __trap();  // the launcher's byte count (plugins/bottleneck.py) must cover the tiles
+  trap_unless_dynamic_smem(SMEM_BYTES);  // the launcher's byte count (plugins/bottleneck.py) must cover the tiles
   int8_t* const w1 = smem;
   int8_t* const w2 = w1 + W1_BYTES;
   int8_t* const w3 = w2 + W2_BYTES;

@@ -21,6 +21,14 @@ __device__ __forceinline__ int fresh_tid() {
   return t;
 }
 
+// A kernel whose shared-memory layout is fixed at compile time traps unless its launcher gave it at least `bytes` of
+// dynamic shared memory (the launcher's count and the kernel's must agree).
+__device__ __forceinline__ void trap_unless_dynamic_smem(uint32_t bytes) {
+  uint32_t given;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(given));
+  if (given < bytes) __trap();
+}
+
 template <int BM, int BN>
 struct OutputTile {
   static constexpr int STRIDE = BN + 16;

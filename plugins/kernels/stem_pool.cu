@@ -121,9 +121,7 @@ extern "C" __global__ void __launch_bounds__(stem_pool::THREADS, 2) trtfuse_stem
                                                                                      const long long* image_index) {
   using namespace stem_pool;
   extern __shared__ __align__(1024) int8_t smem[];
-  uint32_t smem_given;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_given));
-  if (smem_given < SMEM_BYTES) __trap();  // the launcher's byte count (plugins/stem.py) must cover the tiles
+  trap_unless_dynamic_smem(SMEM_BYTES);  // the launcher's byte count (plugins/stem.py) must cover the tiles
   int8_t* const weights = smem;  // (wgmma only; 1024-byte aligned for the swizzle)
   int8_t* const patches = smem + WEIGHT_BYTES;  // two input patches: this tile's and the next one's
   int8_t* const conv = patches + 2 * PATCH_BYTES;

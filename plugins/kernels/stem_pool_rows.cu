@@ -59,9 +59,7 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
                                                                                         const long long* image_index) {
   using namespace stem_rows;
   extern __shared__ __align__(1024) int8_t smem[];
-  uint32_t smem_given;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem_given));
-  if (smem_given < SMEM_BYTES) __trap();  // the launcher's byte count (plugins/stem.py) must cover the tile
+  trap_unless_dynamic_smem(SMEM_BYTES);  // the launcher's byte count (plugins/stem.py) must cover the tile
   int8_t* const weights = smem;  // 1024-byte aligned for the swizzle
   int8_t* const patches = smem + WGMMA_WEIGHT_BYTES;
   float* const factor_a = reinterpret_cast<float*>(patches + 2 * PATCH_BYTES);
