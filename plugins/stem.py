@@ -140,13 +140,13 @@ def pool_tiles(arch: str, use_wgmma: bool | None = None) -> tuple[tuple[int, int
 def pool_smem_bytes(tile: tuple[int, int], wgmma: bool) -> int:
     """The dynamic shared memory of a tile's kernel (each checks it at compile time). stem_pool.cu: two input patches,
     the conv tile (rows of 64 channels + 16 bytes, whole m16 tiles), the per-channel factors, and on sm_90a the weights
-    as wgmma's B. stem_pool_rows.cu: the weights, two input patches of 2 TPH + 1 conv rows (+ 3) by 132 columns, the
-    factors."""
+    as wgmma's B. stem_pool_rows.cu: two input patches of 2 TPH + 1 conv rows (+ 3) by 132 columns and the factors
+    (its weights are wgmma's A, in registers)."""
     k, s, _ = POOL_WINDOW
     weights, factors = 8 * 64 * 32, 2 * 64 * 4
     if tile in ROW_TILES:
         patch = (2 * tile[0] + 1 + 3) * -(-ROWS_PATCH_COLUMNS // 2) * 2 * 16
-        return weights + 2 * patch + factors
+        return 2 * patch + factors
     conv_rows, conv_cols = (tile[0] - 1) * s + k, (tile[1] - 1) * s + k
     patch = (conv_rows + 3) * (conv_cols + 3) * 16  # the folded 4x4 conv reads 3 more rows and columns
     conv = -(-conv_rows * conv_cols // 16) * 16 * 80

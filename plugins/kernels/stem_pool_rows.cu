@@ -8,20 +8,28 @@
 // max-pooling the accumulators and requantizing once is bit-identical to requantizing each conv pixel and pooling
 // (a channel with a < 0 pools the minimum: its accumulators are bit-inverted, ~x = -1 - x, around the max).
 //
+// The GEMM is transposed against the other convs: the 64 output channels are wgmma's M, held as A in registers for
+// the whole kernel (loaded once), and the 64 pooled columns are N, read by descriptor straight from the input patch.
+// So shared memory carries only the patch (no ldmatrix, no weight traffic), and A never changes, which lets three
+// blocks be in flight while the previous one is pooled.
+//
 // A CTA (one warpgroup) owns a tile of TPH pooled rows x 64 pooled columns of one image and walks its rows:
 //   1. input patch  global -> shared: the folded pixels the tile's conv rows read, zero outside the image (the conv's
 //                   padding), by cp.async, double buffered across tiles. Stored with even and odd columns in separate
-//                   planes, so the stride-2 gathers below read consecutive 16-byte rows (no bank conflicts);
-//   2. conv         shared -> tensor cores: a block is one conv row offset and one column offset dc of the pooled
-//                   window for the tile's 64 pooled columns: A row s is conv pixel (row, 2 (pw0 + s) - 1 + dc),
-//                   gathered by ldmatrix straight from the patch, times the 64 channels' weights (shared memory) by
-//                   wgmma m64n64k32 over the 8 k-steps of 2 taps;
-//   3. pool         registers: the three dc blocks of a conv row max into that row's maximum; pooled row i is the max
-//                   of conv rows 2i - 1 (carried from the row before), 2i and 2i + 1: 6 blocks per pooled row;
-//   4. epilogue     registers -> global: the pooled accumulators requantized (requantize_word, as every conv) and
-//                   stored as 4-byte words of 4 channels.
-// Pool windows that reach outside the conv output (the pool's padding) read a conv pixel of the same window instead
-// (columns clamped to the image; the row above the image skipped), which leaves each maximum unchanged.
+//                   planes: for one column offset of the pool window, the 64 slots' conv pixels then start 16 bytes
+//                   apart in one plane, and a k32 step (two taps, one in each plane) is one descriptor;
+//   2. conv         shared -> tensor cores: a block is one conv row and one column offset dc of the pooled window:
+//                   B column s is conv pixel (row, 2 (pw0 + s) - 1 + dc), 8 wgmma m64n64k32 over the 16 taps. Blocks
+//                   of odd dc pair their taps the other way round (1,0 and 3,2: the even-plane tap first, so the
+//                   descriptor's K stride is positive), which is A's two halves swapped: the same registers;
+//   3. pool         registers: a conv row's three dc blocks max into that row's maximum; pooled row i is the max of
+//                   conv rows 2i - 1 (carried from the row before), 2i and 2i + 1. Three blocks are in flight (one
+//                   accumulator set per dc): a block is issued before the block two back is pooled;
+//   4. epilogue     registers -> global: the pooled accumulators requantized (requantize_word, as every conv), the
+//                   two channels a thread holds per column paired with its neighbour's by one shuffle into 4-byte
+//                   words of 4 channels.
+// Pool windows that reach outside the conv output (the pool's padding) never win: a conv pixel left of the image is
+// replaced by the lowest value, rows below the image by the last row, the row above the image is skipped.
 #include "stem_common.cuh"
 #include "wgmma_s8.cuh"
 
@@ -34,7 +42,7 @@ namespace stem_rows {
 using namespace stem;
 
 constexpr int TPH = STEM_POOL_ROWS_TPH;         // pooled rows per tile
-constexpr int SLOTS = 64;                       // pooled columns per tile: the rows of one m64 block
+constexpr int SLOTS = 64;                       // pooled columns per tile: wgmma's N
 constexpr int CONV_ROWS = 2 * TPH + 1;          // conv rows 2 ph0 - 1 .. 2 (ph0 + TPH) - 1
 constexpr int IR = CONV_ROWS + R - 1;           // patch rows
 constexpr int IC = 2 * (SLOTS - 1) + PK + S - 1;  // patch columns: 132
@@ -43,13 +51,65 @@ constexpr int ROW_BYTES = 2 * HALF * VEC;       // one patch row, both planes
 constexpr int PATCH_BYTES = IR * ROW_BYTES;
 constexpr int THREADS = 128;
 constexpr int NEVER_MAX = -2147483647 - 1;      // below every accumulator
-constexpr int SMEM_BYTES = WGMMA_WEIGHT_BYTES + 2 * PATCH_BYTES + FACTOR_BYTES;
+constexpr int SMEM_BYTES = 2 * PATCH_BYTES + FACTOR_BYTES;
 #ifdef STEM_POOL_ROWS_SMEM
 static_assert(STEM_POOL_ROWS_SMEM == SMEM_BYTES, "plugins/stem.py: pool_smem_bytes must give this kernel's shared memory");
 #endif
 
 // Byte offset of patch pixel (row, column): even columns in the row's first plane, odd ones in its second.
 __device__ __forceinline__ int patch_offset(int row, int col) { return row * ROW_BYTES + ((col & 1) * HALF + (col >> 1)) * VEC; }
+
+// The channel of A row 16 w + g + 8 h (w the warp, g = lane / 4): lanes g and g ^ 1 hold channels 16 w + 4 (g / 2)
+// .. + 3 between them, so one shuffle makes a word of 4 channels.
+__device__ __forceinline__ int channel_of_row(int w, int g, int h) { return 16 * w + 4 * (g / 2) + 2 * (g % 2) + h; }
+
+// B of k32 step ks (filter row ks / 2, taps 2 (ks % 2) and + 1; for odd DC the taps the other way round) for a block
+// of column offset DC at patch row `row`: no swizzle, core matrices of 8 columns x 16 bytes, 128 bytes apart along N,
+// the step's second tap `K stride` bytes after its first (the other plane).
+template <int DC>
+__device__ __forceinline__ uint64_t patch_desc(uint32_t patch, int row, int ks) {
+  const int pr = ks % 2;
+  const int first = DC % 2 == 0 ? DC / 2 + pr : pr + 1;  // even-plane index of column 0's first tap
+  const int second = DC % 2 == 0 ? DC / 2 + pr : pr;     // odd-plane index of its second
+  const uint32_t start = patch + (row + ks / 2) * ROW_BYTES + first * VEC;
+  const uint32_t k_stride = (HALF + second - first) * VEC;
+  return (uint64_t)((start & 0x3FFFF) >> 4) | (uint64_t)(k_stride >> 4) << 16 | (uint64_t)(128 >> 4) << 32;
+}
+
+// Where a tile's conv pixels leave the image at its left and right (the pool's padding), for one thread.
+struct Edges {
+  bool left_pad, right_pad;
+  int right_slot, q;
+};
+
+// One block: the 8 wgmma of column offset DC at patch row `row` into acc (A: the weights, with the taps of each k-step
+// swapped for odd DC), waited for, then pooled into best: FRESH ? its values : the max of best and them, inverted
+// where the channel's factor is negative (flip), pixels outside the image never winning.
+template <int DC, bool FRESH>
+__device__ __forceinline__ void block(const uint32_t (&a)[KSTEPS][4], const uint32_t (&a_swapped)[KSTEPS][4], uint32_t patch,
+                                      int row, bool never, int (&acc)[32], const int (&flip)[2], const Edges& edges,
+                                      int (&best)[32]) {
+  sm90::wgmma_fence();  // acc was read since its last wgmma
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks)
+    sm90::WgmmaS8<64>::mma_rs(acc, DC % 2 ? a_swapped[ks] : a[ks], patch_desc<DC>(patch, row, ks), ks > 0 || never);
+  sm90::wgmma_commit();
+  sm90::wgmma_wait<0>();
+  if (DC == 2 && edges.right_pad) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {  // register i is slot 8 (i / 4) + 2q + i % 2
+      const int v = 8 * (i / 4) + 2 * edges.q + i % 2 > edges.right_slot ? NEVER_MAX : acc[i] ^ flip[(i / 2) % 2];
+      best[i] = FRESH ? v : max(best[i], v);
+    }
+      return;
+  }
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    int v = acc[i] ^ flip[(i / 2) % 2];
+    if (DC == 0 && (i == 0 || i == 2)) v = edges.left_pad ? NEVER_MAX : v;  // slot 2q
+    best[i] = FRESH ? v : max(best[i], v);
+  }
+}
 
 }  // namespace stem_rows
 
@@ -60,13 +120,11 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
   using namespace stem_rows;
   extern __shared__ __align__(1024) int8_t smem[];
   trap_unless_dynamic_smem(SMEM_BYTES);  // the launcher's byte count (plugins/stem.py) must cover the tile
-  int8_t* const weights = smem;  // 1024-byte aligned for the swizzle
-  int8_t* const patches = smem + WGMMA_WEIGHT_BYTES;
+  int8_t* const patches = smem;
   float* const factor_a = reinterpret_cast<float*>(patches + 2 * PATCH_BYTES);
   float* const factor_b = factor_a + CH;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
-  load_weights_wgmma(weights, p.w, tid, THREADS);
   fold_factors(factor_a, factor_b, p, tid, THREADS);
   const float relu_min = relu_floor(p.relu != 0);
   const int tiles_h = (PH + TPH - 1) / TPH, tiles_w = (PW + SLOTS - 1) / SLOTS;
@@ -79,103 +137,110 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
                                       [](int, int row, int col) { return patch_offset(row, col); });
   };
   if (blockIdx.x < tiles) load_patch(blockIdx.x, 0);
+
+  // A: this thread's weights for the whole kernel. a[ks][i] holds row 16 warp + g + 8 (i % 2), bytes 4q .. 4q + 3 of
+  // tap 2 ks + i / 2 (wgmma's A fragment); a row's weights are w[channel][tap][16 input channels] (KG bytes).
+  uint32_t a[KSTEPS][4];
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      a[ks][i] = __ldg(reinterpret_cast<const uint32_t*>(p.w + channel_of_row(warp, g, i % 2) * KG + ks * 32 + (i / 2) * 16 + 4 * q));
+  // The same with the taps of each k-step swapped (odd column offsets): wgmma reads A from 4 consecutive registers.
+  uint32_t a_swapped[KSTEPS][4];
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a_swapped[ks][i] = a[ks][i ^ 2];
   __syncthreads();  // the factors
 
-  // This lane's ldmatrix row: slot (pooled column) 16 warp + lane % 8 + 8 ((lane / 8) % 2), at the k-step's first tap
-  // (lanes 0..15) or its second (16..31). Its accumulators: slots 16 warp + g (h = 0) and + 8 (h = 1).
-  const int a_slot = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2), a_tap = lane / 16;
-  // The sign of each accumulator's channel factor (register i: n8 tile i / 4, column 2q + i % 2): -1 inverts it so
-  // that a maximum of inverted values is the inverted minimum.
-  int flip[16];
+  // Accumulator register i: row (channel) h = (i / 2) % 2, column (slot) 8 (i / 4) + 2q + i % 2. flip[h] = -1 inverts
+  // a channel whose factor is negative, so that a maximum of inverted values is the inverted minimum.
+  int flip[2];
+  float fa[2], fb[2];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int ni = i / 2, c = 2 * q + i % 2;
-    flip[i] = factor_a[channel_of(ni, c)] < 0.0f ? -1 : 0;
+  for (int h = 0; h < 2; ++h) {
+    const int c = channel_of_row(warp, g, h);
+    fa[h] = factor_a[c], fb[h] = factor_b[c];
+    flip[h] = fa[h] < 0.0f ? -1 : 0;
   }
-  auto flip_of = [&](int reg) { return flip[(reg / 4) * 2 + reg % 2]; };
-  // One set of accumulators per column offset, defined once (each block's first wgmma ignores their values but names
-  // them as inputs). A block's accumulators are read (into the row's maximum) after its wait and before the next
-  // block's wgmma; ptxas (CUDA 13.0) sank those reads past the next block's wgmma when both blocks used the same
-  // registers and the first k-step's accumulate flag was a constant, computing the row's maximum without the first
-  // block (tests/test_stem_pool_gpu.py caught it). Separate registers per block and a flag ptxas cannot fold keep
-  // every read where it is written.
-  int acc[PK][32];
+  // Two accumulator sets (below), each block's first k-step overwriting its set by a flag ptxas cannot fold (with a
+  // constant flag, ptxas (CUDA 13.0) once dropped blocks altogether, docs/design/stem-pool.md).
+  int acc[2][32];
 #pragma unroll
-  for (int dc = 0; dc < PK; ++dc)
+  for (int k = 0; k < 2; ++k)
 #pragma unroll
-    for (int i = 0; i < 32; ++i) acc[dc][i] = 0;
+    for (int i = 0; i < 32; ++i) acc[k][i] = 0;
   const bool never = p.splits < 0;  // false, unknown to ptxas
 
   for (int tile = blockIdx.x, buf = 0; tile < tiles; tile += gridDim.x, buf ^= 1) {
     const int n = tile / (tiles_h * tiles_w), t = tile % (tiles_h * tiles_w);
     const int ph0 = (t / tiles_w) * TPH, pw0 = (t % tiles_w) * SLOTS;
     const int cr0 = ph0 * PS - PP, cc0 = pw0 * PS - PP;  // the tile's first conv row and column
-    const int8_t* const patch = patches + buf * PATCH_BYTES;
+    const uint32_t patch = smem_u32(patches + buf * PATCH_BYTES);
     cp_async_wait<0>();
+    sm90::fence_proxy_async_shared();  // written by cp.async (generic proxy), read by wgmma (async proxy)
     __syncthreads();  // this tile's patch has landed; the other buffer's last reader (the previous tile) is done
     if (tile + gridDim.x < tiles) load_patch(tile + gridDim.x, buf ^ 1);
 
-    // best = the maximum over the three column offsets of the tile's conv row `row` (0 .. CONV_ROWS - 1), inverted
-    // where the channel's factor is negative; with `fresh` false, the maximum of that and best. Columns outside the
-    // conv output read the nearest one inside (same window).
-    auto row_max = [&](int row, int (&best)[32], bool fresh) {
-      if (fresh) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) best[i] = NEVER_MAX;
-      }
-#pragma unroll
-      for (int dc = 0; dc < PK; ++dc) {
-        const int col = min(max(cc0 + 2 * a_slot + dc, 0), p.OW - 1) - cc0;  // patch column of tap 0
-        const uint32_t base = smem_u32(patch + patch_offset(row, col + a_tap));
-        uint32_t a[KSTEPS][4];
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS; ++ks)  // taps 2 ks, 2 ks + 1: filter row ks / 2, columns 2 (ks % 2) (+ 1)
-          ldmatrix_x4(a[ks], base + (ks / 2) * ROW_BYTES + (ks % 2) * VEC);
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS; ++ks)
-          sm90::WgmmaS8<64>::mma_rs(acc[dc], a[ks], sm90::desc_kmajor_sw32(smem_u32(weights + ks * CH * 32)), ks > 0 || never);
-        sm90::wgmma_commit();
-        sm90::wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < 32; ++i) best[i] = max(best[i], acc[dc][i] ^ flip_of(i));
-      }
-    };
+    // Conv pixels left of the image (the pool's padding: column 0 of an image's first tile at dc 0, registers 0 and 2
+    // of lanes q = 0) and right of it (dc 2 past an odd conv width, the last pooled column) never win.
+    const bool left_pad = cc0 + 4 * q < 0;
+    const int right_slot = (p.OW - 1 - cc0) / 2 - 1;  // the last slot whose dc 2 pixel is in the image (-1: none)
+    const bool right_pad = right_slot < min(SLOTS, PW - pw0) - 1;
+    const Edges edges{left_pad, right_pad, right_slot, q};
 
-    int carry[32];  // conv row 2 i - 1's maximum (tile row 2 i), then with row 2 i's (tile row 2 i + 1) in it
-    if (cr0 >= 0) {
-      row_max(0, carry, true);
-    } else {
+    // Tile row j is conv row cr0 + j (rows below the image read as the last one); pooled row i takes conv rows
+    // 2i + 1 (into carry, which holds rows 2i - 1 and 2i) and 2i + 2 (lower). Each block is waited for before it is
+    // pooled: the SM's other CTA keeps the tensor cores busy meanwhile.
+    const int rows = min(TPH, PH - ph0);
+    auto row_of = [&](int j) { return min(j, p.OH - 1 - cr0); };
+    // Consecutive blocks alternate between two accumulator sets X and Y. ptxas (CUDA 13.0) computes a block's maximum
+    // after the next block's wgmma where it can: with one set that wgmma overwrote the values first, and every pooled
+    // value came out without its window's left column (tests/test_stem_pool_gpu.py). With two, the next wgmma writes
+    // the other set.
+    int (&X)[32] = acc[0];
+    int (&Y)[32] = acc[1];
+    int carry[32], lower[32];
+    if (cr0 >= 0) {  // tile row 0 on Y X Y, so that every pooled row starts on X
+      block<0, true>(a, a_swapped, patch, 0, never, Y, flip, edges, carry);
+      block<1, false>(a, a_swapped, patch, 0, never, X, flip, edges, carry);
+      block<2, false>(a, a_swapped, patch, 0, never, Y, flip, edges, carry);
+    } else {  // the row above the image: never the maximum
 #pragma unroll
-      for (int i = 0; i < 32; ++i) carry[i] = NEVER_MAX;  // the row above the image: never the maximum
+      for (int i = 0; i < 32; ++i) carry[i] = NEVER_MAX;
     }
-    for (int i = 0; i < TPH && ph0 + i < PH; ++i) {
-      int lower[32];
-      row_max(min(2 * i + 1, p.OH - 1 - cr0), carry, false);
-      row_max(min(2 * i + 2, p.OH - 1 - cr0), lower, true);
-      int pooled[32];
+    for (int i = 0; i < rows; ++i) {
+      const int upper = row_of(2 * i + 1), low = row_of(2 * i + 2);
+      block<0, false>(a, a_swapped, patch, upper, never, X, flip, edges, carry);
+      block<1, false>(a, a_swapped, patch, upper, never, Y, flip, edges, carry);
+      block<2, false>(a, a_swapped, patch, upper, never, X, flip, edges, carry);
+      block<0, true>(a, a_swapped, patch, low, never, Y, flip, edges, lower);
+      block<1, false>(a, a_swapped, patch, low, never, X, flip, edges, lower);
+      block<2, false>(a, a_swapped, patch, low, never, Y, flip, edges, lower);
+
+      // Pooled row ph: per n8 column group jj, requantize_word turns (slot 8jj + 2q, + 1) x (this thread's two
+      // channels) into one word; lanes g and g ^ 1 swap words, and each keeps the 4 channels of one slot: even g
+      // slot 8jj + 2q, odd g slot 8jj + 2q + 1.
+      const int ph = ph0 + i, c = 16 * warp + 4 * (g / 2);
+      int8_t* const out = p.y + ((size_t)(n * (CH / 32) + c / 32) * PH + ph) * PW * 32 + c % 32;
+      const float wa[4] = {fa[0], fa[1], fa[0], fa[1]}, wb[4] = {fb[0], fb[1], fb[0], fb[1]};
 #pragma unroll
-      for (int r = 0; r < 32; ++r) {
-        pooled[r] = max(carry[r], lower[r]) ^ flip_of(r);
-        carry[r] = lower[r];
-      }
-      // register r: slot 16 warp + g + 8 ((r / 2) % 2), n8 tile r / 4, column 2q + r % 2; tiles 2j, 2j + 1 give
-      // channels 16 j + 4 q .. + 3 of the 64
+      for (int jj = 0; jj < 8; ++jj) {
+        int pooled[4];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int pw = pw0 + 16 * warp + g + 8 * h;
-        if (pw >= PW) continue;
-        int8_t* const out = p.y + (((size_t)n * (CH / 32)) * PH + ph0 + i) * PW * 32 + (size_t)pw * 32;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int c = 16 * j + 4 * q;
-          const int word[4] = {pooled[8 * j + 2 * h], pooled[8 * j + 2 * h + 1], pooled[8 * j + 4 + 2 * h], pooled[8 * j + 5 + 2 * h]};
-          float a[4], b[4];
-          word_factors(factor_a, factor_b, c, a, b);
-          *reinterpret_cast<uint32_t*>(out + (size_t)(c / 32) * PH * PW * 32 + c % 32) =
-              requantize_word<false>(word, a, b, 0u, 0.0f, relu_min);
+        for (int e = 0; e < 4; ++e) {  // word byte e: slot 8jj + 2q + e / 2, channel h = e % 2
+          const int r = 4 * jj + 2 * (e % 2) + e / 2;
+          pooled[e] = max(carry[r], lower[r]) ^ flip[e % 2];
         }
+        const uint32_t mine = requantize_word<false>(pooled, wa, wb, 0u, 0.0f, relu_min);
+        const uint32_t theirs = __shfl_xor_sync(0xffffffffu, mine, 4);
+        const int pw = pw0 + 8 * jj + 2 * q + g % 2;
+        if (pw < PW)
+          *reinterpret_cast<uint32_t*>(out + (size_t)pw * 32) = g % 2 ? __byte_perm(mine, theirs, 0x3276) : __byte_perm(mine, theirs, 0x5410);
       }
+#pragma unroll
+      for (int r = 0; r < 32; ++r) carry[r] = lower[r];
     }
   }
 }
