@@ -126,7 +126,7 @@ def tile_from_name(text: str) -> tuple[int, int]:
 
 
 def default_tile(arch: str) -> tuple[int, int]:
-    """The tile a runner takes without autotune or plans: rows8 where wgmma runs (8 % faster than 8x14 at batch 256
+    """The tile a runner takes without autotune or plans: rows8 where wgmma runs (24 % faster than 8x14 at batch 256
     and 512 on the H200, docs/PERF.md), else 8x14."""
     return ROW_TILES[0] if arch == "sm_90" else POOL_TILE
 

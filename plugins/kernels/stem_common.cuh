@@ -1,6 +1,6 @@
 // What the two stem + max-pool kernels share (stem_pool.cu: a conv tile staged and pooled in shared memory;
-// stem_pool_rows.cu: the pool taken on the accumulators): the folded conv's shape, the channel order of their
-// accumulators, the weights as wgmma's B and the folded requantize factors.
+// stem_pool_rows.cu: the pool taken on the accumulators): the folded conv's shape, a tile's origin and input patch,
+// and the folded requantize factors.
 #pragma once
 #include "conv_epilogue.cuh"
 #if defined(STEM_POOL_WGMMA) || defined(STEM_POOL_ROWS)
@@ -15,28 +15,7 @@ constexpr int R = 4, S = 4, VEC = 16;             // the folded conv: 4x4 taps o
 constexpr int KSTEPS = R * S * VEC / 32;          // k32 steps: two taps each (same filter row: S is even)
 constexpr int KG = R * S * VEC;                   // weight row bytes
 constexpr int CH = 64;                            // output channels
-constexpr int WGMMA_WEIGHT_BYTES = KSTEPS * CH * 32;  // wgmma's B: per k32 step 64 rows x 32 bytes, 32-byte swizzle
 constexpr int FACTOR_BYTES = 2 * CH * 4;          // per-channel a, b of the requantize
-
-// Column c of n8 tile ni holds channel channel_of(ni, c) of a 32-channel group (fused_conv.cu's WarpMma order): a
-// thread's accumulators of n8 tiles 2j, 2j + 1 are then 4 consecutive channels, one requantized word.
-__device__ __forceinline__ constexpr int channel_of(int ni, int c) { return (ni / 2) * 16 + (c / 2) * 4 + (ni % 2) * 2 + c % 2; }
-
-#if defined(STEM_POOL_WGMMA) || defined(STEM_POOL_ROWS)
-// B of k32 step ks: row n = 8 ni + c holds channel channel_of(ni, c), its 32 bytes as two 16-byte chunks, the chunk
-// index XOR-ed with bit 2 of the row (CU_TENSOR_MAP_SWIZZLE_32B's pattern, which desc_kmajor_sw32 describes).
-// Waited for and fenced for the async proxy before it returns.
-__device__ __forceinline__ void load_weights_wgmma(int8_t* weights, const int8_t* w, int tid, int nthreads) {
-  for (int v = tid; v < KSTEPS * CH * 2; v += nthreads) {
-    const int ks = v / (CH * 2), n = (v / 2) % CH, chunk = v % 2;
-    cp_async_16(smem_u32(weights + ks * CH * 32 + n * 32 + ((chunk ^ ((n >> 2) & 1)) * 16)),
-                w + channel_of(n / 8, n % 8) * KG + ks * 32 + chunk * 16, true);
-  }
-  cp_async_commit();
-  cp_async_wait<0>();
-  sm90::fence_proxy_async_shared();  // written through the generic proxy, read by wgmma (async proxy)
-}
-#endif
 
 // docs/ops.md step 2.1 for the 64 channels into shared memory (read after the caller's next barrier).
 __device__ __forceinline__ void fold_factors(float* factor_a, float* factor_b, const ConvParams& p, int tid, int nthreads) {
@@ -71,12 +50,6 @@ __device__ __forceinline__ void load_input_patch(int8_t* patch, const int8_t* im
     cp_async_16(smem_u32(patch + offset(v, row, col)), src, in_image);
   }
   cp_async_commit();
-}
-
-// The 4 words of factors a[c .. c + 3], b[c .. c + 3] as requantize_word takes them.
-__device__ __forceinline__ void word_factors(const float* factor_a, const float* factor_b, int c, float (&a)[4], float (&b)[4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) a[i] = factor_a[c + i], b[i] = factor_b[c + i];
 }
 
 }  // namespace stem

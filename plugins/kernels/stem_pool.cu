@@ -38,6 +38,34 @@ namespace trtfuse {
 namespace stem_pool {
 using namespace stem;
 
+constexpr int WGMMA_WEIGHT_BYTES = KSTEPS * CH * 32;  // wgmma's B: per k32 step 64 rows x 32 bytes, 32-byte swizzle
+
+// Column c of n8 tile ni holds channel channel_of(ni, c) of a 32-channel group (fused_conv.cu's WarpMma order): a
+// thread's accumulators of n8 tiles 2j, 2j + 1 are then 4 consecutive channels, one requantized word.
+__device__ __forceinline__ constexpr int channel_of(int ni, int c) { return (ni / 2) * 16 + (c / 2) * 4 + (ni % 2) * 2 + c % 2; }
+
+#if STEM_POOL_WGMMA
+// B of k32 step ks: row n = 8 ni + c holds channel channel_of(ni, c), its 32 bytes as two 16-byte chunks, the chunk
+// index XOR-ed with bit 2 of the row (CU_TENSOR_MAP_SWIZZLE_32B's pattern, which desc_kmajor_sw32 describes).
+// Waited for and fenced for the async proxy before it returns.
+__device__ __forceinline__ void load_weights_wgmma(int8_t* weights, const int8_t* w, int tid, int nthreads) {
+  for (int v = tid; v < KSTEPS * CH * 2; v += nthreads) {
+    const int ks = v / (CH * 2), n = (v / 2) % CH, chunk = v % 2;
+    cp_async_16(smem_u32(weights + ks * CH * 32 + n * 32 + ((chunk ^ ((n >> 2) & 1)) * 16)),
+                w + channel_of(n / 8, n % 8) * KG + ks * 32 + chunk * 16, true);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  sm90::fence_proxy_async_shared();  // written through the generic proxy, read by wgmma (async proxy)
+}
+#endif
+
+// The 4 words of factors a[c .. c + 3], b[c .. c + 3] as requantize_word takes them.
+__device__ __forceinline__ void word_factors(const float* factor_a, const float* factor_b, int c, float (&a)[4], float (&b)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = factor_a[c + i], b[i] = factor_b[c + i];
+}
+
 constexpr int TPH = STEM_POOL_TPH, TPW = STEM_POOL_TPW;  // pooled pixels per tile
 constexpr int CR = (TPH - 1) * PS + PK;             // 17 conv rows per tile
 constexpr int CC = (TPW - 1) * PS + PK;             // 29 conv columns
