@@ -101,14 +101,14 @@ POOL_TILE = (8, 14)  # the default tile: pooled rows x columns per CTA (stem_poo
 # stem_pool.cu's tiles (a conv tile staged in shared memory, then pooled): larger tiles recompute less halo (8x14:
 # 10 %) but fit fewer CTAs per SM.
 GRID_TILES = ((8, 14), (4, 28), (8, 7), (14, 14))
-# stem_pool_rows.cu's (sm_90a only): TPH pooled rows x 64 pooled columns walked a row at a time, the pool taken on the
-# accumulators; 6 conv blocks per pooled row plus 3 per tile for the row above it.
-ROW_TILES = ((8, 64), (4, 64))
+# stem_pool_rows.cu's (sm_90a only): TPH pooled rows x 63 pooled columns walked a row at a time, the pool taken on the
+# accumulators; 4 conv blocks of 64 columns per pooled row plus 2 per tile for the row above it.
+ROW_TILES = ((8, 63), (4, 63))
 # The tiles autotune and `bench kernels` time (pool_tiles: those a GPU runs).
 POOL_TILES = GRID_TILES + ROW_TILES
 POOL_THREADS = 256
 ROWS_THREADS = 128
-ROWS_PATCH_COLUMNS = 2 * (64 - 1) + 3 + 3  # stem_pool_rows.cu's IC: 64 pooled columns' conv columns + the 4x4's 3
+ROWS_PATCH_COLUMNS = 2 * (64 - 1) + 2 + 3  # stem_pool_rows.cu's IC: 64 columns' left and middle conv columns + the 4x4's 3
 
 
 def tile_name(tile: tuple[int, int]) -> str:
@@ -126,8 +126,8 @@ def tile_from_name(text: str) -> tuple[int, int]:
 
 
 def default_tile(arch: str) -> tuple[int, int]:
-    """The tile a runner takes without autotune or plans: rows8 where wgmma runs (24 % faster than 8x14 at batch 256
-    and 512 on the H200, docs/PERF.md), else 8x14."""
+    """The tile a runner takes without autotune or plans: rows8 where wgmma runs (0.155 against 0.231 ms for 8x14 at
+    batch 256 on the H200, docs/PERF.md), else 8x14."""
     return ROW_TILES[0] if arch == "sm_90" else POOL_TILE
 
 
@@ -140,7 +140,7 @@ def pool_tiles(arch: str, use_wgmma: bool | None = None) -> tuple[tuple[int, int
 def pool_smem_bytes(tile: tuple[int, int], wgmma: bool) -> int:
     """The dynamic shared memory of a tile's kernel (each checks it at compile time). stem_pool.cu: two input patches,
     the conv tile (rows of 64 channels + 16 bytes, whole m16 tiles), the per-channel factors, and on sm_90a the weights
-    as wgmma's B. stem_pool_rows.cu: two input patches of 2 TPH + 1 conv rows (+ 3) by 132 columns and the factors
+    as wgmma's B. stem_pool_rows.cu: two input patches of 2 TPH + 1 conv rows (+ 3) by 131 columns and the factors
     (its weights are wgmma's A, in registers)."""
     k, s, _ = POOL_WINDOW
     weights, factors = 8 * 64 * 32, 2 * 64 * 4

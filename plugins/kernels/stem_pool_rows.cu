@@ -8,28 +8,28 @@
 // max-pooling the accumulators and requantizing once is bit-identical to requantizing each conv pixel and pooling
 // (a channel with a < 0 pools the minimum: its accumulators are bit-inverted, ~x = -1 - x, around the max).
 //
-// The GEMM is transposed against the other convs: the 64 output channels are wgmma's M, held as A in registers for
-// the whole kernel (loaded once), and the 64 pooled columns are N, read by descriptor straight from the input patch.
-// So shared memory carries only the patch (no ldmatrix, no weight traffic), and A never changes, which lets three
-// blocks be in flight while the previous one is pooled.
+// The GEMM is turned around against the other convs: the 64 output channels are wgmma's M, their weights A in
+// registers for the whole kernel (loaded once), and 64 conv columns are N, read by descriptor straight from the input
+// patch. Shared memory carries only the patch: no ldmatrix, no weight traffic.
 //
-// A CTA (one warpgroup) owns a tile of TPH pooled rows x 64 pooled columns of one image and walks its rows:
+// A CTA (one warpgroup) owns a tile of TPH pooled rows x 63 pooled columns of one image and walks its rows:
 //   1. input patch  global -> shared: the folded pixels the tile's conv rows read, zero outside the image (the conv's
 //                   padding), by cp.async, double buffered across tiles. Stored with even and odd columns in separate
-//                   planes: for one column offset of the pool window, the 64 slots' conv pixels then start 16 bytes
-//                   apart in one plane, and a k32 step (two taps, one in each plane) is one descriptor;
-//   2. conv         shared -> tensor cores: a block is one conv row and one column offset dc of the pooled window:
-//                   B column s is conv pixel (row, 2 (pw0 + s) - 1 + dc), 8 wgmma m64n64k32 over the 16 taps. Blocks
-//                   of odd dc pair their taps the other way round (1,0 and 3,2: the even-plane tap first, so the
-//                   descriptor's K stride is positive), which is A's two halves swapped: the same registers;
-//   3. pool         registers: a conv row's three dc blocks max into that row's maximum; pooled row i is the max of
-//                   conv rows 2i - 1 (carried from the row before), 2i and 2i + 1. Three blocks are in flight (one
-//                   accumulator set per dc): a block is issued before the block two back is pooled;
+//                   planes, so 64 conv columns two apart start 16 bytes apart in one plane, and a k32 step (two taps,
+//                   one in each plane) is one descriptor;
+//   2. conv         shared -> tensor cores: per conv row two blocks of 8 wgmma m64n64k32 over the 16 taps: E, the conv
+//                   pixels at the pooled windows' left columns (column s: 2 (pw0 + s) - 1), and O, their middle
+//                   columns (+ 1). A window's right column is the next window's left one, E of column s + 1. O pairs
+//                   its taps the other way round (1,0 and 3,2: the even-plane tap first, so the descriptor's K stride
+//                   is positive), which is A's two halves swapped;
+//   3. pool         registers: a conv row's window maximum is max(E[s], O[s], E[s + 1]), E[s + 1] from the thread's
+//                   own next column or, one in two, by a shuffle from the lane to its right; pooled row i is the max
+//                   of conv rows 2i - 1 (carried from the row before), 2i and 2i + 1;
 //   4. epilogue     registers -> global: the pooled accumulators requantized (requantize_word, as every conv), the
 //                   two channels a thread holds per column paired with its neighbour's by one shuffle into 4-byte
 //                   words of 4 channels.
-// Pool windows that reach outside the conv output (the pool's padding) never win: a conv pixel left of the image is
-// replaced by the lowest value, rows below the image by the last row, the row above the image is skipped.
+// Pool windows that reach outside the conv output (the pool's padding) never win: a conv pixel left or right of the
+// image is replaced by the lowest value, rows below the image by the last row, the row above the image is skipped.
 #include "stem_common.cuh"
 #include "wgmma_s8.cuh"
 
@@ -42,10 +42,11 @@ namespace stem_rows {
 using namespace stem;
 
 constexpr int TPH = STEM_POOL_ROWS_TPH;         // pooled rows per tile
-constexpr int SLOTS = 64;                       // pooled columns per tile: wgmma's N
+constexpr int SLOTS = 64;                       // conv columns per block: wgmma's N
+constexpr int OUT_COLS = SLOTS - 1;             // pooled columns per tile: the last one's right column is E[SLOTS]
 constexpr int CONV_ROWS = 2 * TPH + 1;          // conv rows 2 ph0 - 1 .. 2 (ph0 + TPH) - 1
 constexpr int IR = CONV_ROWS + R - 1;           // patch rows
-constexpr int IC = 2 * (SLOTS - 1) + PK + S - 1;  // patch columns: 132
+constexpr int IC = 2 * (SLOTS - 1) + 2 + S - 1;  // patch columns: 131, the last O column's 4 taps
 constexpr int HALF = (IC + 1) / 2;              // columns per parity plane
 constexpr int ROW_BYTES = 2 * HALF * VEC;       // one patch row, both planes
 constexpr int PATCH_BYTES = IR * ROW_BYTES;
@@ -63,9 +64,10 @@ __device__ __forceinline__ int patch_offset(int row, int col) { return row * ROW
 // .. + 3 between them, so one shuffle makes a word of 4 channels.
 __device__ __forceinline__ int channel_of_row(int w, int g, int h) { return 16 * w + 4 * (g / 2) + 2 * (g % 2) + h; }
 
-// B of k32 step ks (filter row ks / 2, taps 2 (ks % 2) and + 1; for odd DC the taps the other way round) for a block
-// of column offset DC at patch row `row`: no swizzle, core matrices of 8 columns x 16 bytes, 128 bytes apart along N,
-// the step's second tap `K stride` bytes after its first (the other plane).
+// B of k32 step ks (filter row ks / 2, taps 2 (ks % 2) and + 1; for DC 1 the taps the other way round) for the block
+// of conv columns 2 s - 1 + DC (s from the tile's first pooled column) at patch row `row`: no swizzle, core matrices
+// of 8 columns x 16 bytes, 128 bytes apart along N, the step's second tap `K stride` bytes after its first (the other
+// plane).
 template <int DC>
 __device__ __forceinline__ uint64_t patch_desc(uint32_t patch, int row, int ks) {
   const int pr = ks % 2;
@@ -76,38 +78,51 @@ __device__ __forceinline__ uint64_t patch_desc(uint32_t patch, int row, int ks) 
   return (uint64_t)((start & 0x3FFFF) >> 4) | (uint64_t)(k_stride >> 4) << 16 | (uint64_t)(128 >> 4) << 32;
 }
 
-// Where a tile's conv pixels leave the image at its left and right (the pool's padding), for one thread.
-struct Edges {
-  bool left_pad, right_pad;
-  int right_slot, q;
-};
-
-// One block: the 8 wgmma of column offset DC at patch row `row` into acc (A: the weights, with the taps of each k-step
-// swapped for odd DC), waited for, then pooled into best: FRESH ? its values : the max of best and them, inverted
-// where the channel's factor is negative (flip), pixels outside the image never winning.
-template <int DC, bool FRESH>
-__device__ __forceinline__ void block(const uint32_t (&a)[KSTEPS][4], const uint32_t (&a_swapped)[KSTEPS][4], uint32_t patch,
-                                      int row, bool never, int (&acc)[32], const int (&flip)[2], const Edges& edges,
-                                      int (&best)[32]) {
+// One block: the 8 wgmma of conv columns 2 s - 1 + DC at patch row `row` into acc (A: the weights, with the taps of
+// each k-step swapped for DC 1), waited for.
+template <int DC>
+__device__ __forceinline__ void conv_block(const uint32_t (&a)[KSTEPS][4], const uint32_t (&a_swapped)[KSTEPS][4], uint32_t patch,
+                                           int row, bool never, int (&acc)[32]) {
   sm90::wgmma_fence();  // acc was read since its last wgmma
 #pragma unroll
   for (int ks = 0; ks < KSTEPS; ++ks)
-    sm90::WgmmaS8<64>::mma_rs(acc, DC % 2 ? a_swapped[ks] : a[ks], patch_desc<DC>(patch, row, ks), ks > 0 || never);
+    sm90::WgmmaS8<64>::mma_rs(acc, DC ? a_swapped[ks] : a[ks], patch_desc<DC>(patch, row, ks), ks > 0 || never);
   sm90::wgmma_commit();
   sm90::wgmma_wait<0>();
-  if (DC == 2 && edges.right_pad) {
+}
+
+// A thread's accumulator register i: channel h = (i / 2) % 2 of its two, column (slot) 8 (i / 4) + 2q + i % 2. Values
+// are compared inverted where the channel's factor is negative (flip[h] = -1), so that a maximum of inverted values is
+// the inverted minimum.
+struct Lane {
+  int q, lane;
+  int flip[2];
+};
+
+// best = max(E[s], E[s + 1]) per column from block E's accumulators e, inverted by flip: E[s + 1] is the thread's next
+// register for even columns, and for odd ones register 8 (i / 4) + 2 of the lane to its right (q + 1), whose column is
+// s + 1; lane q = 3 takes the next group's column 0 from lane q = 0, which sends that instead. LEFT: column s = 0's
+// own E is left of the image (register 0 and 2 of q = 0). right_slot >= 0: no column above it takes its E[s + 1].
+template <bool RIGHT>
+__device__ __forceinline__ void left_pair_max(const int (&e)[32], const Lane& t, bool left, int right_slot, int (&best)[32]) {
+  const int source = (t.lane & ~3) | ((t.lane + 1) & 3);
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {  // register i is slot 8 (i / 4) + 2q + i % 2
-      const int v = 8 * (i / 4) + 2 * edges.q + i % 2 > edges.right_slot ? NEVER_MAX : acc[i] ^ flip[(i / 2) % 2];
-      best[i] = FRESH ? v : max(best[i], v);
+  for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = 4 * jj + 2 * h;  // the even column's register; i + 1 the odd column's
+      const int own0 = e[i] ^ t.flip[h], own1 = e[i + 1] ^ t.flip[h];
+      const int next_group = jj < 7 ? e[i + 4] ^ t.flip[h] : own0;  // column 8 (jj + 1) of lane q = 0 (jj = 7: unused)
+      int right = __shfl_sync(0xffffffffu, t.q == 0 ? next_group : own0, source);
+      int right_of_even = own1;
+      if (RIGHT) {  // E[s + 1] outside the image
+        const int s = 8 * jj + 2 * t.q;
+        right_of_even = s > right_slot ? NEVER_MAX : right_of_even;
+        right = s + 1 > right_slot ? NEVER_MAX : right;
+      }
+      best[i] = max(jj == 0 && left ? NEVER_MAX : own0, right_of_even);
+      best[i + 1] = max(own1, right);
     }
-      return;
-  }
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    int v = acc[i] ^ flip[(i / 2) % 2];
-    if (DC == 0 && (i == 0 || i == 2)) v = edges.left_pad ? NEVER_MAX : v;  // slot 2q
-    best[i] = FRESH ? v : max(best[i], v);
   }
 }
 
@@ -127,11 +142,11 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   fold_factors(factor_a, factor_b, p, tid, THREADS);
   const float relu_min = relu_floor(p.relu != 0);
-  const int tiles_h = (PH + TPH - 1) / TPH, tiles_w = (PW + SLOTS - 1) / SLOTS;
+  const int tiles_h = (PH + TPH - 1) / TPH, tiles_w = (PW + OUT_COLS - 1) / OUT_COLS;
   const int tiles = p.N * tiles_h * tiles_w;
 
   auto load_patch = [&](int tile, int buf) {
-    const StemTile at = StemTile::at<TPH, SLOTS>(tile, tiles_h, tiles_w, p);
+    const StemTile at = StemTile::at<TPH, OUT_COLS>(tile, tiles_h, tiles_w, p);
     const int8_t* const image = p.x + (size_t)(image_index ? image_index[at.n] : at.n) * p.H * p.W * VEC;
     load_input_patch<IR, IC, THREADS>(patches + buf * PATCH_BYTES, image, p, at.ir0, at.ic0, tid,
                                       [](int, int row, int col) { return patch_offset(row, col); });
@@ -146,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
 #pragma unroll
     for (int i = 0; i < 4; ++i)
       a[ks][i] = __ldg(reinterpret_cast<const uint32_t*>(p.w + channel_of_row(warp, g, i % 2) * KG + ks * 32 + (i / 2) * 16 + 4 * q));
-  // The same with the taps of each k-step swapped (odd column offsets): wgmma reads A from 4 consecutive registers.
+  // The same with the taps of each k-step swapped (the O blocks): wgmma reads A from 4 consecutive registers.
   uint32_t a_swapped[KSTEPS][4];
 #pragma unroll
   for (int ks = 0; ks < KSTEPS; ++ks)
@@ -156,14 +171,15 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
 
   // Accumulator register i: row (channel) h = (i / 2) % 2, column (slot) 8 (i / 4) + 2q + i % 2. flip[h] = -1 inverts
   // a channel whose factor is negative, so that a maximum of inverted values is the inverted minimum.
-  int flip[2];
+  Lane me{q, lane, {0, 0}};
   float fa[2], fb[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int c = channel_of_row(warp, g, h);
     fa[h] = factor_a[c], fb[h] = factor_b[c];
-    flip[h] = fa[h] < 0.0f ? -1 : 0;
+    me.flip[h] = fa[h] < 0.0f ? -1 : 0;
   }
+  const int (&flip)[2] = me.flip;
   // Two accumulator sets (below), each block's first k-step overwriting its set by a flag ptxas cannot fold (with a
   // constant flag, ptxas (CUDA 13.0) once dropped blocks altogether, docs/design/stem-pool.md).
   int acc[2][32];
@@ -175,7 +191,7 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
 
   for (int tile = blockIdx.x, buf = 0; tile < tiles; tile += gridDim.x, buf ^= 1) {
     const int n = tile / (tiles_h * tiles_w), t = tile % (tiles_h * tiles_w);
-    const int ph0 = (t / tiles_w) * TPH, pw0 = (t % tiles_w) * SLOTS;
+    const int ph0 = (t / tiles_w) * TPH, pw0 = (t % tiles_w) * OUT_COLS;
     const int cr0 = ph0 * PS - PP, cc0 = pw0 * PS - PP;  // the tile's first conv row and column
     const uint32_t patch = smem_u32(patches + buf * PATCH_BYTES);
     cp_async_wait<0>();
@@ -183,41 +199,43 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
     __syncthreads();  // this tile's patch has landed; the other buffer's last reader (the previous tile) is done
     if (tile + gridDim.x < tiles) load_patch(tile + gridDim.x, buf ^ 1);
 
-    // Conv pixels left of the image (the pool's padding: column 0 of an image's first tile at dc 0, registers 0 and 2
-    // of lanes q = 0) and right of it (dc 2 past an odd conv width, the last pooled column) never win.
-    const bool left_pad = cc0 + 4 * q < 0;
-    const int right_slot = (p.OW - 1 - cc0) / 2 - 1;  // the last slot whose dc 2 pixel is in the image (-1: none)
-    const bool right_pad = right_slot < min(SLOTS, PW - pw0) - 1;
-    const Edges edges{left_pad, right_pad, right_slot, q};
+    // Conv pixels left of the image (the pool's padding: E of column 0 in an image's first tile, on lanes q = 0) and
+    // right of it (an odd conv width's last pooled column) never win.
+    const bool left = cc0 + 4 * q < 0;
+    const int right_slot = (p.OW - 1 - cc0) / 2 - 1;  // the last column whose E[s + 1] is in the image
+    const bool right_pad = right_slot < min(OUT_COLS, PW - pw0) - 1;
 
     // Tile row j is conv row cr0 + j (rows below the image read as the last one); pooled row i takes conv rows
-    // 2i + 1 (into carry, which holds rows 2i - 1 and 2i) and 2i + 2 (lower). Each block is waited for before it is
-    // pooled: the SM's other CTA keeps the tensor cores busy meanwhile.
+    // 2i + 1 (into carry, which holds rows 2i - 1 and 2i) and 2i + 2 (lower). Block E of a row runs on X, its O on
+    // Y, each waited for before it is read: the SM's other CTA keeps the tensor cores busy meanwhile. ptxas (CUDA
+    // 13.0) computes a block's maximum after the next block's wgmma where it can; with one accumulator set that
+    // wgmma overwrote the values first (every pooled value came out without its window's left column,
+    // tests/test_stem_pool_gpu.py). With two, and E read before O is issued, the next wgmma writes the other set.
     const int rows = min(TPH, PH - ph0);
     auto row_of = [&](int j) { return min(j, p.OH - 1 - cr0); };
-    // Consecutive blocks alternate between two accumulator sets X and Y. ptxas (CUDA 13.0) computes a block's maximum
-    // after the next block's wgmma where it can: with one set that wgmma overwrote the values first, and every pooled
-    // value came out without its window's left column (tests/test_stem_pool_gpu.py). With two, the next wgmma writes
-    // the other set.
     int (&X)[32] = acc[0];
     int (&Y)[32] = acc[1];
+    // row = the window maximum of conv row `j` per column (E, O and the next E), inverted by flip
+    auto conv_row = [&](int j, int (&row)[32]) {
+      conv_block<0>(a, a_swapped, patch, row_of(j), never, X);
+      if (right_pad) left_pair_max<true>(X, me, left, right_slot, row);
+      else left_pair_max<false>(X, me, left, right_slot, row);
+      conv_block<1>(a, a_swapped, patch, row_of(j), never, Y);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) row[i] = max(row[i], Y[i] ^ flip[(i / 2) % 2]);
+    };
     int carry[32], lower[32];
-    if (cr0 >= 0) {  // tile row 0 on Y X Y, so that every pooled row starts on X
-      block<0, true>(a, a_swapped, patch, 0, never, Y, flip, edges, carry);
-      block<1, false>(a, a_swapped, patch, 0, never, X, flip, edges, carry);
-      block<2, false>(a, a_swapped, patch, 0, never, Y, flip, edges, carry);
+    if (cr0 >= 0) {
+      conv_row(0, carry);
     } else {  // the row above the image: never the maximum
 #pragma unroll
       for (int i = 0; i < 32; ++i) carry[i] = NEVER_MAX;
     }
     for (int i = 0; i < rows; ++i) {
-      const int upper = row_of(2 * i + 1), low = row_of(2 * i + 2);
-      block<0, false>(a, a_swapped, patch, upper, never, X, flip, edges, carry);
-      block<1, false>(a, a_swapped, patch, upper, never, Y, flip, edges, carry);
-      block<2, false>(a, a_swapped, patch, upper, never, X, flip, edges, carry);
-      block<0, true>(a, a_swapped, patch, low, never, Y, flip, edges, lower);
-      block<1, false>(a, a_swapped, patch, low, never, X, flip, edges, lower);
-      block<2, false>(a, a_swapped, patch, low, never, Y, flip, edges, lower);
+      conv_row(2 * i + 1, lower);
+#pragma unroll
+      for (int r = 0; r < 32; ++r) carry[r] = max(carry[r], lower[r]);
+      conv_row(2 * i + 2, lower);
 
       // Pooled row ph: per n8 column group jj, requantize_word turns (slot 8jj + 2q, + 1) x (this thread's two
       // channels) into one word; lanes g and g ^ 1 swap words, and each keeps the 4 channels of one slot: even g
@@ -235,8 +253,8 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
         }
         const uint32_t mine = requantize_word<false>(pooled, wa, wb, 0u, 0.0f, relu_min);
         const uint32_t theirs = __shfl_xor_sync(0xffffffffu, mine, 4);
-        const int pw = pw0 + 8 * jj + 2 * q + g % 2;
-        if (pw < PW)
+        const int slot = 8 * jj + 2 * q + g % 2, pw = pw0 + slot;
+        if (slot < OUT_COLS && pw < PW)  // slot 63 is the next tile's first column
           *reinterpret_cast<uint32_t*>(out + (size_t)pw * 32) = g % 2 ? __byte_perm(mine, theirs, 0x3276) : __byte_perm(mine, theirs, 0x5410);
       }
 #pragma unroll
