@@ -289,6 +289,75 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     return rec
 
 
+TAIL_LAYERS = ("tail average pool 7x7x2048 -> fp32", "tail classifier fp32 2048 -> 1000", "tail top-1 of 1000")
+FP32_PEAK_TFLOPS = 66.9  # H100/H200 SXM fp32 FMA (datasheet): the classifier's compute floor
+
+
+def bench_tail(torch, n, args, bw_tbps) -> list[dict]:
+    """ResNet-50's tail as the GPU runner runs it after res5 (plugins/network_ops.py): the fp32 average pool of the
+    int8 CHW32 7x7x2048 map, the fp32 classifier (one sequential fmaf chain per output: docs/ops.md) and the row-wise
+    top-1, each timed alone (its input L2-warm, as it is after the layer before it) against PyTorch's fp32 op (cuBLAS
+    for the classifier, TF32 off), each output poisoned first and compared bit for bit with the reference."""
+    from ..plugins import network_ops
+    from ..plugins import reference as ref
+    from ..plugins.layout import pack_nchwv
+
+    cur = lambda: torch.cuda.current_stream().cuda_stream
+    rng = np.random.default_rng()
+    c, hw, classes = 2048, 7, 1000
+    x = rng.integers(-128, 128, (n, c, hw, hw), dtype=np.int8)
+    scale = np.array([0.0173], np.float32)
+    w = (rng.normal(size=(classes, c)) * 0.02).astype(np.float32)
+    bias = rng.normal(size=classes).astype(np.float32)
+    xd = torch.from_numpy(pack_nchwv(x, 32)).cuda()
+    sd, wd, bd = (torch.from_numpy(a).cuda() for a in (scale, w, bias))
+    pooled = torch.empty((n, c), dtype=torch.float32, device="cuda")
+    logits = torch.empty((n, classes), dtype=torch.float32, device="cuda")
+    top1 = torch.empty(n, dtype=torch.int32, device="cuda")
+    runs = {
+        "avgpool": lambda: network_ops.global_avgpool_f32(xd.data_ptr(), sd.data_ptr(), n, c, hw, hw, pooled.data_ptr(), stream=cur()),
+        "classifier": lambda: network_ops.linear_f32(pooled.data_ptr(), wd.data_ptr(), bd.data_ptr(), n, classes, c, logits.data_ptr(), stream=cur()),
+        "top-1": lambda: network_ops.argmax_rows(logits.data_ptr(), n, classes, top1.data_ptr(), stream=cur()),
+    }
+    for out in (pooled, logits, top1):
+        out.fill_(float("nan") if out.dtype == torch.float32 else -1)
+    for run_step in runs.values():  # the outputs, each from its poisoned buffer
+        run_step()
+    torch.cuda.synchronize()
+    mean = x.astype(np.int64).sum(axis=(2, 3)).astype(np.float32) / np.float32(hw * hw) * scale[0]
+    got_pooled, got_logits = pooled.cpu().numpy(), logits.cpu().numpy()
+    rows = sorted({0, n - 1} | set(range(0, n, max(1, n // 8))))  # the reference's sequential chains are slow: 9 rows
+    correct = {
+        "avgpool": np.array_equal(got_pooled.view(np.int32), mean.view(np.int32)),
+        "classifier": np.array_equal(got_logits[rows].view(np.int32), ref.linear_f32(got_pooled[rows], w, bias).view(np.int32)),
+        "top-1": np.array_equal(top1.cpu().numpy(), np.argmax(got_logits, axis=1)),
+    }
+    xt = torch.from_numpy(x).cuda().float()
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        baselines = {"avgpool": lambda: xt.mean(dim=(2, 3)), "classifier": lambda: torch.nn.functional.linear(pooled, wd, bd),
+                     "top-1": lambda: logits.argmax(dim=1)}
+        base_ms = {} if args.no_baselines else {k: graph_time_ms(torch, f, args.reps) for k, f in baselines.items()}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    moved = {"avgpool": x.nbytes + n * c * 4, "classifier": (n * c + classes * c + n * classes) * 4,
+             "top-1": n * classes * 4 + n * 4}
+    records = []
+    for (key, step), layer in zip(runs.items(), TAIL_LAYERS):
+        ours = graph_time_ms(torch, step, args.reps)
+        rec = {"layer": layer, "batch": n, "tactic": {"classifier": "linear_f32"}.get(key, key),
+               "family": "fp32", "splits": 1, "network_tail": True, "ours_ms": ours, "unfused_ms": base_ms.get(key),
+               "unfused": "PyTorch fp32 (cuBLAS for the classifier, TF32 off)", "correct": bool(correct[key])}
+        rec.update(floors(moved[key], 0.0, ours, bw_tbps))
+        if key == "classifier":  # fp32 FMAs, not int8 ops: the compute floor at the fp32 peak
+            rec["floor_compute_ms"] = 2.0 * n * classes * c / (FP32_PEAK_TFLOPS * 1e12) * 1e3
+            rec["floor_ms"] = max(rec["floor_memory_ms"], rec["floor_compute_ms"])
+        rec["cublaslt_int8_ms"] = rec["cudnn_fp16_ms"] = None
+        records.append(rec)
+    return records
+
+
 # res2's identity block as one kernel: kind (the record's tactic) -> (layer-name suffix, family, bench/conv_problem.py's
 # class that runs it)
 BLOCK_KERNELS = {"bottleneck": ("", "mma", "DeviceBottleneck"), "block_rows": (", row pipeline", "wgmma", "DeviceBlockRows")}
@@ -419,6 +488,11 @@ def run(args) -> int:
                 if pair_stage == stage and key in chain_conv.VARIANTS:
                     records.append({**bench_chain(torch, shape.n, key, args, bw, records), "device": device})
         torch.cuda.empty_cache()
+    if args.layers in ("resnet50", "all"):  # and the network's tail after res5
+        for b in args.batch:
+            if not args.filter or any(args.filter in name for name in TAIL_LAYERS):
+                records += [{**rec, "device": device} for rec in bench_tail(torch, b, args, bw)
+                            if not args.filter or args.filter in rec["layer"]]
     date = datetime.date.today().isoformat()
     result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),
               "copy_bandwidth_tbps": bw, "int8_peak_tops": INT8_PEAK_TOPS, "records": records}
@@ -443,7 +517,7 @@ def kernel_key_figures(records: list[dict]) -> dict:
     """A run's history line: batch-256 times of the residual block and the 3x3 layers docs/PERF.md follows, the
     24 distinct layers' sum, and whether every record was correct."""
     b256 = [r for r in records if r["batch"] == 256 and not r["layer"].startswith("seed") and not r.get("fused_with_pool")
-            and not r.get("fused_block")]
+            and not r.get("fused_block") and not r.get("network_tail")]
     figures = {}
     for r in b256:
         name = r["layer"]
@@ -454,6 +528,9 @@ def kernel_key_figures(records: list[dict]) -> dict:
             figures[r["layer"]] = round(r["ours_ms"], 4)
             replaced = r.get("replaces", 2 if r.get("fused_with_pool") else 3)  # kernels the fused one stands for
             figures[r["layer"] + f" ({'two' if replaced == 2 else 'three'} kernels)"] = round(r["unfused_ms"], 4)
+    for r in records:
+        if r["batch"] == 256 and r.get("network_tail"):
+            figures[r["layer"]] = round(r["ours_ms"], 4)
     if b256:
         figures["distinct_layers_b256_sum_ms"] = round(sum(r["ours_ms"] for r in b256), 3)
     figures["records"] = len(records)

@@ -1,7 +1,8 @@
 """Small fused-conv launches for compute-sanitizer (memcheck, racecheck): every tactic, split-K,
-residual and padding paths, the stem + max-pool kernel, the fused bottleneck block, each checked against the golden reference.
+residual and padding paths, the stem + max-pool kernel, the fused bottleneck block, the network's tail (average pool,
+classifier, top-1), each checked against the golden reference.
 
-    compute-sanitizer --tool memcheck python3 -m trtfuse.bench.sanitize [conv maxpool stem_pool bottleneck]
+    compute-sanitizer --tool memcheck python3 -m trtfuse.bench.sanitize [conv maxpool stem_pool bottleneck tail]
 
 Named groups run only those (default: all).
 """
@@ -118,7 +119,57 @@ def bottleneck_cases() -> bool:
     return ok
 
 
-GROUPS = {"conv": conv_cases, "maxpool": maxpool_cases, "stem_pool": stem_pool_cases, "bottleneck": bottleneck_cases}
+def tail_cases() -> bool:
+    """The network's tail kernels (plugins/network_ops.py) on small ragged shapes: the int8 and fp32 average pools, the
+    fp32 classifier (its vector loads and, on a misaligned x, its scalar ones), the top-1."""
+    import numpy as np
+
+    from ..plugins import cuda_driver as cd
+    from ..plugins import network_ops
+    from ..plugins import reference as ref
+    from ..plugins.layout import pack_nchwv, round_up
+
+    rng = np.random.default_rng(1)
+    sync = lambda: cd.check(cd._driver().cuCtxSynchronize())
+    ok = True
+    n, c, h, w = 3, 40, 7, 5
+    x = rng.integers(-128, 128, (n, c, h, w), dtype=np.int8)
+    s_in, s_out = np.array([0.05], np.float32), np.array([0.013], np.float32)
+    xb, s_in_b, s_out_b = (cd.DeviceBuffer.from_array(a) for a in (pack_nchwv(x, 32), s_in, s_out))
+    ab, fb = cd.DeviceBuffer(n * round_up(c, 32)), cd.DeviceBuffer(n * c * 4)
+    ab.fill(0x5A)
+    fb.fill(0x5A)
+    network_ops.global_avgpool(xb.ptr, s_in_b.ptr, s_out_b.ptr, n, c, h, w, ab.ptr)
+    network_ops.global_avgpool_f32(xb.ptr, s_in_b.ptr, n, c, h, w, fb.ptr)
+    sync()
+    same = np.array_equal(ab.download((n, round_up(c, 32)), np.int8)[:, :c], ref.global_avgpool_int8(x, s_in[0], s_out[0]))
+    mean = x.astype(np.int64).sum(axis=(2, 3)).astype(np.float32) / np.float32(h * w) * s_in[0]
+    same &= np.array_equal(fb.download((n, c), np.float32).view(np.int32), mean.view(np.int32))
+    print(f"avgpool {n}x{c}x{h}x{w}: {'ok' if same else 'MISMATCH'}")
+    ok &= same
+    for (m, classes, k), offset in (((33, 70, 64), 0), ((9, 70, 48), 4), ((5, 7, 37), 0)):
+        xs = rng.normal(size=(m, k)).astype(np.float32)
+        ws = rng.normal(size=(classes, k)).astype(np.float32)
+        bias = rng.normal(size=classes).astype(np.float32)
+        xb = cd.DeviceBuffer.from_array(np.concatenate([np.zeros(offset // 4, np.float32), xs.ravel()]))
+        wb, bb, yb = cd.DeviceBuffer.from_array(ws), cd.DeviceBuffer.from_array(bias), cd.DeviceBuffer(m * classes * 4)
+        yb.fill(0xFF)
+        network_ops.linear_f32(xb.ptr + offset, wb.ptr, bb.ptr, m, classes, k, yb.ptr)
+        sync()
+        logits = yb.download((m, classes), np.float32)
+        same = np.array_equal(logits.view(np.uint32), ref.linear_f32(xs, ws, bias).view(np.uint32))
+        tb = cd.DeviceBuffer(4 * m)
+        tb.fill(0x7F)
+        network_ops.argmax_rows(yb.ptr, m, classes, tb.ptr)
+        sync()
+        same &= np.array_equal(tb.download(m, np.int32), np.argmax(logits, axis=1))
+        print(f"linear_f32 {m}x{classes}x{k} (x offset {offset} bytes) + top-1: {'ok' if same else 'MISMATCH'}")
+        ok &= same
+    return ok
+
+
+GROUPS = {"conv": conv_cases, "maxpool": maxpool_cases, "stem_pool": stem_pool_cases, "bottleneck": bottleneck_cases,
+          "tail": tail_cases}
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -53,14 +53,14 @@ def maxpool(x: int, n: int, c: int, h: int, w: int, kernel: int, stride: int, pa
 def global_avgpool(x: int, in_scale: int, out_scale: int, n: int, c: int, h: int, w: int, y: int, stream=None) -> None:
     """int8 CHW32 [N, C, H, W] -> int8 [N, C_pad] (CHW32 with H = W = 1)."""
     cb = (c + 31) // 32
-    _launch("trtfuse_global_avgpool_chw32", n * cb * 32,
+    _launch("trtfuse_global_avgpool_chw32", n * cb * 2,  # a thread per 16-channel half of a channel block
             [_p(x), _p(in_scale), _p(out_scale), _i(n), _i(cb), _i(h * w), _p(y)], stream)
 
 
 def global_avgpool_f32(x: int, in_scale: int, n: int, c: int, h: int, w: int, y: int, stream=None) -> None:
     """int8 CHW32 [N, C, H, W] -> fp32 [N, C] dequantized means."""
     cb = (c + 31) // 32
-    _launch("trtfuse_global_avgpool_chw32_f32", n * cb * 32,
+    _launch("trtfuse_global_avgpool_chw32_f32", n * cb * 2,
             [_p(x), _p(in_scale), _i(n), _i(c), _i(cb), _i(h * w), _p(y)], stream)
 
 

@@ -101,53 +101,79 @@ extern "C" __global__ void trtfuse_maxpool_chw32(const int8_t* x, int N, int CB,
   }
 }
 
-// Lane j of the warp gets the exact int32 sum over HW pixels of channel j of one 32-channel block.
-__device__ __forceinline__ int warp_channel_sum(const int8_t* block, int HW, int lane) {
-  int acc[32];
+// The exact int32 sums over HW pixels of the 16 channels of one half (16 bytes) of a 32-channel block, for one
+// thread: a thread per (n, channel block, half), no shuffles. Each byte is biased to unsigned (s + 128) and the
+// bytes are added two to a word, in 16-bit lanes: even bytes (0, 2) by one LOP3, odd bytes (1, 3) by a PRMT and a
+// LOP3, so 4 channels cost 5 instructions a pixel where extracting and adding each byte cost 8. A lane holds at
+// most 257 * 255 < 2^16: every 256 pixels the lanes are moved into int32 totals, and the bias taken off at the end.
+__device__ __forceinline__ void half_block_channel_sums(const int8_t* half_block, int HW, int (&sum)[16]) {
 #pragma unroll
-  for (int j = 0; j < 32; ++j) acc[j] = 0;
-  for (int pix = lane; pix < HW; pix += 32) {
-    const int4* v = reinterpret_cast<const int4*>(block + (long long)pix * 32);
-    const int4 a = v[0], b = v[1];
-    const signed char* pa = reinterpret_cast<const signed char*>(&a);
-    const signed char* pb = reinterpret_cast<const signed char*>(&b);
+  for (int c = 0; c < 16; ++c) sum[c] = 0;
+  for (int p0 = 0; p0 < HW; p0 += 256) {
+    const int pixels = min(HW - p0, 256);
+    unsigned even[4] = {0, 0, 0, 0}, odd[4] = {0, 0, 0, 0};
+    const int4* v = reinterpret_cast<const int4*>(half_block + (long long)p0 * 32);
+#pragma unroll 7
+    for (int pix = 0; pix < pixels; ++pix) {
+      const int4 q = __ldg(v + 2 * pix);  // the pixel's 32 channels are 32 bytes: this half's 16 every second int4
+      const unsigned words[4] = {(unsigned)q.x, (unsigned)q.y, (unsigned)q.z, (unsigned)q.w};
 #pragma unroll
-    for (int j = 0; j < 16; ++j) { acc[j] += pa[j]; acc[16 + j] += pb[j]; }
+      for (int j = 0; j < 4; ++j) {
+        even[j] += (words[j] ^ 0x80808080u) & 0x00ff00ffu;
+        odd[j] += __byte_perm(words[j], 0, 0x4341) ^ 0x00800080u;  // bytes 1, 3 to bytes 0, 2; zeros above
+      }
+    }
+    const int bias = 128 * pixels;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      sum[4 * j + 0] += (int)(even[j] & 0xffffu) - bias;
+      sum[4 * j + 1] += (int)(odd[j] & 0xffffu) - bias;
+      sum[4 * j + 2] += (int)(even[j] >> 16) - bias;
+      sum[4 * j + 3] += (int)(odd[j] >> 16) - bias;
+    }
   }
-#pragma unroll
-  for (int j = 0; j < 32; ++j)
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
-  int mine = 0;  // a compile-time-indexed select keeps acc[] in registers
-#pragma unroll
-  for (int j = 0; j < 32; ++j) if (lane == j) mine = acc[j];
-  return mine;
 }
 
 // int8 CHW32 [N][CB][H][W][32] -> int8 [N][CB*32] (= CHW32 with H = W = 1):
 // y = saturate(rint(((float(sum) / float(H*W)) * in_scale) / out_scale)); the int32 sum is exact.
-// One warp per (n, cb), grid-stride.
+// A thread per (n, cb, half) (adjacent threads read a pixel's two halves: whole 32-byte sectors), grid-stride.
 extern "C" __global__ void trtfuse_global_avgpool_chw32(const int8_t* x, const float* in_scale, const float* out_scale,
                                                         int N, int CB, int HW, int8_t* y) {
-  const int lane = threadIdx.x % 32;
-  for (long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; warp < (long long)N * CB;
-       warp += (long long)gridDim.x * blockDim.x / 32) {
-    const int sum = warp_channel_sum(x + warp * HW * 32, HW, lane);
-    const float mean = __fdiv_rn(__int2float_rn(sum), __int2float_rn(HW));
-    y[warp * 32 + lane] = sat_rn_s8(__fdiv_rn(__fmul_rn(mean, *in_scale), *out_scale));
+  for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < 2LL * N * CB; t += (long long)gridDim.x * blockDim.x) {
+    const long long block = t / 2, half = t % 2;
+    int sum[16];
+    half_block_channel_sums(x + block * HW * 32 + half * 16, HW, sum);
+    unsigned words[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+      const float mean = __fdiv_rn(__int2float_rn(sum[c]), __int2float_rn(HW));
+      words[c / 4] |= (unsigned)(unsigned char)sat_rn_s8(__fdiv_rn(__fmul_rn(mean, *in_scale), *out_scale)) << (8 * (c % 4));
+    }
+    *reinterpret_cast<int4*>(y + t * 16) = make_int4(words[0], words[1], words[2], words[3]);
   }
 }
 
 // int8 CHW32 [N][CB][H][W][32] -> fp32 [N][C]: (float(sum) / float(H*W)) * in_scale. The fp32 tail of a
 // network whose classifier stays in fp32 (the GPU runner's default: same numerics as the CPU golden).
+// A thread per (n, cb, half), as above.
 extern "C" __global__ void trtfuse_global_avgpool_chw32_f32(const int8_t* x, const float* in_scale, int N, int C,
                                                             int CB, int HW, float* y) {
-  const int lane = threadIdx.x % 32;
-  for (long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; warp < (long long)N * CB;
-       warp += (long long)gridDim.x * blockDim.x / 32) {
-    const int sum = warp_channel_sum(x + warp * HW * 32, HW, lane);
-    const long long n = warp / CB, c = (warp % CB) * 32 + lane;
-    if (c < C) y[n * C + c] = __fmul_rn(__fdiv_rn(__int2float_rn(sum), __int2float_rn(HW)), *in_scale);
+  for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < 2LL * N * CB; t += (long long)gridDim.x * blockDim.x) {
+    const long long block = t / 2, n = block / CB, c0 = (block % CB) * 32 + (t % 2) * 16;
+    int sum[16];
+    half_block_channel_sums(x + block * HW * 32 + (t % 2) * 16, HW, sum);
+    float mean[16];
+#pragma unroll
+    for (int c = 0; c < 16; ++c) mean[c] = __fmul_rn(__fdiv_rn(__int2float_rn(sum[c]), __int2float_rn(HW)), *in_scale);
+    float* row = y + n * C + c0;
+    if (c0 + 16 <= C && (C % 4 == 0)) {  // 16-byte stores: the row start n * C is a multiple of 4 floats
+#pragma unroll
+      for (int c = 0; c < 16; c += 4) *reinterpret_cast<float4*>(row + c) = make_float4(mean[c], mean[c + 1], mean[c + 2], mean[c + 3]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 16; ++c)
+        if (c0 + c < C) row[c] = mean[c];
+    }
   }
 }
 
