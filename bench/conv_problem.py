@@ -283,23 +283,31 @@ class DeviceBlockRows(DeviceBottleneck):
 class ChainProblem:
     """Two chained 1x1 convs on fresh random data, as the chain kernel runs them (plugins/chain_conv.py): conv 1
     (K1 -> C1 with a residual, ResNet's conv3 + add + ReLU) and conv 2 (C1 -> C2, the next block's conv1), conv 2's x
-    being conv 1's golden output."""
+    being conv 1's golden output. With a downsample (a stage's first block): conv 1's residual is the golden output of
+    a 1x1 conv of x0 (ds_k -> c1 channels, no ReLU, read by nothing else), its residual_scale that conv's out_scale."""
 
     convs: tuple  # (conv1, conv2) ConvProblems, conv2.x filled in from the chain
     conv_golden: object = None  # a per-conv golden (ConvProblem -> int8 NCHW) instead of fused_conv_int8 on the CPU
+    downsample: object = None  # the downsample's ConvProblem (its x is x0), or None: the residual is read
 
     @classmethod
     def random(cls, n: int, h: int, w: int, c2: int, relu=(True, True), seed=None, golden=None, k1: int = 64,
-               c1: int = 256) -> "ChainProblem":
-        """Conv 1 k1 -> c1 channels, conv 2 c1 -> c2 (res2's pairs by default; res3's: k1 128, c1 512). golden: as
-        conv_golden (bench kernels passes its on-device one for batch 256)."""
+               c1: int = 256, ds_k: int = 0, ds_relu: bool = False) -> "ChainProblem":
+        """Conv 1 k1 -> c1 channels, conv 2 c1 -> c2 (res2's pairs by default; res3's: k1 128, c1 512); ds_k > 0: conv
+        1's residual from a ds_k -> c1 downsample of a fresh x0. golden: as conv_golden (bench kernels passes its
+        on-device one for batch 256)."""
         from dataclasses import replace
 
         rng = np.random.default_rng(seed)
-        seeds = rng.integers(0, 2**31, 2)
+        seeds = rng.integers(0, 2**31, 3)
         conv1 = ConvProblem.random(ConvShape(n, k1, h, w, c1, 1, 1), True, relu[0], seeds[0])
         conv2 = ConvProblem.random(ConvShape(n, c1, h, w, c2, 1, 1), False, relu[1], seeds[1])
         problem = cls((conv1, conv2), golden)
+        if ds_k:
+            problem.downsample = ConvProblem.random(ConvShape(n, ds_k, h, w, c1, 1, 1), False, ds_relu, seeds[2])
+            conv1 = replace(conv1, residual=problem.golden_of(problem.downsample),
+                            residual_scale=problem.downsample.out_scale.copy())
+            problem.convs = (conv1, conv2)
         problem.convs = (conv1, replace(conv2, x=problem.golden_conv(0)))
         return problem
 
@@ -310,9 +318,12 @@ class ChainProblem:
     def golden_conv(self, i: int) -> np.ndarray:
         """Conv i's output as docs/ops.md defines it: plugins/reference.py's fused_conv_int8 on its packed weight (or
         conv_golden's)."""
+        return self.golden_of(self.convs[i])
+
+    def golden_of(self, c) -> np.ndarray:
+        """Any conv c of the problem (a ConvProblem: the pair's or the downsample) as golden_conv computes it."""
         from ..plugins.reference import fused_conv_int8
 
-        c = self.convs[i]
         if self.conv_golden is not None:
             return self.conv_golden(c)
         sh = c.shape
@@ -334,7 +345,12 @@ class DeviceChain:
         self.p, self.max_ctas = problem, max_ctas
         conv1, conv2 = problem.convs
         self.x = cd.DeviceBuffer.from_array(pack_nchwv(conv1.x, 32))
-        self.res = cd.DeviceBuffer.from_array(pack_nchwv(conv1.residual, 32))
+        ds = problem.downsample
+        # with the downsample inside, the residual buffer holds poison: the kernel must compute it, never read it
+        self.res = cd.DeviceBuffer.from_array(pack_nchwv(conv1.residual, 32) if ds is None
+                                              else np.full(pack_nchwv(conv1.residual, 32).shape, POISON, np.int8))
+        self.ds = None if ds is None else (cd.DeviceBuffer.from_array(pack_nchwv(ds.x, 32)),
+                                           tuple(cd.DeviceBuffer.from_array(a) for a in (pack_weight(ds.w, 32), ds.scale, ds.bias, ds.out_scale)))
         self.res_scale = cd.DeviceBuffer.from_array(conv1.residual_scale)
         self.convs = [tuple(cd.DeviceBuffer.from_array(a) for a in (pack_weight(c.w, 32), c.scale, c.bias, c.out_scale))
                       for c in problem.convs]
@@ -347,9 +363,13 @@ class DeviceChain:
     def run(self, stream=None) -> None:
         from ..plugins import chain_conv
 
+        ds = None
+        if self.ds is not None:
+            ds = (self.p.downsample.shape, self.ds[0].ptr, tuple(b.ptr for b in self.ds[1]), self.p.downsample.relu)
         chain_conv.launch_chain(self.p.shapes, self.x.ptr, self.res.ptr, self.res_scale.ptr,
                                 [tuple(b.ptr for b in c) for c in self.convs], self.y.ptr, self.z.ptr,
-                                relu=tuple(c.relu for c in self.p.convs), stream=stream, max_ctas=self.max_ctas)
+                                relu=tuple(c.relu for c in self.p.convs), stream=stream, max_ctas=self.max_ctas,
+                                downsample=ds)
 
     def run_checked(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Poison y and z, launch, synchronize; return (y, z logical int8, y, z raw CHW32)."""

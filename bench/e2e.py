@@ -97,6 +97,8 @@ def step_group(label: str) -> str:
     block = _BLOCK_STEP.search(label)
     if block and label.endswith("(chain)"):  # a block's conv3 and the next block's conv1, one kernel
         return f"res{int(block.group(1)) + 1} conv3 + residual + next conv1"
+    if block and label.endswith("(chain + downsample)"):  # and the stage's downsample computing its residual
+        return f"res{int(block.group(1)) + 1} downsample + conv3 + residual + next conv1"
     if block:
         return f"res{int(block.group(1)) + 1} {block.group(3)}"
     if label.startswith("conv1"):

@@ -414,38 +414,54 @@ CHAIN_PAIRS = {
 }
 
 
-def bench_chain(torch, n, key, args, bw_tbps, records) -> dict:
+def bench_chain(torch, n, key, args, bw_tbps, records, downsample: bool = False) -> dict:
     """A residual block's conv3 (K1 -> C1, + residual, ReLU) and the next block's conv1 (C1 -> C2), key = (K1, C1,
     C2), as one kernel (plugins/kernels/chain_conv.cu) against the two conv kernels it replaces, each timed as
     bench_layer times it (autotuned with --autotune): from this run's own records where it has them. Both outputs
-    (poisoned first) are checked against the golden pair (docs/ops.md twice)."""
+    (poisoned first) are checked against the golden pair (docs/ops.md twice). downsample: the stage's first block,
+    its residual computed inside by the downsample (chain_conv.DOWNSAMPLE_VARIANTS), against what runs without it: the
+    downsample's conv kernel, then the chain kernel reading its output."""
+    from ..plugins import chain_conv
     from .conv_problem import ChainProblem, DeviceChain, passes_lsb_rule
 
     k1, c1, c2 = key
     stage, side, *names = CHAIN_PAIRS[key]
+    ds_k = chain_conv.DOWNSAMPLE_VARIANTS[key].ds_k if downsample else 0
     cur = lambda: torch.cuda.current_stream().cuda_stream
     problem = ChainProblem.random(n, side, side, c2, golden=lambda p: golden_on_device(torch, p).cpu().numpy(), k1=k1,
-                                  c1=c1)
+                                  c1=c1, ds_k=ds_k)
     fused = DeviceChain(problem)
     ours_ms = graph_time_ms(torch, lambda: fused.run(stream=cur()), args.reps)
     y, z, _, _ = fused.run_checked()
     diffs = [np.abs(out.astype(np.int32) - problem.golden_conv(i).astype(np.int32)) for i, out in enumerate((y, z))]
     stats = {"exact_fraction": float(min((d == 0).mean() for d in diffs)), "max_abs_diff": int(max(d.max() for d in diffs))}
     mine = {r["layer"]: r for r in records if r["batch"] == n}
-    parts = [mine.get(name) or bench_layer(torch, name, shape, i == 0, args, bw_tbps)
-             for i, (name, shape) in enumerate(zip(names, problem.shapes))]
-    unfused_ms = sum(r["ours_ms"] for r in parts)
-    unfused = " + ".join(f"{r['tactic'].split('_')[0]}/s{r['splits']}" for r in parts)
     conv1, conv2 = problem.shapes
     m = n * side * side
     macs = conv1.k * conv1.c + conv2.k * conv2.c
     # (res2's records keep the names their history lines have)
     tactic = f"chain/c{c2}" if stage == "res2" else f"chain/{k1}-{c1}-{c2}"
-    rec = {"layer": f"{stage} conv3 + residual -> conv1 {c1}->{c2}, one kernel", "batch": n, "M": m, "N": conv1.k,
+    if downsample:
+        ds_name = f"{stage} downsample 1x1/1 {ds_k}->{c1}"
+        ds_rec = mine.get(ds_name) or bench_layer(torch, ds_name, problem.downsample.shape, False, args, bw_tbps)
+        plain = DeviceChain(ChainProblem.random(n, side, side, c2, golden=problem.conv_golden, k1=k1, c1=c1))
+        plain_ms = graph_time_ms(torch, lambda: plain.run(stream=cur()), args.reps)
+        unfused_ms = ds_rec["ours_ms"] + plain_ms
+        unfused = f"{ds_rec['tactic'].split('_')[0]}/s{ds_rec['splits']} + {tactic}"
+        macs += conv1.k * ds_k
+        layer, tactic, replaces = f"{stage} downsample + conv3 + residual -> conv1 {c1}->{c2}, one kernel", tactic + "/ds", 2
+    else:
+        parts = [mine.get(name) or bench_layer(torch, name, shape, i == 0, args, bw_tbps)
+                 for i, (name, shape) in enumerate(zip(names, problem.shapes))]
+        unfused_ms = sum(r["ours_ms"] for r in parts)
+        unfused = " + ".join(f"{r['tactic'].split('_')[0]}/s{r['splits']}" for r in parts)
+        layer, replaces = f"{stage} conv3 + residual -> conv1 {c1}->{c2}, one kernel", 2
+    rec = {"layer": layer, "batch": n, "M": m, "N": conv1.k,
            "K": macs, "K_gemm": macs, "residual": True, "tactic": tactic, "family": "wgmma", "splits": 1,
-           "form": "CHW32", "fused_block": True, "replaces": 2, "heuristic": tactic, "heuristic_ms": ours_ms, "ours_ms": ours_ms,
+           "form": "CHW32", "fused_block": True, "replaces": replaces, "heuristic": tactic, "heuristic_ms": ours_ms, "ours_ms": ours_ms,
            "unfused_ms": unfused_ms, "unfused": unfused, "correct": passes_lsb_rule(stats), **stats}
-    moved = m * (conv1.c + 2 * conv1.k + conv2.k) + conv1.k * conv1.c + conv2.k * conv2.c  # x, residual, y, z, weights
+    # x, the residual (or x0), y, z, weights
+    moved = m * (conv1.c + (ds_k or conv1.k) + conv1.k + conv2.k) + conv1.k * (conv1.c + ds_k) + conv2.k * conv2.c
     rec.update(floors(moved, 2.0 * m * macs, ours_ms, bw_tbps))
     rec["cublaslt_int8_ms"] = rec["cudnn_fp16_ms"] = None
     return rec
@@ -487,6 +503,8 @@ def run(args) -> int:
             for key, (pair_stage, *_) in CHAIN_PAIRS.items():
                 if pair_stage == stage and key in chain_conv.VARIANTS:
                     records.append({**bench_chain(torch, shape.n, key, args, bw, records), "device": device})
+                if pair_stage == stage and key in chain_conv.DOWNSAMPLE_VARIANTS:  # the stage's first block
+                    records.append({**bench_chain(torch, shape.n, key, args, bw, records, downsample=True), "device": device})
         torch.cuda.empty_cache()
     if args.layers in ("resnet50", "all"):  # and the network's tail after res5
         for b in args.batch:

@@ -1,13 +1,15 @@
 """Small fused-conv launches for compute-sanitizer (memcheck, racecheck): every tactic, split-K,
-residual and padding paths, the stem + max-pool kernel, the fused bottleneck block, the network's tail (average pool,
-classifier, top-1), each checked against the golden reference.
+residual and padding paths, the stem + max-pool kernel, the fused bottleneck block, the chain kernel (with the
+downsample inside too), the network's tail (average pool, classifier, top-1), each checked against the golden reference.
 
-    compute-sanitizer --tool memcheck python3 -m trtfuse.bench.sanitize [conv maxpool stem_pool bottleneck tail]
+    compute-sanitizer --tool memcheck python3 -m trtfuse.bench.sanitize [conv maxpool stem_pool bottleneck chain tail]
 
 Named groups run only those (default: all).
 """
 
 import sys
+
+import numpy as np
 
 from ..plugins.conv import ConvLaunch
 from ..plugins.tactics import TACTICS, ConvShape
@@ -47,8 +49,6 @@ def conv_cases() -> bool:
 def device_maxpool(x, k: int, stride: int, pad: int):
     """plugins/network_ops.maxpool on int8 NCHW `x` (packed to CHW32, output poisoned first):
     (its output unpacked to NCHW, the (OH, OW) the launcher returned)."""
-    import numpy as np
-
     from ..plugins import cuda_driver as cd
     from ..plugins import network_ops
     from ..plugins.layout import pack_nchwv, round_up, unpack_nchwv
@@ -64,8 +64,6 @@ def device_maxpool(x, k: int, stride: int, pad: int):
 
 def maxpool_cases() -> bool:
     """The network max-pool (plugins/network_ops.py) on a small shape and several windows."""
-    import numpy as np
-
     from ..plugins import reference as ref
 
     ok = True
@@ -119,11 +117,32 @@ def bottleneck_cases() -> bool:
     return ok
 
 
+def chain_cases() -> bool:
+    """The chain kernel (plugins/chain_conv.py) on Hopper: every build on a small map (a last tile of 8 pixels, one-group
+    boxes) and on one whose CTAs walk several tiles, against the golden pair."""
+    from ..plugins import chain_conv
+    from .conv_problem import ChainProblem, DeviceChain
+
+    refused = chain_conv.device_refusal()
+    if refused:
+        print(f"chain: skipped, {refused}")
+        return True
+    ok = True
+    builds = [(key, 0) for key in chain_conv.VARIANTS] + [(key, v.ds_k) for key, v in chain_conv.DOWNSAMPLE_VARIANTS.items()]
+    for (k1, c1, c2), ds_k in builds:
+        for (n, h, w), max_ctas in (((1, 9, 8), None), ((2, 16, 16), 2)):
+            problem = ChainProblem.random(n, h, w, c2, seed=1, k1=k1, c1=c1, ds_k=ds_k)
+            y, z, _, _ = DeviceChain(problem, max_ctas=max_ctas).run_checked()
+            y_ref, z_ref = problem.golden()
+            same = np.array_equal(y, y_ref) and np.array_equal(z, z_ref)
+            ok &= same
+            print(f"chain {k1}-{c1}-{c2}{f'-ds{ds_k}' if ds_k else ''} {n}x{h}x{w}: {'ok' if same else 'MISMATCH'}")
+    return ok
+
+
 def tail_cases() -> bool:
     """The network's tail kernels (plugins/network_ops.py) on small ragged shapes: the int8 and fp32 average pools, the
     fp32 classifier (its vector loads and, on a misaligned x, its scalar ones), the top-1."""
-    import numpy as np
-
     from ..plugins import cuda_driver as cd
     from ..plugins import network_ops
     from ..plugins import reference as ref
@@ -169,7 +188,7 @@ def tail_cases() -> bool:
 
 
 GROUPS = {"conv": conv_cases, "maxpool": maxpool_cases, "stem_pool": stem_pool_cases, "bottleneck": bottleneck_cases,
-          "tail": tail_cases}
+          "chain": chain_cases, "tail": tail_cases}
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -18,7 +18,9 @@ runs as one kernel where plugins/chain_conv.py takes the pair and the GPU can ru
 else as its two convs. With fuse_chain (on by default) the runner first chains a --fuse all model itself, by that
 pass: on ResNet-50's res2 and res3 (into res3's first conv1 too), the block output's tile goes from one GEMM to the next
 through shared memory instead of a write and a read-back through HBM (plugins/kernels/chain_conv.cu; both outputs still
-written).
+written). With fuse_downsample (on by default), the pair of a stage's first block whose residual is the stage's downsample
+(a FusedConv read by nothing else) runs with that 1x1 conv inside where plugins/chain_conv.py builds it (res2): the
+residual is computed from the block's input in the kernel, and the downsample's output is never materialized.
 
 With fuse_bottleneck=True (off by default: exact, but on the H200 slower than the three wgmma conv kernels it
 replaces, 0.495 against 0.258 ms at batch 256; docs/PERF.md), each identity bottleneck
@@ -120,7 +122,8 @@ def load_plans(path: str, batch: int):
 class CudaRunner(Top1Readout):
     def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True, fold_stem: bool = True,
                  autotune: bool = False, plans_from: "CudaRunner | None" = None, quantized_input: bool = False,
-                 fuse_stem_pool: bool = True, fuse_bottleneck: bool = False, fuse_chain: bool = True):
+                 fuse_stem_pool: bool = True, fuse_bottleneck: bool = False, fuse_chain: bool = True,
+                 fuse_downsample: bool = True):
         ok, why = cd.gpu_available()
         if not ok:
             raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
@@ -139,6 +142,8 @@ class CudaRunner(Top1Readout):
         if self.fuse_chain:
             model = chain_conv_pairs(model)
         self.chained: list[str] = []  # the FusedConvAddConv nodes run as the chain kernel
+        self.fuse_downsample = self.fuse_chain and fuse_downsample
+        self.downsampled: dict[str, str] = {}  # chained node name -> the downsample node it computes inside
         self._stem = None  # (step index, node, original conv shape, input pointers by op input, relu) of the folded stem
         self.fused_stem: str | None = None  # the stem conv's node name once it runs with its max-pool
         self.stem_pool_tile: tuple[int, int] | None = None  # and the tile that kernel runs (stem.POOL_TILES)
@@ -151,9 +156,12 @@ class CudaRunner(Top1Readout):
         self._given_plans = dict(plans_from.plans) if plans_from is not None else None  # another runner's (tuned) choices
         self.inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
         self.consumers: dict[str, list] = {}
+        self.producers: dict[str, object] = {}
         for node in model.graph.node:
             for name in node.input:
                 self.consumers.setdefault(name, []).append(node)
+            for name in node.output:
+                self.producers[name] = node
         self.tensors: dict[str, _Tensor] = {}
         self.consts: dict[str, cd.DeviceBuffer] = {}
         self.steps: list[tuple[str, object]] = []  # (label, launch(stream)) in forward order
@@ -347,9 +355,37 @@ class CudaRunner(Top1Readout):
         # device pointers in node-input order: x and the residual are buffers this runner computed, the rest constants
         computed = {"x": x.buf.ptr, "residual": r.buf.ptr}
         ptrs = [computed[k] if k in computed else self._const(tensor) for k, tensor in names.items()]
-        self.steps.append((f"{node.name} (chain)", lambda s: chain_conv.launch_chain_op(
-            (conv1, conv2), ptrs, y.buf.ptr, z.buf.ptr, relu=relu, stream=s)))
+        downsample = self._inline_downsample(node, names["residual"], conv1, conv2)
+        # (a label naming every node the kernel runs: bench e2e's breakdown attributes each to its stage)
+        label = f"{self.downsampled[node.name]}+{node.name} (chain + downsample)" if downsample else f"{node.name} (chain)"
+        self.steps.append((label, lambda s: chain_conv.launch_chain_op(
+            (conv1, conv2), ptrs, y.buf.ptr, z.buf.ptr, relu=relu, stream=s, downsample=downsample)))
         self.chained.append(node.name)
+
+    def _inline_downsample(self, node, residual: str, conv1, conv2):
+        """(shape, device pointers in node-input order, relu) of the downsample FusedConv whose output is chained `node`'s
+        residual and nothing else's, when the chain kernel computes it inside (chain_conv.downsample_refusal); its own
+        step is then dropped and its output never allocated. None: the residual is read as it is."""
+        ds = self.producers.get(residual)
+        if not self.fuse_downsample or ds is None or ds.domain != DOMAIN or ds.op_type != "FusedConv":
+            return None
+        x0 = self.tensors.get(ds.input[0])
+        if len(self.consumers.get(residual, [])) != 1 or residual == self.output_name or x0 is None or x0.vec != 32 \
+                or x0.folded_from:
+            return None
+        shape = node_conv_shape(ds, x0.shape)
+        if chain_conv.downsample_refusal(conv1, conv2, shape):
+            return None
+        steps = [i for i, (label, _) in enumerate(self.steps) if label == ds.name]
+        if len(steps) != 1 or (self._stem is not None and self._stem[0] > steps[0]):
+            return None  # (a step index kept elsewhere would move)
+        del self.steps[steps[0]]
+        del self.tensors[residual]
+        self.fused_away.add(residual)
+        self.downsampled[node.name] = ds.name
+        names = op_for_node(ds.op_type, ds.domain).bind(ds.input)
+        ptrs = [x0.buf.ptr if k == "x" else self._const(tensor) for k, tensor in names.items()]
+        return shape, ptrs, bool(_attrs(ds)["relu"])
 
     def _fastest(self, heuristic_plan: ConvLaunch, make_step, tensors) -> ConvLaunch:
         """--autotune: time every tactic and split count of this conv on its own buffers, keep the fastest.

@@ -80,7 +80,8 @@ def test_params_struct_mirrors_the_kernel():
         for name in (s.strip() for s in names.split(",")):
             fields += [f"{name}_{part}" for part in ("d", "mul", "shr")] if ctype == "FastDivmod" else [name]
     assert [f for f, _ in chain_conv.ChainParamsStruct._fields_] == fields
-    assert ctypes.sizeof(chain_conv.ChainParamsStruct) == 9 * 8 + 7 * 4 + 6 * 4 + 4  # padded to 8 bytes, as the kernel's
+    # padded to 8 bytes before the downsample's pointers and at the end, as the kernel's
+    assert ctypes.sizeof(chain_conv.ChainParamsStruct) == 9 * 8 + 7 * 4 + 6 * 4 + 4 + 3 * 8 + 4 + 4
 
 
 def test_grid_keeps_both_consumer_warpgroups_busy():
@@ -161,15 +162,21 @@ def replay(problem: ChainProblem, max_ctas: int | None = None):
     conv1, conv2 = problem.convs
     sh, c2 = conv1.shape, conv2.shape.k
     k1, c1 = sh.c, sh.k
-    v = chain_conv.variant_of(sh, c2)
+    ds = problem.downsample
+    v = chain_conv.variant_of(sh, c2, ds is not None)
     n1 = min(c1, 256)  # GEMM1's channels per pass
     kt2 = c1 // 32
     hw, pixels = sh.h * sh.w, sh.n * sh.h * sh.w
-    args = chain_conv.tensor_map_args(sh, c2)
-    assert args["res"][4] == (32 if v.a_in_slot else 0)
+    args = chain_conv.tensor_map_args(sh, c2, ds is not None)
+    assert args["res"][4] == (32 if v.a_in_slot or ds else 0)
     p = chain_conv.params(sh, conv2.shape, {}, (conv1.relu, conv2.relu))
     x_view = map_view(pack_nchwv(conv1.x, 32).ravel().astype(np.int64), *args["x"][:2])
-    res_view = map_view(pack_nchwv(conv1.residual, 32).ravel().astype(np.int64), *args["res"][:2])
+    # the downsample inside: the slot's second tile is x0's (ds_k channels, swizzled like x), never the residual
+    res_c = v.ds_k or c1
+    res_view = map_view(pack_nchwv(conv1.residual if ds is None else ds.x, 32).ravel().astype(np.int64), *args["res"][:2])
+    if ds is not None:
+        wds = np.concatenate(weight_boxes(pack_weight(ds.w, 32).ravel().astype(np.int64), args["wds"], v.ds_k // 32), axis=1)
+        a0, b0, _ = folded_scales(ds.scale[:c1], ds.bias[:c1], float(ds.out_scale[0]), None)
     w1 = np.concatenate(weight_boxes(pack_weight(conv1.w, 32).ravel().astype(np.int64), args["w1"], k1 // 32), axis=1)
     w2_chunks = weight_boxes(pack_weight(conv2.w, 32).ravel().astype(np.int64), args["w2"], kt2)
     a1, b1, rs = folded_scales(conv1.scale[:c1], conv1.bias[:c1], float(conv1.out_scale[0]), float(conv1.residual_scale[0]))
@@ -196,17 +203,26 @@ def replay(problem: ChainProblem, max_ctas: int | None = None):
         filled, cta_tiles = 0, len(range(cta, p.tiles, ctas))
         for i, tile in enumerate(range(cta, p.tiles, ctas)):
             # the producer's boxes into a ring slot: x with 32-byte swizzle, the residual as it lands
-            slot = np.full(x_bytes + BM * c1, POISON, np.int64)
+            slot = np.full(x_bytes + BM * res_c, POISON, np.int64)
             for g in range(0, 8, p.box_groups):
                 n, group = divmod(min(tile * 8 + g, last_box), p.groups_per_image)
                 xb = tma_box(x_view, (0, 0, 0, group, n), args["x"][2], args["x"][3]).ravel()
                 slot[sw32(g * k1 * 8 + np.arange(xb.size))] = xb
                 rb = tma_box(res_view, (0, 0, 0, group, n), args["res"][2], args["res"][3]).ravel()
-                at = x_bytes + g * c1 * 8 + np.arange(rb.size)  # x_bytes is 1024-aligned: the swizzle's phase is the box's
-                slot[sw32(at) if v.a_in_slot else at] = rb
+                at = x_bytes + g * res_c * 8 + np.arange(rb.size)  # x_bytes is 1024-aligned: the swizzle's phase is the box's
+                slot[sw32(at) if v.a_in_slot or ds is not None else at] = rb
             assert (slot != POISON).all(), "a slot byte the copy engine never wrote"
             a_tile = np.full(BM * c1, POISON, np.int64)
             written = []
+            if ds is not None:
+                # GEMM0: A = desc_kmajor(slot + x_bytes + 256 j, ds_k * 8, 3), B = Wds; epilogue 0 into each thread's
+                # registers: the residual bytes of the pixels and channels its epilogue 1 reads
+                x0_op = np.concatenate([wgmma_operand(slot, x_bytes + 256 * j, v.ds_k * 8, BM) for j in range(v.ds_k // 32)],
+                                       axis=1)
+                acc0 = x0_op @ wds.T
+                warp, lane, h, b, i8, q, px, col = lanes1
+                ch = 32 * b + 8 * q + i8
+                residual_words = requantize(acc0[px, col], a0[ch], b0[ch], None, None, ds.relu)
             for pss in range(c1 // n1):
                 # GEMM1 pass: A = desc_kmajor(slot + 256 j, K1 * 8, 3), B = W1's box rows pss * N1 .. + N1
                 x_op = np.concatenate([wgmma_operand(slot, 256 * j, k1 * 8, BM) for j in range(k1 // 32)], axis=1)
@@ -215,7 +231,7 @@ def replay(problem: ChainProblem, max_ctas: int | None = None):
                 cb = pss * (n1 // 32) + b
                 ch = 32 * cb + 8 * q + i8
                 r_off = x_bytes + residual_offset(2 * warp + h, cb, lane // 4, q, c1, v.a_in_slot) + i8
-                res = slot[r_off]
+                res = slot[r_off] if ds is None else residual_words
                 val = requantize(acc1[px, col], a1[ch], b1[ch], res, rs, conv1.relu)
                 store(y, y_count, c1, val, px, cb, q, i8)
                 if v.a_in_slot:  # over the residual bytes the same thread has just read
@@ -270,4 +286,32 @@ def test_replay_gives_the_golden_pair_storing_each_byte_once(n, h, w, c2, first,
     y_ref, z_ref = problem.golden()
     assert (y_count == 1).all() and (z_count == 1).all()
     assert np.array_equal(y, y_ref) and np.array_equal(z, z_ref)
+
+
+@pytest.mark.parametrize("n,h,w,max_ctas,ds_relu", [(2, 16, 16, None, False), (3, 12, 10, 2, False), (1, 4, 6, None, True)],
+                         ids=str)
+def test_replay_with_the_downsample_inside_gives_the_golden_pair(n, h, w, max_ctas, ds_relu):
+    """res2's first block (DOWNSAMPLE_VARIANTS): x0's tile in the slot, GEMM0 on Wds and epilogue 0 into the residual
+    bytes each thread's epilogue 1 reads give the pair's golden outputs, the downsample's own golden output being the
+    residual."""
+    problem = ChainProblem.random(n, h, w, 64, seed=n * 100 + h + w, ds_k=64, ds_relu=ds_relu)
+    y, z, y_count, z_count = replay(problem, max_ctas)
+    y_ref, z_ref = problem.golden()
+    assert (y_count == 1).all() and (z_count == 1).all()
+    assert np.array_equal(y, y_ref) and np.array_equal(z, z_ref)
+
+
+def test_downsample_variant_fits_and_is_refused_saying_why():
+    v = chain_conv.DOWNSAMPLE_VARIANTS[64, 256, 64]
+    assert v.smem_bytes <= chain_conv.SHARED_LIMIT and v.defines()["CHAIN_DS"] == 64 and v.name == "64-256-64-ds64"
+    conv1, conv2 = pair(8, 56, 56, 64)
+    ds = ConvShape(8, 64, 56, 56, 256, 1, 1, residual=False)
+    assert chain_conv.downsample_refusal(conv1, conv2, ds) is None
+    for bad, reason in ((ConvShape(8, 64, 112, 112, 256, 1, 1, (2, 2)), "1x1 stride-1"),  # res3-like strided downsample
+                        (ConvShape(8, 128, 56, 56, 256, 1, 1), "the build computes 8x64x56x56 -> 256")):
+        why = chain_conv.downsample_refusal(conv1, conv2, bad)
+        assert why and reason in why, why
+    why = chain_conv.downsample_refusal(*pair(8, 56, 56, 128), ds)
+    assert why and "no build with a downsample" in why, why
+    assert set(chain_conv.tensor_map_args(conv1, 64, downsample=True)) == {"x", "res", "w1", "w2", "wds"}
 

@@ -36,6 +36,8 @@ def random_problem(key, n, h, w, relu=(True, True), seed=None) -> ChainProblem:
 
 
 def check(problem: ChainProblem, fused: DeviceChain) -> None:
+    """Both outputs against the golden pair and against the two fused-conv kernels run in turn (with a downsample
+    inside: its golden output being the residual they read, while the kernel's residual buffer holds poison)."""
     y, z, y_raw, z_raw = fused.run_checked()
     y_ref, z_ref = problem.golden()
     assert np.array_equal(y, y_ref), ("y", compare(y, y_ref))
@@ -77,3 +79,26 @@ def test_chain_replays_give_the_same_bits(key):
     for _ in range(3):
         again = fused.run_checked()
         assert all(np.array_equal(a, b) for a, b in zip(first, again))
+
+
+DS_SIZES = [(2, 56, 56), (3, 28, 28), (1, 9, 8), (1, 4, 6)]
+
+
+@pytest.mark.parametrize("ds_relu", [False, True], ids=["ds", "ds-relu"])
+@pytest.mark.parametrize("size", DS_SIZES, ids=lambda s: "x".join(map(str, s)))
+def test_chain_with_the_downsample_inside(size, ds_relu):
+    """res2's first block (chain_conv.DOWNSAMPLE_VARIANTS): the residual computed in the kernel from x0 by the 1x1
+    downsample gives the golden pair bit for bit, the downsample's golden output being the residual."""
+    n, h, w = size
+    for key, v in chain_conv.DOWNSAMPLE_VARIANTS.items():
+        problem = ChainProblem.random(n, h, w, key[2], seed=n * 1000 + h * 10 + w, k1=key[0], c1=key[1], ds_k=v.ds_k,
+                                      ds_relu=ds_relu)
+        assert chain_conv.downsample_refusal(*problem.shapes, problem.downsample.shape) is None
+        check(problem, DeviceChain(problem))
+
+
+@pytest.mark.parametrize("max_ctas", [1, 3])
+def test_chain_with_the_downsample_inside_walking_many_tiles(max_ctas):
+    for key, v in chain_conv.DOWNSAMPLE_VARIANTS.items():
+        problem = ChainProblem.random(2, 56, 56, key[2], seed=max_ctas, k1=key[0], c1=key[1], ds_k=v.ds_k)
+        check(problem, DeviceChain(problem, max_ctas=max_ctas))

@@ -68,8 +68,12 @@ def test_fuse_all_resnet_matches_cpu_golden(arch, size, options, monkeypatch):
         assert runner.chained == [f"layer{a}.conv3__fused+layer{b}.conv1__fused" for a, b in
                                   [("1.0", "1.1"), ("1.1", "1.2"), ("1.2", "2.0"), ("2.0", "2.1"), ("2.1", "2.2"), ("2.2", "2.3")]]
         assert {runner.plan_names()[n] for n in runner.chained} == {"chain"}
+        # res2's first pair computes its residual, the stage's downsample, inside: that output is never materialized
+        assert runner.downsampled == {"layer1.0.conv3__fused+layer1.1.conv1__fused": "layer1.0.downsample.0__fused"}
+        ds_out = next(n.output[0] for n in fused.graph.node if n.name == "layer1.0.downsample.0__fused")
+        assert ds_out in runner.fused_away
     else:
-        assert not runner.chained
+        assert not runner.chained and not runner.downsampled
     for name in runner.fused_away:
         with pytest.raises(TrtfuseError, match="on chip"):
             runner.fetch(name)

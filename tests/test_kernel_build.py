@@ -227,10 +227,15 @@ def test_wgmma_struct_mirrors_the_kernel():
 from trtfuse.plugins import chain_conv  # noqa: E402
 
 
-@pytest.mark.parametrize("key", list(chain_conv.VARIANTS), ids=lambda k: chain_conv.VARIANTS[k].name)
-def test_chain_conv_compiles_for_sm90a_without_spills(key):
-    v = chain_conv.VARIANTS[key]
-    k = chain_conv.compile_chain(key)
+CHAIN_BUILDS = [(key, False) for key in chain_conv.VARIANTS] + [(key, True) for key in chain_conv.DOWNSAMPLE_VARIANTS]
+
+
+@pytest.mark.parametrize("key,downsample", CHAIN_BUILDS,
+                         ids=[chain_conv.variant_of(chain_conv.pair_shapes(1, k[0], 8, 8, k[1], k[2])[0], k[2], ds).name
+                              for k, ds in CHAIN_BUILDS])
+def test_chain_conv_compiles_for_sm90a_without_spills(key, downsample):
+    v = (chain_conv.DOWNSAMPLE_VARIANTS if downsample else chain_conv.VARIANTS)[key]
+    k = chain_conv.compile_chain(key, downsample=downsample)
     assert k.image[:4] == b"\x7fELF"
     assert set(k.resources) == {chain_conv.ENTRY}, k.log
     res = k.resources[chain_conv.ENTRY]
@@ -239,14 +244,15 @@ def test_chain_conv_compiles_for_sm90a_without_spills(key):
     assert "serialized" not in k.log, k.log  # ptxas' "wgmma.mma_async instructions are serialized" advisory
     assert "warning" not in k.log, k.log
     assert v.smem_bytes <= chain_conv.SHARED_LIMIT
-    ptx = chain_conv.compile_chain(key, "ptx").image.decode(errors="replace")
+    ptx = chain_conv.compile_chain(key, "ptx", downsample=downsample).image.decode(errors="replace")
     # GEMM1 in passes of at most 256 channels (one wgmma's N), GEMM2 in one
     for needle in (f"wgmma.mma_async.sync.aligned.m64n{min(v.c1, 256)}k32.s32.s8.s8", f"wgmma.mma_async.sync.aligned.m64n{v.c2}k32.s32.s8.s8",
                    "cp.async.bulk.tensor.5d", "fence.proxy.async.shared::cta", "setmaxnreg.inc", "setmaxnreg.dec"):
         assert needle in ptx, needle
     # every k32 step its own wgmma, unrolled: GEMM1's passes x K1 / 32, then GEMM2's C1 / 32
     wgmmas = sum("wgmma.mma_async" in line for line in ptx.splitlines())
-    assert wgmmas == v.c1 // min(v.c1, 256) * (v.k1 // 32) + v.c1 // 32
+    # (with the downsample inside, GEMM0's K_DS / 32 before them)
+    assert wgmmas == v.c1 // min(v.c1, 256) * (v.k1 // 32) + v.c1 // 32 + v.ds_k // 32
 
 
 def test_chain_conv_refuses_plain_sm90():

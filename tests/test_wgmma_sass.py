@@ -51,6 +51,8 @@ def test_the_stem_reads_every_block_before_its_accumulators_are_written_again(ti
 WGMMA_BUILDS = ([(f"w{t.id}", lambda t=t: wgmma.compile_tactic(t, "cubin").image) for t in WGMMA_TACTICS]
                 + [(f"chain {'-'.join(map(str, key))}", lambda key=key: chain_conv.compile_chain(key, "cubin").image)
                    for key in chain_conv.VARIANTS]
+                + [(f"chain {'-'.join(map(str, key))} ds", lambda key=key: chain_conv.compile_chain(key, "cubin", downsample=True).image)
+                   for key in chain_conv.DOWNSAMPLE_VARIANTS]
                 + [(f"stem {stem.tile_name(t)}", lambda t=t: compile_kernel(
                     stem.pool_source(t)[0], stem.pool_variant("sm_90", None, t)[1], "sm_90a", "cubin").image)
                    for t in stem.pool_tiles("sm_90")])

@@ -19,6 +19,15 @@
 //     epilogue 2 docs/ops.md without a residual: z's 8-byte CHW32 pieces to global memory.
 // One warpgroup's epilogues run while the other's GEMMs hold the tensor cores.
 //
+// CHAIN_DS (a stage's first block, whose residual is its downsample: a 1x1 stride-1 conv of the block's input x0,
+// CHAIN_DS channels -> C1, read by nothing else): the residual is computed here instead of read. The producer loads
+// x0's tile into the slot where the residual tile would land, and per tile, before GEMM1,
+//     GEMM0      wgmma m64nC1k32 x CHAIN_DS/32: A = the x0 tile (ring slot), B = Wds (resident)
+//     epilogue 0 docs/ops.md without a residual (the downsample's own factors and ReLU flag): the residual's int8
+//                bytes, kept in registers (a thread's are the bytes epilogue 1 reads for its own accumulators)
+// so the downsample's C1-channel output is neither written nor read back (plugins/chain_conv.py: the downsample's
+// variants; docs/design/chain-conv.md).
+//
 // Where the A tiles go (CHAIN_A_IN_SLOT) and whether W2 is resident (CHAIN_W2_STAGES) are what lets C1 = 512 fit in
 // 227 KB (docs/design/chain-conv.md has the budgets):
 //   A_IN_SLOT 0   each consumer warpgroup has an A tile of its own; the residual lands unswizzled and the ring slot is
@@ -59,17 +68,23 @@
 #ifndef CHAIN_A_IN_SLOT
 #define CHAIN_A_IN_SLOT 0
 #endif
+#ifndef CHAIN_DS
+#define CHAIN_DS 0
+#endif
 
 namespace trtfuse {
 namespace chain {
 
 constexpr int K1 = CHAIN_K1, C1 = CHAIN_C1, C2 = CHAIN_C2, STAGES = CHAIN_STAGES, W2_STAGES = CHAIN_W2_STAGES;
 constexpr bool A_IN_SLOT = CHAIN_A_IN_SLOT != 0;
+constexpr int K_DS = CHAIN_DS;              // the downsample's input channels (0: the residual is read)
+constexpr bool DS = K_DS > 0;
 constexpr int BM = 64;                      // pixels per tile: one warpgroup's m64
 constexpr int GROUPS = BM / 8;              // 8-pixel groups per tile
 constexpr int CONSUMERS = 2;                // consumer warpgroups
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int KT1 = K1 / 32, KT2 = C1 / 32;  // k32 steps of the two GEMMs (1x1: a step is a 32-channel block)
+constexpr int KT_DS = K_DS / 32;            // and of the downsample's
 constexpr int W2_RING = W2_STAGES > 0 ? W2_STAGES / CONSUMERS : 1;  // chunks per consumer's W2 ring (1: not used)
 constexpr int N1 = C1 < 256 ? C1 : 256;     // GEMM1's channels per pass (one wgmma's N)
 constexpr int PASSES1 = C1 / N1;
@@ -86,6 +101,9 @@ static_assert(W2_STAGES == 0 || (W2_STAGES % CONSUMERS == 0 && W2_RING >= 2),
 // do): exact while |acc| <= 2^24, which GEMM-K <= 1024 guarantees (|x * w| <= 2^14).
 constexpr int kAccOnXu = 1;
 static_assert(K1 <= 1024 && C1 <= 1024, "|acc| <= 2^24 for s32_to_float_small");
+// The residual's bytes of a tile stay in registers between epilogue 0 and epilogue 1: one pass of GEMM1, and the
+// residual is never a ring slot's A tile
+static_assert(!DS || (K_DS % 32 == 0 && K_DS <= 1024 && PASSES1 == 1 && !A_IN_SLOT), "a downsample computed in place");
 
 // Shared memory, from a 1024-byte-aligned base (the launcher asks for BYTES + 1024). Operand tiles are K-major with
 // 32-byte rows per k32 step, 32-byte swizzle (wgmma's layout type 3: 8-row groups 256 bytes apart, or in the x tile,
@@ -95,17 +113,19 @@ struct Smem {
   static constexpr int W2_CHUNK = C2 * 32;              // one k32 step of W2: [C2 rows][32], likewise
   static constexpr int W2 = W1 + KT1 * C1 * 32;         // KT2 chunks (resident) or W2_STAGES (the streamed rings)
   static constexpr int A_TILE = A_IN_SLOT ? 0 : BM * C1;  // a consumer's y tile: KT2 x [64 pixels][32]
-  static constexpr int A = W2 + (W2_STAGES ? W2_STAGES : KT2) * W2_CHUNK;
+  static constexpr int WDS = W2 + (W2_STAGES ? W2_STAGES : KT2) * W2_CHUNK;  // DS: KT_DS x [C1 rows][32], as W1
+  static constexpr int A = WDS + KT_DS * C1 * 32;
   static constexpr int X_BYTES = BM * K1;               // x tile [group][K1 / 32][8][32], 32-byte swizzle
-  static constexpr int RES_BYTES = BM * C1;             // residual tile [group][C1 / 32][8][32], swizzled if A_IN_SLOT
+  // residual tile [group][C1 / 32][8][32], swizzled if A_IN_SLOT; DS: x0's tile [group][K_DS / 32][8][32], swizzled
+  static constexpr int RES_BYTES = DS ? BM * K_DS : BM * C1;
   static constexpr int SLOT = X_BYTES + RES_BYTES;
   static constexpr int RING = A + CONSUMERS * A_TILE;
-  static constexpr int FACTORS = RING + STAGES * SLOT;  // folded scale1, bias1 [C1], scale2, bias2 [C2]
-  static constexpr int BARS = FACTORS + 2 * (C1 + C2) * 4;  // full[STAGES], empty[STAGES], the resident weights' one
+  static constexpr int FACTORS = RING + STAGES * SLOT;  // folded scale1, bias1 [C1], scale2, bias2 [C2] (DS: + [C1] x 2)
+  static constexpr int BARS = FACTORS + 2 * (C1 + C2 + (DS ? C1 : 0)) * 4;  // full[STAGES], empty[STAGES], weights'
   static constexpr int W2_BARS = BARS + (2 * STAGES + 1) * 8;  // per consumer: its W2 ring's full[W2_RING], empty[W2_RING]
   static constexpr int BYTES = W2_BARS + 2 * W2_STAGES * 8;
-  static_assert(W2 % 1024 == 0 && W2_CHUNK % 1024 == 0 && A % 1024 == 0 && RING % 1024 == 0 && SLOT % 1024 == 0 &&
-                X_BYTES % 1024 == 0, "swizzled tiles and TMA boxes start 1024-byte aligned");
+  static_assert(W2 % 1024 == 0 && W2_CHUNK % 1024 == 0 && WDS % 1024 == 0 && A % 1024 == 0 && RING % 1024 == 0 &&
+                SLOT % 1024 == 0 && X_BYTES % 1024 == 0, "swizzled tiles and TMA boxes start 1024-byte aligned");
 };
 #ifdef CHAIN_SMEM
 static_assert(CHAIN_SMEM == Smem::BYTES + 1024, "plugins/chain_conv.py: Variant.smem_bytes must give this kernel's shared memory");
@@ -127,6 +147,10 @@ struct ChainParams {
   int8_t* z;                    // [N][C2/32][H][W][32]
   int N, hw, tiles, groups_per_image, box_groups, relu1, relu2;
   FastDivmod div_hw, div_groups;  // by H * W and by groups_per_image
+  const float* scale_ds;        // [C1] CHAIN_DS: the downsample (FusedConv) computing the residual: x0_scale * wds_scale
+  const float* bias_ds;         // [C1]
+  const float* out_scale_ds;    // [1] its output's scale (residual_scale, as conv 1 reads it)
+  int relu_ds;
 };
 
 namespace chain {
@@ -190,7 +214,7 @@ __device__ __forceinline__ void stream_w2(const sm90::TensorMap* tmap_w2, const 
 // image; boxes past the batch (its last tile) load the batch's last box again: their rows are never stored.
 __device__ __forceinline__ void produce(const sm90::TensorMap* tmap_x, const sm90::TensorMap* tmap_res,
                                         const sm90::TensorMap* tmap_w1, const sm90::TensorMap* tmap_w2,
-                                        const ChainParams& p, uint32_t base) {
+                                        const sm90::TensorMap* tmap_wds, const ChainParams& p, uint32_t base) {
   sm90::regs_dealloc<kProducerRegs>();
   if constexpr (W2_STAGES > 0) {
     // warps 1 and 2 of the producer warpgroup, one per consumer's ring, so no ring holds up another or the tiles' loads
@@ -205,8 +229,9 @@ __device__ __forceinline__ void produce(const sm90::TensorMap* tmap_x, const sm9
   sm90::prefetch_tensor_map(tmap_res);
   const MbarrierRing<STAGES> ring{base + Smem::BARS, base + Smem::BARS + STAGES * 8};
   const uint32_t weights_full = ring.empty0 + STAGES * 8;
-  sm90::mbar_arrive_expect_tx(weights_full, KT1 * C1 * 32 + (W2_STAGES ? 0 : KT2 * Smem::W2_CHUNK));
+  sm90::mbar_arrive_expect_tx(weights_full, (KT1 + KT_DS) * C1 * 32 + (W2_STAGES ? 0 : KT2 * Smem::W2_CHUNK));
   for (int j = 0; j < KT1; ++j) sm90::tma_load_5d(base + Smem::W1 + j * C1 * 32, tmap_w1, weights_full, 32 * j, 0, 0, 0, 0);
+  for (int j = 0; j < KT_DS; ++j) sm90::tma_load_5d(base + Smem::WDS + j * C1 * 32, tmap_wds, weights_full, 32 * j, 0, 0, 0, 0);
   if constexpr (W2_STAGES == 0)
     for (int j = 0; j < KT2; ++j) sm90::tma_load_5d(base + Smem::W2 + j * C2 * 32, tmap_w2, weights_full, 32 * j, 0, 0, 0, 0);
   const int last_box = p.N * p.groups_per_image - p.box_groups;
@@ -218,7 +243,7 @@ __device__ __forceinline__ void produce(const sm90::TensorMap* tmap_x, const sm9
     for (int g = 0; g < GROUPS; g += p.box_groups) {
       const int q = min(tile * GROUPS + g, last_box), n = p.div_groups.div(q), group = q - n * p.groups_per_image;
       sm90::tma_load_5d(slot + g * K1 * 8, tmap_x, full, 0, 0, 0, group, n);
-      sm90::tma_load_5d(slot + Smem::X_BYTES + g * C1 * 8, tmap_res, full, 0, 0, 0, group, n);
+      sm90::tma_load_5d(slot + Smem::X_BYTES + g * (Smem::RES_BYTES / GROUPS), tmap_res, full, 0, 0, 0, group, n);
     }
   }
 }
@@ -233,6 +258,13 @@ __device__ __forceinline__ void fold_factors(const ChainParams& p, float* s_fact
   for (int c = tid; c < C2; c += 128 * CONSUMERS) {
     s_factors[2 * C1 + c] = fold_scale(p.scale2[c], out2, inv2);
     s_factors[2 * C1 + C2 + c] = fold_scale(p.bias2[c], out2, inv2);
+  }
+  if constexpr (DS) {
+    const float out0 = *p.out_scale_ds, inv0 = __frcp_rn(out0);
+    for (int c = tid; c < C1; c += 128 * CONSUMERS) {
+      s_factors[2 * (C1 + C2) + c] = fold_scale(p.scale_ds[c], out0, inv0);
+      s_factors[2 * (C1 + C2) + C1 + c] = fold_scale(p.bias_ds[c], out0, inv0);
+    }
   }
 }
 
@@ -251,9 +283,10 @@ __device__ __forceinline__ void consume(const ChainParams& p, int8_t* smem, uint
   const MbarrierRing<STAGES> ring{base + Smem::BARS, base + Smem::BARS + STAGES * 8};
   float* const s_factors = reinterpret_cast<float*>(smem + Smem::FACTORS);
   const float *scale1 = s_factors, *bias1 = scale1 + C1, *scale2 = bias1 + C1, *bias2 = scale2 + C2;
+  const float *scale_ds = bias2 + C2, *bias_ds = scale_ds + C1;  // DS only
   const float out1 = *p.out_scale1;
   const float rs = fold_scale(*p.residual_scale, out1, __frcp_rn(out1));
-  const float relu1 = relu_floor(p.relu1 != 0), relu2 = relu_floor(p.relu2 != 0);
+  const float relu1 = relu_floor(p.relu1 != 0), relu2 = relu_floor(p.relu2 != 0), relu_ds = relu_floor(p.relu_ds != 0);
   fold_factors(p, s_factors, tid);
   sm90::named_barrier(1, 128 * CONSUMERS);
   sm90::mbar_wait(ring.empty0 + STAGES * 8, 0);  // the resident weights have landed
@@ -278,12 +311,36 @@ __device__ __forceinline__ void consume(const ChainParams& p, int8_t* smem, uint
       z_off[h] = ok[h] ? chw32_piece(p, m, C2 / 32, q) : 0;
     }
 
+    // DS: GEMM0 and epilogue 0, the tile's residual bytes into registers (a thread's: pixels px[h], channels
+    // 32b + 8q .. + 7, as epilogue 1 reads them)
+    uint2 residual_words[DS ? N1 / 32 : 1][2];
+    if constexpr (DS) {
+      int acc0[N1 / 2];  // N1 = C1 (one pass)
+      fresh_accumulators(acc0);
+      ring.wait_full(it);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < KT_DS; ++j)
+        sm90::WgmmaS8<N1>::mma(acc0, sm90::desc_kmajor(slot + Smem::X_BYTES + j * 256, K_DS * 8, 3),
+                               sm90::desc_kmajor_sw32(base + Smem::WDS + j * C1 * 32), j > 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+#pragma unroll
+      for (int b = 0; b < N1 / 32; ++b) {
+        float4 sc[2], bi[2];
+        block_factors(scale_ds, bias_ds, b, q, sc, bi);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          residual_words[b][h] = requantize_8_channels<kAccOnXu, N1 / 2, false>(acc0, b, h, sc, bi, make_uint2(0, 0), 0.0f, relu_ds);
+      }
+    }
+
 #pragma unroll
     for (int pass = 0; pass < PASSES1; ++pass) {
       // GEMM1: y's accumulators, pixels x the pass's N1 channels
       int acc1[N1 / 2];
       fresh_accumulators(acc1);
-      if (pass == 0) ring.wait_full(it);
+      if (pass == 0 && !DS) ring.wait_full(it);
       sm90::wgmma_fence();
 #pragma unroll
       for (int j = 0; j < KT1; ++j)
@@ -304,7 +361,7 @@ __device__ __forceinline__ void consume(const ChainParams& p, int8_t* smem, uint
         for (int h = 0; h < 2; ++h) {
           // residual pixel px[h] = group 2 warp + h, row lane / 4 of it
           const int r_off = residual_offset(2 * warp + h, cb, lane / 4, q);
-          const uint2 res = *reinterpret_cast<const uint2*>(residual + r_off);
+          const uint2 res = DS ? residual_words[DS ? cb : 0][h] : *reinterpret_cast<const uint2*>(residual + r_off);
           const uint2 out = requantize_8_channels<kAccOnXu, N1 / 2, true>(acc1, b, h, sc, bi, res, rs, relu1);
           if (ok[h]) *reinterpret_cast<uint2*>(p.y + y_off[h] + (size_t)cb * p.hw * 32) = out;
           // A_IN_SLOT: over the residual bytes just read, by the one thread that reads and writes them
@@ -376,6 +433,9 @@ __device__ __forceinline__ void consume(const ChainParams& p, int8_t* smem, uint
 extern "C" __global__ void __launch_bounds__(chain::THREADS, 1)
     trtfuse_chain_conv(const __grid_constant__ sm90::TensorMap tmap_x, const __grid_constant__ sm90::TensorMap tmap_res,
                        const __grid_constant__ sm90::TensorMap tmap_w1, const __grid_constant__ sm90::TensorMap tmap_w2,
+#if CHAIN_DS
+                       const __grid_constant__ sm90::TensorMap tmap_wds,
+#endif
                        const ChainParams p) {
   using namespace chain;
   extern __shared__ __align__(1024) int8_t smem_raw[];
@@ -398,7 +458,11 @@ extern "C" __global__ void __launch_bounds__(chain::THREADS, 1)
   }
   __syncthreads();
   if (threadIdx.x / 128 == CONSUMERS)
-    produce(&tmap_x, &tmap_res, &tmap_w1, &tmap_w2, p, base);
+#if CHAIN_DS
+    produce(&tmap_x, &tmap_res, &tmap_w1, &tmap_w2, &tmap_wds, p, base);
+#else
+    produce(&tmap_x, &tmap_res, &tmap_w1, &tmap_w2, &tmap_w1, p, base);  // (no downsample weights to load)
+#endif
   else
     consume(p, smem, base);
 }
