@@ -347,8 +347,8 @@ class DeviceChain:
         self.x = cd.DeviceBuffer.from_array(pack_nchwv(conv1.x, 32))
         ds = problem.downsample
         # with the downsample inside, the residual buffer holds poison: the kernel must compute it, never read it
-        self.res = cd.DeviceBuffer.from_array(pack_nchwv(conv1.residual, 32) if ds is None
-                                              else np.full(pack_nchwv(conv1.residual, 32).shape, POISON, np.int8))
+        residual = pack_nchwv(conv1.residual, 32)
+        self.res = cd.DeviceBuffer.from_array(residual if ds is None else np.full_like(residual, POISON))
         self.ds = None if ds is None else (cd.DeviceBuffer.from_array(pack_nchwv(ds.x, 32)),
                                            tuple(cd.DeviceBuffer.from_array(a) for a in (pack_weight(ds.w, 32), ds.scale, ds.bias, ds.out_scale)))
         self.res_scale = cd.DeviceBuffer.from_array(conv1.residual_scale)

@@ -101,8 +101,12 @@ def pair_shapes(n: int, c: int, h: int, w: int, k: int, next_k: int) -> tuple[Co
             ConvShape(n, k, h, w, next_k, 1, 1, (1, 1), (0, 0, 0, 0), residual=False))
 
 
+def _builds(downsample: bool) -> dict:
+    return DOWNSAMPLE_VARIANTS if downsample else VARIANTS
+
+
 def variant_of(conv1: ConvShape, c2: int, downsample: bool = False) -> Variant:
-    key, table = (conv1.c, conv1.k, c2), DOWNSAMPLE_VARIANTS if downsample else VARIANTS
+    key, table = (conv1.c, conv1.k, c2), _builds(downsample)
     if key not in table:
         raise ValueError(f"no chain kernel{' with a downsample' if downsample else ''} computes {conv1.c} -> {conv1.k} -> "
                          f"{c2} channels; it is built for " + ", ".join(v.name for v in table.values()))
@@ -113,7 +117,7 @@ def compile_chain(key: tuple[int, int, int], target: str = "cubin", use_cache: b
     """The build of VARIANTS[key] (DOWNSAMPLE_VARIANTS[key] with downsample), key = (K1, C1, C2)."""
     from .nvrtc import compile_kernel
 
-    return compile_kernel(SOURCE, (DOWNSAMPLE_VARIANTS if downsample else VARIANTS)[key].defines(), ARCH, target, use_cache)
+    return compile_kernel(SOURCE, _builds(downsample)[key].defines(), ARCH, target, use_cache)
 
 
 def _pointwise_refusal(name: str, shape: ConvShape) -> str | None:
@@ -155,10 +159,10 @@ def downsample_refusal(conv1: ConvShape, conv2: ConvShape, ds: ConvShape) -> str
     why = refusal(conv1, conv2) or _pointwise_refusal("the downsample", ds)
     if why:
         return why
-    if (conv1.c, conv1.k, conv2.k) not in DOWNSAMPLE_VARIANTS:
+    v = DOWNSAMPLE_VARIANTS.get((conv1.c, conv1.k, conv2.k))
+    if v is None:
         return (f"no build with a downsample for {conv1.c} -> {conv1.k} -> {conv2.k} channels; built for "
                 + ", ".join(v.name for v in DOWNSAMPLE_VARIANTS.values()))
-    v = DOWNSAMPLE_VARIANTS[(conv1.c, conv1.k, conv2.k)]
     if ds.c != v.ds_k or ds.k != conv1.k or (ds.n, ds.h, ds.w) != (conv1.n, conv1.h, conv1.w):
         return (f"the downsample is {ds.n}x{ds.c}x{ds.h}x{ds.w} -> {ds.k} channels, the build computes "
                 f"{conv1.n}x{v.ds_k}x{conv1.h}x{conv1.w} -> {conv1.k}")
@@ -258,11 +262,12 @@ def launch_chain(shapes: tuple[ConvShape, ConvShape], x: int, residual: int, res
         raise ValueError("convs (and the downsample's) must be (weight, scale, bias, out_scale) pointer tuples")
     (w1, s1, b1, o1), (w2, s2, b2, o2) = convs
     args = tensor_map_args(conv1, conv2.k, downsample is not None)
-    ds_ptrs, relu_ds = dict(scale_ds=0, bias_ds=0, out_scale_ds=0), False
     tensors = [("x", x), ("res", residual), ("w1", w1), ("w2", w2)]
-    if downsample:
+    ds_ptrs, relu_ds = dict(scale_ds=0, bias_ds=0, out_scale_ds=0), False
+    if downsample:  # the "res" map reads x0, and the downsample's weight gets a map of its own
         _, x0, (wds, sds, bds, ods), relu_ds = downsample
-        tensors = [("x", x), ("res", x0), ("w1", w1), ("w2", w2), ("wds", wds)]
+        tensors[1] = ("res", x0)
+        tensors.append(("wds", wds))
         ds_ptrs = dict(scale_ds=sds, bias_ds=bds, out_scale_ds=ods)
     maps = [encode_tensor_map(5, ptr, *args[name]) for name, ptr in tensors]
     p = params(conv1, conv2, dict(scale1=s1, bias1=b1, out_scale1=o1, residual_scale=residual_scale, y=y, scale2=s2,

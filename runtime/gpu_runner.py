@@ -352,10 +352,11 @@ class CudaRunner(Top1Readout):
         relu = (bool(a["relu"]), bool(a["next_relu"]))
         y = self.tensors[node.output[0]] = _Tensor((conv1.n, conv1.k, *conv1.out_hw), 32)
         z = self.tensors[node.output[1]] = _Tensor((conv2.n, conv2.k, *conv2.out_hw), 32)
-        # device pointers in node-input order: x and the residual are buffers this runner computed, the rest constants
-        computed = {"x": x.buf.ptr, "residual": r.buf.ptr}
-        ptrs = [computed[k] if k in computed else self._const(tensor) for k, tensor in names.items()]
         downsample = self._inline_downsample(node, names["residual"], conv1, conv2)
+        # device pointers in node-input order: x and the residual are buffers this runner computed (none for a residual
+        # computed inside), the rest constants
+        computed = {"x": x.buf.ptr, "residual": 0 if downsample else r.buf.ptr}
+        ptrs = [computed[k] if k in computed else self._const(tensor) for k, tensor in names.items()]
         # (a label naming every node the kernel runs: bench e2e's breakdown attributes each to its stage)
         label = f"{self.downsampled[node.name]}+{node.name} (chain + downsample)" if downsample else f"{node.name} (chain)"
         self.steps.append((label, lambda s: chain_conv.launch_chain_op(

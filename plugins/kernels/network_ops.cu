@@ -105,7 +105,7 @@ extern "C" __global__ void trtfuse_maxpool_chw32(const int8_t* x, int N, int CB,
 // thread: a thread per (n, channel block, half), no shuffles. Each byte is biased to unsigned (s + 128) and the
 // bytes are added two to a word, in 16-bit lanes: even bytes (0, 2) by one LOP3, odd bytes (1, 3) by a PRMT and a
 // LOP3, so 4 channels cost 5 instructions a pixel where extracting and adding each byte cost 8. A lane holds at
-// most 257 * 255 < 2^16: every 256 pixels the lanes are moved into int32 totals, and the bias taken off at the end.
+// most 256 * 255 < 2^16: every 256 pixels the lanes are moved into int32 totals, and the bias taken off at the end.
 __device__ __forceinline__ void half_block_channel_sums(const int8_t* half_block, int HW, int (&sum)[16]) {
 #pragma unroll
   for (int c = 0; c < 16; ++c) sum[c] = 0;
