@@ -116,9 +116,13 @@ def passes_lsb_rule(stats: dict) -> bool:
 class DeviceStemPool:
     """A space-to-depth stem problem (ConvProblem of the original 7x7/2 conv, no residual) on the GPU as the fused
     stem + max-pool kernel runs it (plugins/stem.py: launch_stem_pool); golden() is the conv's golden then the
-    3x3/2 max-pool."""
+    3x3/2 max-pool. conv1: a 1x1 64 -> 64 ConvProblem on the pooled output, computed inside (stem.conv1_refusal); its
+    x is replaced by the pooled golden (pooled_golden where given: bench kernels computes it on the device)."""
 
-    def __init__(self, problem: ConvProblem, use_wgmma: bool | None = None, tile: tuple[int, int] | None = None):
+    def __init__(self, problem: ConvProblem, use_wgmma: bool | None = None, tile: tuple[int, int] | None = None,
+                 conv1: ConvProblem | None = None, pooled_golden: np.ndarray | None = None):
+        from dataclasses import replace
+
         from ..plugins import cuda_driver as cd
         from ..plugins import stem
 
@@ -132,18 +136,35 @@ class DeviceStemPool:
         ph, pw = stem.pooled_hw(problem.shape)
         self.y_shape = (problem.shape.n, round_up(problem.shape.k, 32) // 32, ph, pw, 32)
         self.y = cd.DeviceBuffer(int(np.prod(self.y_shape)))
+        self.conv1 = None if conv1 is None else replace(conv1, x=self.golden() if pooled_golden is None else pooled_golden)
+        if conv1 is not None:
+            self.conv1_buffers = tuple(cd.DeviceBuffer.from_array(a) for a in (pack_weight(conv1.w, 32), conv1.scale,
+                                                                               conv1.bias, conv1.out_scale))
+            self.y1 = cd.DeviceBuffer(int(np.prod(self.y_shape)))
 
     def run(self, stream=None) -> None:
         from ..plugins import stem
 
+        conv1 = None
+        if self.conv1 is not None:
+            conv1 = (self.conv1.shape, *(b.ptr for b in self.conv1_buffers), self.y1.ptr, self.conv1.relu)
         stem.launch_stem_pool(self.p.shape, self.x.ptr, self.w.ptr, self.scale.ptr, self.bias.ptr, self.out_scale.ptr,
-                              self.y.ptr, relu=self.p.relu, stream=stream, use_wgmma=self.use_wgmma, tile=self.tile)
+                              self.y.ptr, relu=self.p.relu, stream=stream, use_wgmma=self.use_wgmma, tile=self.tile,
+                              conv1=conv1)
+
+    def conv1_output(self) -> tuple[np.ndarray, np.ndarray]:
+        """After run_checked: the conv computed inside (logical int8, raw CHW32)."""
+        raw = self.y1.download(self.y_shape, np.int8)
+        return unpack_chw32(raw, self.conv1.shape.k), raw
 
     def run_checked(self) -> tuple[np.ndarray, np.ndarray]:
-        """Poison y, launch, synchronize; return (logical int8 output, raw CHW32 output)."""
+        """Poison y (and the inside conv's output), launch, synchronize; return (logical int8 output, raw CHW32
+        output)."""
         from ..plugins import cuda_driver as cd
 
         self.y.fill(POISON)
+        if self.conv1 is not None:
+            self.y1.fill(POISON)
         self.run()
         cd.check(cd._driver().cuCtxSynchronize())
         raw = self.y.download(self.y_shape, np.int8)

@@ -94,6 +94,10 @@ def step_group(label: str) -> str:
     """The kind of layer a breakdown step is, for the per-batch table: stem, max-pool, "res3 conv2", ... ."""
     if label.startswith("quantize input"):
         return "input quantize"
+    if label.startswith("conv1"):  # the stem, with its max-pool, and with res2's first conv1 inside (fuse_stem_conv)
+        if "max-pool" not in label:
+            return "stem 7x7/2 conv + ReLU"
+        return "stem 7x7/2 conv + ReLU + max-pool 3x3/2" + (" + res2 first conv1" if _BLOCK_STEP.search(label) else "")
     block = _BLOCK_STEP.search(label)
     if block and label.endswith("(chain)"):  # a block's conv3 and the next block's conv1, one kernel
         return f"res{int(block.group(1)) + 1} conv3 + residual + next conv1"
@@ -101,8 +105,6 @@ def step_group(label: str) -> str:
         return f"res{int(block.group(1)) + 1} downsample + conv3 + residual + next conv1"
     if block:
         return f"res{int(block.group(1)) + 1} {block.group(3)}"
-    if label.startswith("conv1"):
-        return "stem 7x7/2 conv + ReLU + max-pool 3x3/2" if "max-pool" in label else "stem 7x7/2 conv + ReLU"
     if "maxpool" in label or "max-pool" in label:
         return "max-pool 3x3/2"
     return "average pool, classifier, top-1"

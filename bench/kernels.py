@@ -289,6 +289,47 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     return rec
 
 
+def bench_stem_conv1(torch, shape, args, bw_tbps) -> dict:
+    """The stem + max-pool kernel's row tile with res2's first conv1 (1x1 64 -> 64) inside (STEM_POOL_ROWS_CONV1, as the
+    GPU runner runs it on Hopper) against the stem + max-pool alone on the same tile and then that conv's own kernel
+    (the runner's heuristic plan): times, and both outputs (poisoned first) against goldens computed on the device."""
+    from ..plugins import cuda_driver as cd
+    from ..plugins import stem
+    from ..plugins.conv import ConvLaunch
+    from ..plugins.conv_shape import ConvShape
+    from .conv_problem import ConvProblem, DeviceConv, DeviceStemPool, passes_lsb_rule
+
+    cur = lambda: torch.cuda.current_stream().cuda_stream
+    tile = stem.default_tile(cd.compute_capability(cd.current_device()))
+    problem = ConvProblem.random(shape, False)
+    conv = golden_on_device(torch, problem).float()
+    pooled = torch.nn.functional.max_pool2d(conv, 3, 2, 1).to(torch.int8).cpu().numpy()
+    ph, pw = stem.pooled_hw(shape)
+    conv1 = ConvProblem.random(ConvShape(shape.n, 64, ph, pw, 64, 1, 1, residual=False), False)
+    fused = DeviceStemPool(problem, tile=tile, conv1=conv1, pooled_golden=pooled)
+    alone = DeviceStemPool(problem, tile=tile)
+    separate = DeviceConv(fused.conv1, ConvLaunch.plan(fused.conv1.shape))
+    ours_ms = graph_time_ms(torch, lambda: fused.run(stream=cur()), args.reps)
+    pair_ms = graph_time_ms(torch, lambda: (alone.run(stream=cur()), separate.run(stream=cur())), args.reps)
+    out, _ = fused.run_checked()
+    out1, _ = fused.conv1_output()
+    golden1 = golden_on_device(torch, fused.conv1).cpu().numpy()
+    diffs = [np.abs(a.astype(np.int32) - b.astype(np.int32)) for a, b in ((out, pooled), (out1, golden1))]
+    stats = {"exact_fraction": float(min((d == 0).mean() for d in diffs)), "max_abs_diff": int(max(d.max() for d in diffs))}
+    m = shape.n * ph * pw
+    macs = shape.k * shape.c * shape.r * shape.s * (shape.out_hw[0] * shape.out_hw[1]) // (ph * pw) + 64 * 64
+    name = f"stem_pool/{stem.tile_name(tile)}+conv1"
+    rec = {"layer": "stem 7x7/2 + max-pool 3x3/2 + res2 first conv1, one kernel", "batch": shape.n, "M": m, "N": 64,
+           "K": macs, "K_gemm": macs, "residual": False, "tactic": name, "family": "wgmma", "splits": 1,
+           "form": "space-to-depth CHW16, pooled and conv1 CHW32", "fused_with_pool": True, "replaces": 2,
+           "heuristic": name, "heuristic_ms": ours_ms, "ours_ms": ours_ms, "unfused_ms": pair_ms,
+           "unfused": f"stem_pool/{stem.tile_name(tile)} + {separate.launch_plan.name}",
+           "correct": passes_lsb_rule(stats), **stats}
+    rec.update(floors(fused.x.nbytes + 2 * fused.y.nbytes, 2.0 * m * macs, ours_ms, bw_tbps))
+    rec["cublaslt_int8_ms"] = rec["cudnn_fp16_ms"] = None
+    return rec
+
+
 TAIL_LAYERS = ("tail average pool 7x7x2048 -> fp32", "tail classifier fp32 2048 -> 1000", "tail top-1 of 1000")
 FP32_PEAK_TFLOPS = 66.9  # H100/H200 SXM fp32 FMA (datasheet): the classifier's compute floor
 
@@ -469,7 +510,7 @@ def bench_chain(torch, n, key, args, bw_tbps, records, downsample: bool = False)
 
 def run(args) -> int:
     torch = _torch()
-    from ..plugins import block_rows, chain_conv
+    from ..plugins import block_rows, chain_conv, stem
     from ..plugins import cuda_driver as cd
     from .layers import resnet50_layers, seed000_layers
 
@@ -492,6 +533,8 @@ def run(args) -> int:
         records.append(rec)
         if name.startswith("stem"):  # and the stem as the GPU runner runs it: fused with its max-pool
             records.append({**bench_stem_pool(torch, shape, args, bw), "device": device})
+            if stem.default_tile(cd.compute_capability(cd.current_device())) in stem.ROW_TILES:  # res2's first conv1 inside
+                records.append({**bench_stem_conv1(torch, shape, args, bw), "device": device})
         if name.startswith("res2 conv1 "):  # and res2's identity blocks as the fused bottleneck kernel
             records.append({**bench_bottleneck(torch, shape.n, args, bw, records), "device": device})
             if block_rows.device_refusal() is None:

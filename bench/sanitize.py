@@ -94,6 +94,18 @@ def stem_pool_cases() -> bool:
         ok &= passes_lsb_rule(stats)
         label = ("mma.sync" if use_wgmma is False else "default") + f" tile {stem.tile_name(tile)}"
         print(f"stem_pool {label} {n}x3x{h}x{w}: {'ok' if passes_lsb_rule(stats) else 'MISMATCH'} {stats}")
+    # the row tiles with the next 1x1 conv inside (STEM_POOL_ROWS_CONV1): both outputs exact
+    for tile in (t for t in tiles if t in stem.ROW_TILES):
+        for n, h, w in ((1, 32, 56), (2, 37, 61), (300, 9, 13)):
+            shape = ConvShape(n, 3, h, w, 64, 7, 7, (2, 2), (3, 3, 3, 3))
+            ph, pw = stem.pooled_hw(shape)
+            conv1 = ConvProblem.random(ConvShape(n, 64, ph, pw, 64, 1, 1, residual=False), False, seed=2)
+            dev = DeviceStemPool(ConvProblem.random(shape, False, seed=1), tile=tile, conv1=conv1)
+            pooled = compare(dev.run_checked()[0], dev.golden())
+            stats = compare(dev.conv1_output()[0], dev.conv1.golden())
+            good = pooled["exact_fraction"] == 1.0 and stats["exact_fraction"] == 1.0
+            ok &= good
+            print(f"stem_pool + conv1 tile {stem.tile_name(tile)} {n}x3x{h}x{w}: {'ok' if good else 'MISMATCH'} {stats}")
     return ok
 
 

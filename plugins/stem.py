@@ -137,32 +137,38 @@ def pool_tiles(arch: str, use_wgmma: bool | None = None) -> tuple[tuple[int, int
     return POOL_TILES if arch == "sm_90" and use_wgmma is not False else GRID_TILES
 
 
-def pool_smem_bytes(tile: tuple[int, int], wgmma: bool) -> int:
+def pool_smem_bytes(tile: tuple[int, int], wgmma: bool, conv1: bool = False) -> int:
     """The dynamic shared memory of a tile's kernel (each checks it at compile time). stem_pool.cu: two input patches,
     the conv tile (rows of 64 channels + 16 bytes, whole m16 tiles), the per-channel factors, and on sm_90a the weights
     as wgmma's B. stem_pool_rows.cu: two input patches of 2 TPH + 1 conv rows (+ 3) by 131 columns and the factors
-    (its weights are wgmma's A, in registers)."""
+    (its weights are wgmma's A, in registers); conv1: with the next 1x1 conv inside, two pooled rows as that conv's B
+    and its factors too."""
     k, s, _ = POOL_WINDOW
     weights, factors = 8 * 64 * 32, 2 * 64 * 4
     if tile in ROW_TILES:
         patch = (2 * tile[0] + 1 + 3) * -(-ROWS_PATCH_COLUMNS // 2) * 2 * 16
-        return 2 * patch + factors
+        return 2 * patch + factors + (2 * 64 * 64 + factors if conv1 else 0)
     conv_rows, conv_cols = (tile[0] - 1) * s + k, (tile[1] - 1) * s + k
     patch = (conv_rows + 3) * (conv_cols + 3) * 16  # the folded 4x4 conv reads 3 more rows and columns
     conv = -(-conv_rows * conv_cols // 16) * 16 * 80
     return (weights if wgmma else 0) + 2 * patch + conv + factors
 
 
-def pool_variant(arch: str, use_wgmma: bool | None = None, tile: tuple[int, int] = POOL_TILE) -> tuple[str, dict, int]:
+def pool_variant(arch: str, use_wgmma: bool | None = None, tile: tuple[int, int] = POOL_TILE,
+                 conv1: bool = False) -> tuple[str, dict, int]:
     """(NVRTC arch, defines, dynamic shared bytes) of the stem + max-pool kernel on a GPU of compute capability `arch`:
     wgmma (sm_90a) on Hopper, mma.sync elsewhere; use_wgmma=False picks mma.sync on Hopper too (the tests run both).
-    A row tile (ROW_TILES) is stem_pool_rows.cu, wgmma only: ValueError elsewhere."""
+    A row tile (ROW_TILES) is stem_pool_rows.cu, wgmma only: ValueError elsewhere. conv1: the build that also runs the
+    next 1x1 conv on the pooled rows (conv1_refusal), row tiles only."""
     wgmma = arch == "sm_90" and use_wgmma is not False
-    smem = pool_smem_bytes(tile, wgmma)
+    if conv1 and tile not in ROW_TILES:
+        raise ValueError(f"the next conv runs inside the row tiles' kernel only, not tile {tile_name(tile)}")
+    smem = pool_smem_bytes(tile, wgmma, conv1)
     if tile in ROW_TILES:
         if not wgmma:
             raise ValueError(f"stem tile {tile_name(tile)} runs on Hopper's wgmma only (sm_90a)")
-        return "sm_90a", {"STEM_POOL_ROWS": 1, "STEM_POOL_ROWS_TPH": tile[0], "STEM_POOL_ROWS_SMEM": smem}, smem
+        defines = {"STEM_POOL_ROWS": 1, "STEM_POOL_ROWS_TPH": tile[0], "STEM_POOL_ROWS_SMEM": smem}
+        return "sm_90a", {**defines, "STEM_POOL_ROWS_CONV1": 1} if conv1 else defines, smem
     defines = {"STEM_POOL_TPH": tile[0], "STEM_POOL_TPW": tile[1], "STEM_POOL_SMEM": smem}
     if wgmma:
         return "sm_90a", {"STEM_POOL_WGMMA": 1, **defines}, smem
@@ -174,10 +180,10 @@ def pool_source(tile: tuple[int, int]) -> tuple[str, str, int]:
     return (ROWS_SOURCE, ROWS_ENTRY, ROWS_THREADS) if tile in ROW_TILES else (POOL_SOURCE, POOL_ENTRY, POOL_THREADS)
 
 
-def _pool_function(use_wgmma: bool | None = None, tile: tuple[int, int] = POOL_TILE):
+def _pool_function(use_wgmma: bool | None = None, tile: tuple[int, int] = POOL_TILE, conv1: bool = False):
     from . import cuda_driver as cd
 
-    arch, defines, smem = pool_variant(cd.compute_capability(cd.current_device()), use_wgmma, tile)
+    arch, defines, smem = pool_variant(cd.compute_capability(cd.current_device()), use_wgmma, tile, conv1)
     source, entry, _ = pool_source(tile)
     return cd.kernel_module(source, defines, arch=arch).function(entry, smem), smem
 
@@ -198,6 +204,23 @@ def pool_refusal(shape: ConvShape, pool: tuple[int, int, int]) -> str | None:
     return None
 
 
+def conv1_refusal(shape: ConvShape, conv1: ConvShape, tile: tuple[int, int]) -> str | None:
+    """Why the conv `conv1` reading the pooled output of the stem `shape` (unfolded) cannot run inside the stem + max-pool
+    kernel of `tile`, or None if it can: the row tiles' kernel computes a 1x1, stride-1, unpadded 64 -> 64 conv without
+    a residual (ResNet's res2 first conv1) on each pooled row it has just written."""
+    if tile not in ROW_TILES:
+        return f"the stem runs tile {tile_name(tile)}; the next conv runs inside the row tiles only"
+    if (conv1.n, conv1.c, conv1.h, conv1.w) != (shape.n, shape.k, *pooled_hw(shape)):
+        return f"the conv reads {conv1.n}x{conv1.c}x{conv1.h}x{conv1.w}, not the pooled output"
+    if (conv1.r, conv1.s, conv1.stride, tuple(conv1.pads)) != (1, 1, (1, 1), (0, 0, 0, 0)):
+        return f"the conv is {conv1.r}x{conv1.s} stride {conv1.stride[0]}, the kernel runs a 1x1 stride 1 unpadded"
+    if conv1.k != 64:
+        return f"the conv has {conv1.k} output channels, the kernel computes 64"
+    if conv1.residual:  # (ConvShape's default: a conv not known to have none)
+        return "the conv may add a residual"
+    return None
+
+
 def pooled_hw(shape: ConvShape) -> tuple[int, int]:
     k, s, p = POOL_WINDOW
     oh, ow = shape.out_hw
@@ -206,11 +229,13 @@ def pooled_hw(shape: ConvShape) -> tuple[int, int]:
 
 def launch_stem_pool(shape: ConvShape, x: int, folded_weight: int, scale: int, bias: int, out_scale: int, y: int,
                      *, relu: bool = True, stream=None, use_wgmma: bool | None = None,
-                     tile: tuple[int, int] = POOL_TILE, image_index: int = 0) -> None:
+                     tile: tuple[int, int] = POOL_TILE, image_index: int = 0, conv1: tuple | None = None) -> None:
     """The stem conv `shape` (unfolded; its input x already folded by quantize_s2d, weight by fold_weight and
     pack_weight) + requantize (+ ReLU) + the 3x3/2 max-pool into y: int8 CHW32 [N, 64, PH, PW]. use_wgmma: see
     pool_variant; tile: one of POOL_TILES. image_index: 0, or a device int64 [N] array: image n of the batch is then
-    image image_index[n] of x (a library of folded images), read in place instead of gathered first."""
+    image image_index[n] of x (a library of folded images), read in place instead of gathered first. conv1: (its
+    ConvShape, packed weight, scale, bias, out_scale, y1, relu) of the 1x1 conv on the pooled output computed inside
+    (conv1_refusal), written to y1: int8 CHW32 [N, 64, PH, PW]; y is written as well."""
     import ctypes
 
     from . import cuda_driver as cd
@@ -226,10 +251,18 @@ def launch_stem_pool(shape: ConvShape, x: int, folded_weight: int, scale: int, b
                          W=f.w, K=f.k, OH=oh, OW=ow, R=f.r, S=f.s, stride_h=1, stride_w=1, pad_top=f.pads[0],
                          pad_left=f.pads[1], relu=int(relu), splits=1)
     tile = tuple(tile)
-    fn, smem = _pool_function(use_wgmma, tile)
+    p1 = ConvParamsStruct()  # the row tiles' kernel takes it always, reads it in its conv1 build only
+    if conv1 is not None:
+        shape1, w1, scale1, bias1, out_scale1, y1, relu1 = conv1
+        why = conv1_refusal(shape, shape1, tile)
+        if why:
+            raise ValueError(why)
+        p1 = ConvParamsStruct(x=y, w=w1, scale=scale1, bias=bias1, out_scale=out_scale1, y=y1, N=f.n, C=64, H=ph, W=pw,
+                              K=64, OH=ph, OW=pw, R=1, S=1, stride_h=1, stride_w=1, relu=int(relu1), splits=1)
+    fn, smem = _pool_function(use_wgmma, tile, conv1 is not None)
     threads = pool_source(tile)[2]
     tiles = f.n * -(-ph // tile[0]) * -(-pw // tile[1])
     resident = cd.max_active_blocks(fn, threads, smem) * cd.device_attribute("MULTIPROCESSOR_COUNT")
-    args = [p, ctypes.c_int32(ph), ctypes.c_int32(pw), ctypes.c_uint64(image_index)]
+    args = [p, ctypes.c_int32(ph), ctypes.c_int32(pw), ctypes.c_uint64(image_index)] + ([p1] if tile in ROW_TILES else [])
     cd.launch(fn, (min(tiles, max(1, resident)), 1, 1), (threads, 1, 1), smem, stream,
               [ctypes.addressof(a) for a in args])

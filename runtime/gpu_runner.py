@@ -11,7 +11,10 @@ so is a float16 Q/DQ model's rewrite (its input Cast and float16-scale Q/DQ: cla
 The space-to-depth stem and the max-pool after it run as one kernel (plugins/kernels/stem_pool.cu) that writes
 only the pooled tensor, when the pool keeps the stem's scale and its shape is ResNet's (stem.pool_refusal);
 otherwise, or with fuse_stem_pool=False, as two. With quantized_input that kernel can read a batch's images in place
-from a device sample library by index (read_images_from): the Offline harness then gathers nothing.
+from a device sample library by index (read_images_from): the Offline harness then gathers nothing. With
+fuse_stem_conv (on by default) and the row tiles' kernel, the 1x1 64 -> 64 conv reading the pooled tensor (ResNet's
+res2 first conv1; stem.conv1_refusal) runs inside that kernel on each pooled row as it is written: its step is dropped,
+and it never reads the pooled tensor back (which is still written, for the stage's downsample).
 
 A FusedConvAddConv node (a residual block's last conv and the next 1x1 conv reading its output, graph_passes/chain_pairs.py)
 runs as one kernel where plugins/chain_conv.py takes the pair and the GPU can run it (chain_conv.refusal, device_refusal),
@@ -114,7 +117,7 @@ def load_plans(path: str, batch: int):
             except ValueError as exc:
                 raise TrtfuseError(f"--plans {path}: {node}: {exc}") from None
             del names[node]  # its conv's plan is the heuristic's, as in a runner that fused it
-        elif name in ("bottleneck", "chain"):  # one kernel with no plan of its own: a runner fuses it again
+        elif name in ("bottleneck", "chain", "stem"):  # inside another kernel, no plan of its own: a runner fuses it again
             del names[node]
     return SimpleNamespace(plans=list(names.items()), stem_pool_tile=tile)
 
@@ -123,7 +126,7 @@ class CudaRunner(Top1Readout):
     def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True, fold_stem: bool = True,
                  autotune: bool = False, plans_from: "CudaRunner | None" = None, quantized_input: bool = False,
                  fuse_stem_pool: bool = True, fuse_bottleneck: bool = False, fuse_chain: bool = True,
-                 fuse_downsample: bool = True):
+                 fuse_downsample: bool = True, fuse_stem_conv: bool = True):
         ok, why = cd.gpu_available()
         if not ok:
             raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
@@ -148,6 +151,9 @@ class CudaRunner(Top1Readout):
         self.fused_stem: str | None = None  # the stem conv's node name once it runs with its max-pool
         self.stem_pool_tile: tuple[int, int] | None = None  # and the tile that kernel runs (stem.POOL_TILES)
         self._given_stem_tile = getattr(plans_from, "stem_pool_tile", None)
+        self.fuse_stem_conv = fuse_stem_conv
+        self._stem_pool = None  # (step index, step_for(tile, conv1), the pooled tensor) once the stem runs with its pool
+        self.stem_conv: str | None = None  # the conv node computed inside the stem + max-pool kernel
         self.model = model
         self._images_at = (0, 0)  # (sample library, device int64 [batch] indices) the fused stem reads, or (0, 0): its input
         self.fused_away: set[str] = set()  # tensors a fused kernel keeps on chip: fetch() cannot return them
@@ -265,6 +271,8 @@ class CudaRunner(Top1Readout):
         if x is None:
             raise TrtfuseError(f"--backend cuda: input {names['x']} of {node.name} is not an int8 tensor it computed")
         shape = node_conv_shape(node, x.folded_from or x.shape)
+        if self._conv_inside_stem(node, names, shape, bool(a["relu"])):
+            return
         n = shape.n
         if x.folded_from:
             fc = stem.fold(shape)
@@ -492,10 +500,10 @@ class CudaRunner(Top1Readout):
             return False
         names = op_for_node(conv.op_type, conv.domain).bind(ptrs)
 
-        def step_for(tile):  # reads the batch from the runner's input, or in place from a sample library (read_images_from)
+        def step_for(tile, conv1=None):  # reads the batch from the runner's input, or in place from a sample library (read_images_from)
             return lambda s: stem.launch_stem_pool(shape, self._images_at[0] or names["x"], names["weight"], names["scale"],
                                                    names["bias"], names["out_scale"], pooled.buf.ptr, relu=relu, stream=s,
-                                                   tile=tile, image_index=self._images_at[1])
+                                                   tile=tile, image_index=self._images_at[1], conv1=conv1)
 
         arch = cd.compute_capability(cd.current_device())
         tile = self._given_stem_tile or stem.default_tile(arch)
@@ -507,6 +515,24 @@ class CudaRunner(Top1Readout):
         self.fused_stem = conv.name
         self.fused_away.add(conv.output[0])
         del self.tensors[conv.output[0]]
+        self._stem_pool = (index, step_for, pooled)
+        return True
+
+    def _conv_inside_stem(self, node, names: dict, shape, relu: bool) -> bool:
+        """With fuse_stem_conv: run the FusedConv `node` inside the stem + max-pool kernel when it reads that kernel's
+        pooled tensor and the kernel's tile computes it (stem.conv1_refusal); the stem's step then writes its output
+        too. False: it runs as its own step."""
+        if not self.fuse_stem_conv or self._stem_pool is None or self.stem_conv is not None or node.op_type != "FusedConv":
+            return False
+        index, step_for, pooled = self._stem_pool
+        if self.tensors.get(names["x"]) is not pooled or stem.conv1_refusal(self._stem[2], shape, self.stem_pool_tile):
+            return False
+        out = self.tensors[node.output[0]] = _Tensor((shape.n, shape.k, *shape.out_hw), 32)
+        conv1 = (shape, self._const(names["weight"]), self._const(names["scale"]), self._const(names["bias"]),
+                 self._const(names["out_scale"]), out.buf.ptr, relu)
+        label, _ = self.steps[index]
+        self.steps[index] = (f"{label} + {node.name}", step_for(self.stem_pool_tile, conv1))
+        self.stem_conv = node.name
         return True
 
     def _add_top1(self) -> None:
@@ -539,6 +565,8 @@ class CudaRunner(Top1Readout):
                  for name, p in self.plans}
         names.update((name, "bottleneck") for block in self.fused_blocks.values() for name in block)
         names.update((name, "chain") for name in self.chained)
+        if self.stem_conv is not None:
+            names[self.stem_conv] = "stem"
         return names
 
     def read_images_from(self, library: int, indices: int) -> bool:

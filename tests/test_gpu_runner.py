@@ -21,10 +21,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _ok, reason=f"needs a CUDA
                                                ("resnet50", 64, {"fuse_bottleneck": True}),
                                                ("resnet50", 64, {"fuse_chain": False}),
                                                ("resnet50", 64, {"chain_in_graph": True}),
-                                               ("resnet50", 64, {"chain_in_graph": True, "no_chain_kernel": True})],
+                                               ("resnet50", 64, {"chain_in_graph": True, "no_chain_kernel": True}),
+                                               ("resnet50", 64, {"fuse_stem_conv": False})],
                          ids=["resnet50", "resnet18", "resnet18-chw4-stem", "resnet18-autotune", "resnet18-stem-unfused",
                               "resnet50-bottleneck", "resnet50-unchained", "resnet50-rewrite-chain",
-                              "resnet50-rewrite-chain-two-kernels"])
+                              "resnet50-rewrite-chain-two-kernels", "resnet50-stem-conv-apart"])
 def test_fuse_all_resnet_matches_cpu_golden(arch, size, options, monkeypatch):
     """chain_in_graph: the model is rewritten with --chain (FusedConvAddConv nodes); no_chain_kernel: the GPU is taken
     not to run the chain kernel, so those nodes run as their two convs."""
@@ -59,6 +60,15 @@ def test_fuse_all_resnet_matches_cpu_golden(arch, size, options, monkeypatch):
         assert sorted(runner.fused_blocks) == (["layer1.1.conv1__fused", "layer1.2.conv1__fused"] if fits else [])
     else:
         assert not runner.fused_blocks
+
+    from trtfuse.plugins import stem
+
+    # res2's first conv1 (1x1 64 -> 64 on the pooled tensor) runs inside the stem + max-pool kernel's row tiles
+    inside = arch == "resnet50" and runner.stem_pool_tile in stem.ROW_TILES and options.get("fuse_stem_conv", True)
+    assert runner.stem_conv == ("layer1.0.conv1__fused" if inside else None)
+    if inside:
+        assert runner.plan_names()["layer1.0.conv1__fused"] == "stem"
+        assert f"{runner.fused_stem} + max-pool + layer1.0.conv1__fused" in [label for label, _ in runner.steps]
 
     chains = options.get("fuse_chain", True) or chain_in_graph
     if arch == "resnet50" and chains and not options.get("fuse_bottleneck") and chain_conv.device_refusal() is None:

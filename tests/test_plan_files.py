@@ -45,7 +45,8 @@ def test_load_plans_takes_the_conv_plans_and_the_stem_tile(tmp_path):
     conv = f"{TACTICS[0].name}/s1"
     got = load_plans(_write(tmp_path, {"batch": 512, "plans": {"conv1__fused": "stem_pool/4x28", "layer1.0.conv1__fused": conv,
                                                                 "layer1.1.conv1__fused": "bottleneck",
-                                                                "layer1.2.conv3__fused": "chain"}}), 512)
+                                                                "layer1.2.conv3__fused": "chain",
+                                                                "layer1.0.conv2__fused": "stem"}}), 512)
     assert got.plans == [("layer1.0.conv1__fused", conv)] and got.stem_pool_tile == (4, 28)
 
 

@@ -66,3 +66,31 @@ def test_a_wrong_shared_memory_count_does_not_compile():
     arch, defines, smem = stem.pool_variant("sm_90", None, stem.ROW_TILES[0])
     with pytest.raises((TrtfuseError, RuntimeError), match="pool_smem_bytes"):
         compile_kernel(stem.ROWS_SOURCE, {**defines, "STEM_POOL_ROWS_SMEM": smem - 16}, arch, "cubin", use_cache=False)
+
+
+def test_the_next_conv_runs_inside_the_row_tiles_only():
+    s = ConvShape(3, 3, 64, 64, 64, 7, 7, (2, 2), (3, 3, 3, 3))
+    ph, pw = stem.pooled_hw(s)
+    ok_conv = ConvShape(s.n, 64, ph, pw, 64, 1, 1, residual=False)
+    assert stem.conv1_refusal(s, ok_conv, stem.ROW_TILES[0]) is None
+    assert "row tiles" in stem.conv1_refusal(s, ok_conv, stem.POOL_TILE)
+    assert "computes 64" in stem.conv1_refusal(s, ConvShape(s.n, 64, ph, pw, 256, 1, 1, residual=False), stem.ROW_TILES[0])
+    assert "1x1 stride 1" in stem.conv1_refusal(s, ConvShape(s.n, 64, ph, pw, 64, 3, 3, (1, 1), (1, 1, 1, 1), residual=False), stem.ROW_TILES[0])
+    assert "pooled output" in stem.conv1_refusal(s, ConvShape(s.n, 64, ph + 1, pw, 64, 1, 1, residual=False), stem.ROW_TILES[0])
+    assert "residual" in stem.conv1_refusal(s, ConvShape(s.n, 64, ph, pw, 64, 1, 1), stem.ROW_TILES[0])
+
+
+@pytest.mark.parametrize("tile", stem.ROW_TILES, ids=stem.tile_name)
+def test_the_row_tiles_with_the_next_conv_compile_without_spills(tile):
+    arch, defines, smem = stem.pool_variant("sm_90", None, tile, conv1=True)
+    assert defines["STEM_POOL_ROWS_CONV1"] == 1 and smem == stem.pool_smem_bytes(tile, True) + 2 * 64 * 64 + 2 * 64 * 4
+    assert smem * 2 <= 227 * 1024  # two CTAs an SM, as without it
+    k = compile_kernel(stem.ROWS_SOURCE, defines, arch, "cubin")
+    assert set(k.resources) == {stem.ROWS_ENTRY}
+    assert not k.spills() and k.resources[stem.ROWS_ENTRY]["stack"] == 0, k.log
+    wgmma = "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8"
+    plain = compile_kernel(stem.ROWS_SOURCE, stem.pool_variant("sm_90", None, tile)[1], arch, "ptx").image.decode(errors="replace")
+    ptx = compile_kernel(stem.ROWS_SOURCE, defines, arch, "ptx").image.decode(errors="replace")
+    assert ptx.count(wgmma) == plain.count(wgmma) + 2  # the next conv's two k32 steps (64 input channels)
+    with pytest.raises(ValueError, match="row tiles"):
+        stem.pool_variant("sm_90", None, stem.POOL_TILE, conv1=True)

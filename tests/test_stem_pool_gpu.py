@@ -115,3 +115,34 @@ def test_images_read_in_place_by_index_equal_the_gathered_batch(shape, tile):
                           relu=problem.relu, tile=fused.tile, image_index=index.ptr)
     cd.check(cd._driver().cuCtxSynchronize())
     assert np.array_equal(fused.y.download(fused.y_shape, np.int8), whole[order])
+
+
+@pytest.mark.parametrize("tile", stem.ROW_TILES, ids=stem.tile_name)
+@pytest.mark.parametrize("relu", [True, False], ids=["conv1-relu", "conv1-no-relu"])
+@pytest.mark.parametrize("shape", SHAPES + [ConvShape(1, 3, 40, 300, 64, 7, 7, (2, 2), (3, 3, 3, 3))],
+                         ids=lambda s: f"{s.n}x{s.h}x{s.w}")
+def test_the_next_conv_inside_equals_golden_and_its_own_kernel(shape, relu, tile):
+    """STEM_POOL_ROWS_CONV1: the 1x1 64 -> 64 conv on the pooled output (ResNet's res2 first conv1) computed from each
+    pooled row as it is written: both outputs poisoned first, the pooled one as without it, the conv's equal to its
+    golden on the pooled golden and to the conv kernel run on the pooled tensor, bit for bit; a third of its factors
+    negative."""
+    if tile not in _device_tiles():
+        pytest.skip(f"stem tile {stem.tile_name(tile)} needs Hopper's wgmma")
+    from dataclasses import replace
+
+    problem = ConvProblem.random(shape, False, True)
+    ph, pw = stem.pooled_hw(shape)
+    conv1 = ConvProblem.random(ConvShape(shape.n, 64, ph, pw, 64, 1, 1, residual=False), False, relu)
+    conv1.scale[::3] *= -1
+    assert stem.conv1_refusal(shape, conv1.shape, tile) is None
+    fused = DeviceStemPool(problem, tile=tile, conv1=conv1)
+    out, raw = fused.run_checked()
+    assert compare(out, fused.golden())["exact_fraction"] == 1.0
+    _, raw_alone = DeviceStemPool(problem, tile=tile).run_checked()
+    assert np.array_equal(raw, raw_alone)
+    y1, raw1 = fused.conv1_output()
+    stats = compare(y1, fused.conv1.golden())
+    assert stats["exact_fraction"] == 1.0, stats
+    _, raw_kernel = DeviceConv(fused.conv1, ConvLaunch.plan(fused.conv1.shape)).run_checked()
+    assert np.array_equal(raw1, raw_kernel)
+

@@ -30,6 +30,14 @@
 //                   words of 4 channels.
 // Pool windows that reach outside the conv output (the pool's padding) never win: a conv pixel left or right of the
 // image is replaced by the lowest value, rows below the image by the last row, the row above the image is skipped.
+//
+// STEM_POOL_ROWS_CONV1: the pooled row also feeds the next 1x1 conv (64 -> 64, ResNet's res2 first conv1), so that
+// conv never reads the pooled tensor back:
+//   5. next conv   the pooled row's words, as they are stored, also go to shared memory as wgmma's B (64 columns x 64
+//                  channels, K-major, no swizzle: core matrices of 8 columns x 16 channels), two buffers taken in turn
+//                  so one barrier a row orders them; that conv's weights are A in registers (rows permuted as the
+//                  stem's, so its accumulators pair into words the same way); two wgmma m64n64k32, then its requantize
+//                  and the same store into its own output.
 #include "stem_common.cuh"
 #include "wgmma_s8.cuh"
 
@@ -52,7 +60,14 @@ constexpr int ROW_BYTES = 2 * HALF * VEC;       // one patch row, both planes
 constexpr int PATCH_BYTES = IR * ROW_BYTES;
 constexpr int THREADS = 128;
 constexpr int NEVER_MAX = -2147483647 - 1;      // below every accumulator
-constexpr int SMEM_BYTES = 2 * PATCH_BYTES + FACTOR_BYTES;
+#ifdef STEM_POOL_ROWS_CONV1
+constexpr bool CONV1 = true;
+#else
+constexpr bool CONV1 = false;
+#endif
+constexpr int B_BYTES = SLOTS * CH;             // the next conv's B: a pooled row's 64 columns x 64 channels
+constexpr int KG1 = CH;                         // the next conv's packed weight row (1x1, 64 input channels)
+constexpr int SMEM_BYTES = 2 * PATCH_BYTES + FACTOR_BYTES + (CONV1 ? 2 * B_BYTES + FACTOR_BYTES : 0);
 #ifdef STEM_POOL_ROWS_SMEM
 static_assert(STEM_POOL_ROWS_SMEM == SMEM_BYTES, "plugins/stem.py: pool_smem_bytes must give this kernel's shared memory");
 #endif
@@ -76,6 +91,15 @@ __device__ __forceinline__ uint64_t patch_desc(uint32_t patch, int row, int ks) 
   const uint32_t start = patch + (row + ks / 2) * ROW_BYTES + first * VEC;
   const uint32_t k_stride = (HALF + second - first) * VEC;
   return (uint64_t)((start & 0x3FFFF) >> 4) | (uint64_t)(k_stride >> 4) << 16 | (uint64_t)(128 >> 4) << 32;
+}
+
+// The next conv's B for k32 step ks: channel c of column `slot` at byte (c / 16) * 1024 + (slot / 8) * 128 +
+// (slot % 8) * 16 + c % 16 (no swizzle), so a k32 step's two 16-channel halves are 1024 bytes apart (K stride) and
+// 8-column groups 128 (N stride).
+__device__ __forceinline__ int b_offset(int slot, int c) { return (c / 16) * 1024 + (slot / 8) * 128 + (slot % 8) * 16 + c % 16; }
+__device__ __forceinline__ uint64_t b_desc(uint32_t b, int ks) {
+  const uint32_t start = b + ks * 2 * 1024;
+  return (uint64_t)((start & 0x3FFFF) >> 4) | (uint64_t)(1024 >> 4) << 16 | (uint64_t)(128 >> 4) << 32;
 }
 
 // One block: the 8 wgmma of conv columns 2 s - 1 + DC at patch row `row` into acc (A: the weights, with the taps of
@@ -130,17 +154,23 @@ __device__ __forceinline__ void left_pair_max(const int (&e)[32], const Lane& t,
 
 // p describes the folded conv (C = 16, R = S = 4, stride 1, K = 64, OH x OW its output); PH x PW the pooled output.
 // image_index: nullptr, or image n of the batch is image image_index[n] of p.x (a device sample library).
+// p1 (STEM_POOL_ROWS_CONV1): the next 1x1 conv on the pooled output (its w, scale, bias, out_scale, y, relu).
 extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem_pool_rows(const ConvParams p, int PH, int PW,
-                                                                                        const long long* image_index) {
+                                                                                        const long long* image_index,
+                                                                                        const ConvParams p1) {
   using namespace stem_rows;
   extern __shared__ __align__(1024) int8_t smem[];
   trap_unless_dynamic_smem(SMEM_BYTES);  // the launcher's byte count (plugins/stem.py) must cover the tile
   int8_t* const patches = smem;
   float* const factor_a = reinterpret_cast<float*>(patches + 2 * PATCH_BYTES);
   float* const factor_b = factor_a + CH;
+  float* const factor_a1 = factor_b + CH;  // the next conv's (CONV1)
+  float* const factor_b1 = factor_a1 + CH;
+  int8_t* const b_rows = reinterpret_cast<int8_t*>(factor_b1 + CH);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   fold_factors(factor_a, factor_b, p, tid, THREADS);
+  if (CONV1) fold_factors(factor_a1, factor_b1, p1, tid, THREADS);
   const float relu_min = relu_floor(p.relu != 0);
   const int tiles_h = (PH + TPH - 1) / TPH, tiles_w = (PW + OUT_COLS - 1) / OUT_COLS;
   const int tiles = p.N * tiles_h * tiles_w;
@@ -167,6 +197,14 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
   for (int ks = 0; ks < KSTEPS; ++ks)
 #pragma unroll
     for (int i = 0; i < 4; ++i) a_swapped[ks][i] = a[ks][i ^ 2];
+  // The next conv's A (CONV1): a1[ks][i] holds row 16 warp + g + 8 (i % 2) (its output channel permuted as above),
+  // input channels 32 ks + 16 (i / 2) + 4q .. + 3.
+  uint32_t a1[2][4];
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      a1[ks][i] = CONV1 ? __ldg(reinterpret_cast<const uint32_t*>(p1.w + channel_of_row(warp, g, i % 2) * KG1 + ks * 32 + (i / 2) * 16 + 4 * q)) : 0u;
   __syncthreads();  // the factors
 
   // Accumulator register i: row (channel) h = (i / 2) % 2, column (slot) 8 (i / 4) + 2q + i % 2. flip[h] = -1 inverts
@@ -180,6 +218,13 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
     me.flip[h] = fa[h] < 0.0f ? -1 : 0;
   }
   const int (&flip)[2] = me.flip;
+  float fa1[2] = {0.0f, 0.0f}, fb1[2] = {0.0f, 0.0f};
+  if (CONV1) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) fa1[h] = factor_a1[channel_of_row(warp, g, h)], fb1[h] = factor_b1[channel_of_row(warp, g, h)];
+  }
+  const float relu_min1 = relu_floor(p1.relu != 0);
+  int b_parity = 0;  // the B buffer of the next pooled row
   // Two accumulator sets (below), each block's first k-step overwriting its set by a flag ptxas cannot fold (with a
   // constant flag, ptxas (CUDA 13.0) once dropped blocks altogether, docs/design/stem-pool.md).
   int acc[2][32];
@@ -254,8 +299,37 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
         const uint32_t mine = requantize_word<false>(pooled, wa, wb, 0u, 0.0f, relu_min);
         const uint32_t theirs = __shfl_xor_sync(0xffffffffu, mine, 4);
         const int slot = 8 * jj + 2 * q + g % 2, pw = pw0 + slot;
+        const uint32_t word = g % 2 ? __byte_perm(mine, theirs, 0x3276) : __byte_perm(mine, theirs, 0x5410);
         if (slot < OUT_COLS && pw < PW)  // slot 63 is the next tile's first column
-          *reinterpret_cast<uint32_t*>(out + (size_t)pw * 32) = g % 2 ? __byte_perm(mine, theirs, 0x3276) : __byte_perm(mine, theirs, 0x5410);
+          *reinterpret_cast<uint32_t*>(out + (size_t)pw * 32) = word;
+        if (CONV1) *reinterpret_cast<uint32_t*>(b_rows + b_parity * B_BYTES + b_offset(slot, c)) = word;
+      }
+      if (CONV1) {
+        // The next conv on this pooled row: its B written above (generic proxy) is read by wgmma (async proxy). The
+        // buffer written two rows from now was last read by the previous row's wgmma, waited for before this barrier.
+        sm90::fence_proxy_async_shared();
+        __syncthreads();
+        const uint32_t b = smem_u32(b_rows + b_parity * B_BYTES);
+        b_parity ^= 1;
+        int (&D)[32] = X;  // free until the next conv row
+        sm90::wgmma_fence();
+        sm90::WgmmaS8<64>::mma_rs(D, a1[0], b_desc(b, 0), never);
+        sm90::WgmmaS8<64>::mma_rs(D, a1[1], b_desc(b, 1), true);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        int8_t* const out1 = p1.y + ((size_t)(n * (CH / 32) + c / 32) * PH + ph) * PW * 32 + c % 32;
+        const float wa1[4] = {fa1[0], fa1[1], fa1[0], fa1[1]}, wb1[4] = {fb1[0], fb1[1], fb1[0], fb1[1]};
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+          int v[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[e] = D[4 * jj + 2 * (e % 2) + e / 2];
+          const uint32_t mine = requantize_word<false>(v, wa1, wb1, 0u, 0.0f, relu_min1);
+          const uint32_t theirs = __shfl_xor_sync(0xffffffffu, mine, 4);
+          const int slot = 8 * jj + 2 * q + g % 2, pw = pw0 + slot;
+          if (slot < OUT_COLS && pw < PW)
+            *reinterpret_cast<uint32_t*>(out1 + (size_t)pw * 32) = g % 2 ? __byte_perm(mine, theirs, 0x3276) : __byte_perm(mine, theirs, 0x5410);
+        }
       }
 #pragma unroll
       for (int r = 0; r < 32; ++r) carry[r] = lower[r];
