@@ -39,9 +39,12 @@ def _lines(image: bytes) -> list[str]:
 
 
 @needs_nvdisasm
+@pytest.mark.parametrize("conv1", [False, True], ids=["stem", "stem-and-next-conv"])
 @pytest.mark.parametrize("tile", stem.ROW_TILES, ids=stem.tile_name)
-def test_the_stem_reads_every_block_before_its_accumulators_are_written_again(tile):
-    arch, defines, _ = stem.pool_variant("sm_90", None, tile)
+def test_the_stem_reads_every_block_before_its_accumulators_are_written_again(tile, conv1):
+    """With the next conv inside (STEM_POOL_ROWS_CONV1), its two wgmma write the first set too, between a pooled row's
+    last block and the next row's first: every group's accumulators must still be read before they are written."""
+    arch, defines, _ = stem.pool_variant("sm_90", None, tile, conv1)
     source, _, _ = stem.pool_source(tile)
     lines = _lines(compile_kernel(source, defines, arch, "cubin").image)
     assert sass.in_flight_uses(lines) == []
@@ -55,7 +58,10 @@ WGMMA_BUILDS = ([(f"w{t.id}", lambda t=t: wgmma.compile_tactic(t, "cubin").image
                    for key in chain_conv.DOWNSAMPLE_VARIANTS]
                 + [(f"stem {stem.tile_name(t)}", lambda t=t: compile_kernel(
                     stem.pool_source(t)[0], stem.pool_variant("sm_90", None, t)[1], "sm_90a", "cubin").image)
-                   for t in stem.pool_tiles("sm_90")])
+                   for t in stem.pool_tiles("sm_90")]
+                + [(f"stem {stem.tile_name(t)} + next conv", lambda t=t: compile_kernel(
+                    stem.ROWS_SOURCE, stem.pool_variant("sm_90", None, t, conv1=True)[1], "sm_90a", "cubin").image)
+                   for t in stem.ROW_TILES])
 
 
 @needs_nvdisasm

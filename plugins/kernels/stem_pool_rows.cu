@@ -93,6 +93,13 @@ __device__ __forceinline__ uint64_t patch_desc(uint32_t patch, int row, int ks) 
   return (uint64_t)((start & 0x3FFFF) >> 4) | (uint64_t)(k_stride >> 4) << 16 | (uint64_t)(128 >> 4) << 32;
 }
 
+// A requantized word of (slot 8jj + 2q, + 1) x (this thread's two channels) into the word of one slot's 4 channels:
+// lanes g and g ^ 1 swap words; even g keeps slot 8jj + 2q, odd g slot 8jj + 2q + 1 (channels 16 warp + 4 (g / 2) ..).
+__device__ __forceinline__ uint32_t slot_word(uint32_t mine, int g) {
+  const uint32_t theirs = __shfl_xor_sync(0xffffffffu, mine, 4);
+  return g % 2 ? __byte_perm(mine, theirs, 0x3276) : __byte_perm(mine, theirs, 0x5410);
+}
+
 // The next conv's B for k32 step ks: channel c of column `slot` at byte (c / 16) * 1024 + (slot / 8) * 128 +
 // (slot % 8) * 16 + c % 16 (no swizzle), so a k32 step's two 16-channel halves are 1024 bytes apart (K stride) and
 // 8-column groups 128 (N stride).
@@ -283,8 +290,7 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
       conv_row(2 * i + 2, lower);
 
       // Pooled row ph: per n8 column group jj, requantize_word turns (slot 8jj + 2q, + 1) x (this thread's two
-      // channels) into one word; lanes g and g ^ 1 swap words, and each keeps the 4 channels of one slot: even g
-      // slot 8jj + 2q, odd g slot 8jj + 2q + 1.
+      // channels) into one word, slot_word into one slot's 4 channels.
       const int ph = ph0 + i, c = 16 * warp + 4 * (g / 2);
       int8_t* const out = p.y + ((size_t)(n * (CH / 32) + c / 32) * PH + ph) * PW * 32 + c % 32;
       const float wa[4] = {fa[0], fa[1], fa[0], fa[1]}, wb[4] = {fb[0], fb[1], fb[0], fb[1]};
@@ -296,17 +302,16 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
           const int r = 4 * jj + 2 * (e % 2) + e / 2;
           pooled[e] = max(carry[r], lower[r]) ^ flip[e % 2];
         }
-        const uint32_t mine = requantize_word<false>(pooled, wa, wb, 0u, 0.0f, relu_min);
-        const uint32_t theirs = __shfl_xor_sync(0xffffffffu, mine, 4);
+        const uint32_t word = slot_word(requantize_word<false>(pooled, wa, wb, 0u, 0.0f, relu_min), g);
         const int slot = 8 * jj + 2 * q + g % 2, pw = pw0 + slot;
-        const uint32_t word = g % 2 ? __byte_perm(mine, theirs, 0x3276) : __byte_perm(mine, theirs, 0x5410);
         if (slot < OUT_COLS && pw < PW)  // slot 63 is the next tile's first column
           *reinterpret_cast<uint32_t*>(out + (size_t)pw * 32) = word;
         if (CONV1) *reinterpret_cast<uint32_t*>(b_rows + b_parity * B_BYTES + b_offset(slot, c)) = word;
       }
       if (CONV1) {
         // The next conv on this pooled row: its B written above (generic proxy) is read by wgmma (async proxy). The
-        // buffer written two rows from now was last read by the previous row's wgmma, waited for before this barrier.
+        // other buffer, which the next row writes, was last read by the previous row's wgmma: every thread waited for
+        // that before this barrier.
         sm90::fence_proxy_async_shared();
         __syncthreads();
         const uint32_t b = smem_u32(b_rows + b_parity * B_BYTES);
@@ -324,11 +329,9 @@ extern "C" __global__ void __launch_bounds__(stem_rows::THREADS, 2) trtfuse_stem
           int v[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) v[e] = D[4 * jj + 2 * (e % 2) + e / 2];
-          const uint32_t mine = requantize_word<false>(v, wa1, wb1, 0u, 0.0f, relu_min1);
-          const uint32_t theirs = __shfl_xor_sync(0xffffffffu, mine, 4);
+          const uint32_t word = slot_word(requantize_word<false>(v, wa1, wb1, 0u, 0.0f, relu_min1), g);
           const int slot = 8 * jj + 2 * q + g % 2, pw = pw0 + slot;
-          if (slot < OUT_COLS && pw < PW)
-            *reinterpret_cast<uint32_t*>(out1 + (size_t)pw * 32) = g % 2 ? __byte_perm(mine, theirs, 0x3276) : __byte_perm(mine, theirs, 0x5410);
+          if (slot < OUT_COLS && pw < PW) *reinterpret_cast<uint32_t*>(out1 + (size_t)pw * 32) = word;
         }
       }
 #pragma unroll
