@@ -125,17 +125,18 @@ def per_batch_table(breakdown: list[dict], samples_per_s: float, batch: int) -> 
             "batch_ms_in_flight": 1e3 * batch / samples_per_s if samples_per_s else None}
 
 
-def time_offline_pipeline(plans_from, fused, streams: int, seconds: float, rate_hint: float, samples: int = 512) -> float:
+def time_offline_pipeline(plans_from, fused, streams: int, seconds: float, rate_hint: float, samples: int = 512,
+                          options: dict | None = None) -> float:
     """samples/s of the Offline harness's GPU pipeline without LoadGen (runtime/offline.drive_workers) over
     `streams` runners in `trtfuse offline`'s form (int8 samples kept on the GPU, quantized_input) with
     `plans_from`'s plans, for about `seconds` (sized from `rate_hint` samples/s). Between the graph loop and
-    LoadGen's figure: what the pipeline costs, and what LoadGen adds on top."""
+    LoadGen's figure: what the pipeline costs, and what LoadGen adds on top. options: CudaRunner's (unfused_options)."""
     from ..runtime.gpu_runner import CudaRunner
     from ..runtime.offline import _cuda_worker, drive_workers
 
     batch = plans_from.batch
     images = np.random.default_rng(1).normal(size=(samples, 3, 224, 224)).astype(np.float32)
-    worker = _cuda_worker(lambda: CudaRunner(fused, batch, plans_from=plans_from, quantized_input=True), batch, images,
+    worker = _cuda_worker(lambda: CudaRunner(fused, batch, plans_from=plans_from, quantized_input=True, **(options or {})), batch, images,
                           0, streams)
     try:
         return drive_workers([worker], batch, samples, rate_hint * seconds)
@@ -152,6 +153,8 @@ def add_arguments(p) -> None:
     flags.plans(p, "run the tuned plans a results file of the same batch records (`bench e2e -o`, `offline -o`) "
                 "instead of tuning")
     p.add_argument("--no-fold-stem", action="store_true", help="run the stem on CHW4 instead of space-to-depth")
+    flags.unfuse(p, "run this fusion of the GPU runner as the kernels it replaces (repeatable): the A/B of a fusion in "
+                    "one command")
     p.add_argument("--energy", action="store_true",
                    help="also read the board's energy counter (NVML) around each step run back to back and around the "
                         "forward in flight: millijoules per batch by kind of layer (bench/energy.py)")
@@ -165,9 +168,10 @@ def run(args) -> int:
     from ..errors import TrtfuseError
     from ..io import atomic_write_json
     from ..plugins import cuda_driver as cd
-    from ..runtime.gpu_runner import CudaRunner
+    from ..runtime.gpu_runner import CudaRunner, unfused_options
     from ..ui import print_json, print_table, progress
 
+    options = unfused_options(args.unfuse)
     if args.batch < 1 or args.streams < 1 or args.seconds <= 0:
         raise TrtfuseError("--batch and --streams must be at least 1 and --seconds positive")
     given = None
@@ -191,8 +195,9 @@ def run(args) -> int:
     _, fused = build_fused_resnet50(args.batch)
     prep_s = time.perf_counter() - t0
     steps.update(1)
-    runners = [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, autotune=args.autotune, plans_from=given)]
-    runners += [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, plans_from=runners[0])
+    runners = [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, autotune=args.autotune, plans_from=given,
+                          **options)]
+    runners += [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, plans_from=runners[0], **options)
                 for _ in range(args.streams - 1)]
     images = np.random.default_rng(0).normal(size=(args.batch, 3, 224, 224)).astype(np.float32)
     for r in runners:
@@ -201,7 +206,7 @@ def run(args) -> int:
     ours = time_runners(runners, args.seconds)
     ours_one = time_runners(runners[:1], args.seconds / 2)
     steps.update(1)
-    pipeline = time_offline_pipeline(runners[0], fused, args.streams, args.seconds, ours)
+    pipeline = time_offline_pipeline(runners[0], fused, args.streams, args.seconds, ours, options=options)
     steps.update(1)
     breakdown = layer_breakdown(runners[0])
     steps.update(1)
@@ -220,7 +225,7 @@ def run(args) -> int:
     device, date = cd.device_name(), datetime.date.today().isoformat()
     result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),
               "batch": args.batch, "streams": args.streams, "autotune": args.autotune, "plans_file": args.plans,
-              "fold_stem": not args.no_fold_stem, "plans": runners[0].plan_names(),
+              "fold_stem": not args.no_fold_stem, "unfused": list(args.unfuse), "plans": runners[0].plan_names(),
               "samples_per_s": ours, "samples_per_s_one_stream": ours_one,
               "offline_pipeline_samples_per_s": pipeline,
               "torch_fp16_samples_per_s": torch_fp16,
@@ -235,6 +240,7 @@ def run(args) -> int:
     path = record_result("e2e", device, result, getattr(args, "output", None),
                          {**{k: result[k] for k in ("samples_per_s", "samples_per_s_one_stream", "offline_pipeline_samples_per_s",
                                                     "torch_fp16_samples_per_s", "forward_ms_sum_of_steps")},
+                          **({"unfused": result["unfused"]} if args.unfuse else {}),
                           **({"forward_mj_per_image": energy["forward"]["mj_per_image"],
                               "forward_watts": energy["forward"]["watts"]} if energy else {})})
     if getattr(args, "json", False):

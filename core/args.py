@@ -207,6 +207,16 @@ def plans(p, help: str):
     return p.add_argument("--plans", metavar="RESULTS_JSON", help=help)
 
 
+# The GPU runner's fusions `--unfuse` can turn off, each name -> runtime/gpu_runner.py's CudaRunner option
+UNFUSE = ("chain", "downsample", "stem-conv", "stem-pool")
+
+
+def unfuse(p, help: str):
+    """--unfuse NAME (repeatable): run one of the GPU runner's fusions as the kernels it replaces (an A/B against the
+    default in one command)."""
+    return p.add_argument("--unfuse", action="append", choices=UNFUSE, default=[], metavar="|".join(UNFUSE), help=help)
+
+
 def fuse(p, default: str, help: str, *, both: bool = False):
     """--fuse: which convs the rewrite fuses; `both` (calibrate): the tensors either mode reads."""
     return p.add_argument("--fuse", choices=("both", *FUSE_MODES) if both else FUSE_MODES, default=default, help=help)

@@ -75,6 +75,7 @@ def register(sub) -> None:
     flags.autotune(o, "--backend cuda: time every tactic per conv on each GPU before the run (else the heuristic)")
     flags.plans(o, "--backend cuda: run the tuned plans a results file records (`plans` of `trtfuse bench e2e -o` "
                 "or `trtfuse offline --autotune -o`, same batch) instead of tuning again")
+    flags.unfuse(o, "--backend cuda: run this fusion of the GPU runner as the kernels it replaces (repeatable)")
     o.add_argument("--compare-torch", action="store_true",
                    help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run")
     o.add_argument("--scaling", action="store_true",
@@ -129,7 +130,7 @@ def offline(args) -> int:
     if args.model:
         check_input_file(args.model, "engine" if args.backend == "trt" else "model")
     why = option_refusal(args.backend, args.mode, autotune=args.autotune, plans=args.plans,
-                         check_golden=args.check_golden, endpoint=bool(args.endpoint))
+                         check_golden=args.check_golden, endpoint=bool(args.endpoint), unfuse=args.unfuse)
     if why:
         raise TrtfuseError(why)
     if args.plans:
@@ -178,7 +179,7 @@ def offline(args) -> int:
             result = run_offline(args.model, args.backend, args.data, count, args.batch, args.gpus, args.mode,
                                  args.log_dir, args.expected_qps, min_duration, progress_cb=bar.update,
                                  autotune=autotune, streams=args.streams, compare_pipeline=args.compare_pipeline,
-                                 check_golden=args.check_golden, plans=plans, answers=args.answers)
+                                 check_golden=args.check_golden, plans=plans, answers=args.answers, unfuse=args.unfuse)
             if one_gpu is not None:
                 # the same machine, the same invocation: the 1-GPU figure the N-GPU one is judged against
                 result["one_gpu"] = {k: one_gpu.get(k) for k in ("samples_per_s", "result", "min_duration_s", "log_dir",

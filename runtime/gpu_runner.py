@@ -84,6 +84,18 @@ def _attrs(node) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
+def unfused_options(names) -> dict:
+    """CudaRunner's keyword options that turn off the fusions `names` (core/args.py UNFUSE: `--unfuse` of `bench e2e`
+    and `offline`): chain pairs, the downsample inside the first pair, the conv inside the stem, the stem with its
+    max-pool."""
+    options = {"chain": "fuse_chain", "downsample": "fuse_downsample", "stem-conv": "fuse_stem_conv",
+               "stem-pool": "fuse_stem_pool"}
+    unknown = sorted(set(names) - set(options))
+    if unknown:
+        raise TrtfuseError(f"--unfuse {unknown[0]}: not a fusion of the GPU runner ({', '.join(options)})")
+    return {options[name]: False for name in names}
+
+
 def named_plan(name: str, shape, node: str) -> ConvLaunch:
     """A launch plan from its name in a results file's `plans` (ConvLaunch.name)."""
     try:

@@ -410,10 +410,12 @@ def plan_sharing_makers(device_names: list[str], new_runner, plan_cache: dict) -
 
 
 def option_refusal(backend: str, mode: str, *, autotune: bool = False, plans: str | None = None,
-                   check_golden: bool = False, endpoint: bool = False) -> str | None:
-    """Why --plans or --check-golden cannot go with the rest of an offline run's options, or None."""
+                   check_golden: bool = False, endpoint: bool = False, unfuse=()) -> str | None:
+    """Why --plans, --unfuse or --check-golden cannot go with the rest of an offline run's options, or None."""
     if plans and (backend != "cuda" or autotune or endpoint):
         return "--plans gives --backend cuda's runners tuned plans: not with --autotune, --endpoint or another backend"
+    if unfuse and (backend != "cuda" or endpoint):
+        return "--unfuse turns off fusions of --backend cuda's runners: not with --endpoint or another backend"
     if check_golden and (mode != "accuracy" or endpoint or backend == "trt"):
         return ("--check-golden compares an accuracy run's answers with the CPU golden executor: it needs --mode accuracy "
                 "and an ONNX --model (not --endpoint, not a TensorRT engine)")
@@ -423,15 +425,16 @@ def option_refusal(backend: str, mode: str, *, autotune: bool = False, plans: st
 def run_offline(model_path: str, backend: str, data: str, count: int, batch: int | None, gpus: str, mode: str,
                 log_dir: str, expected_qps: float | None, min_duration_s: float, progress_cb=None, autotune: bool = False,
                 streams: int = DEFAULT_STREAMS, compare_pipeline: bool = False, check_golden: bool = False,
-                plans: str | None = None, answers: str = "array") -> dict:
+                plans: str | None = None, answers: str = "array", unfuse=()) -> dict:
     """batch None: 256 on a GPU; on the CPU the model's static batch, else 8. expected_qps None: 30000 on a
     GPU; on the CPU the rate the worker sustains in a short warm-up (so LoadGen's one query takes about
     min_duration_s, not hours). Runners of one kind of GPU share their plans (plan_sharing_makers).
     check_golden (accuracy mode, an ONNX model): after the run, every sample's answered top-1 against the CPU golden
     executor's on the same sample (golden_agreement). plans: a results file whose tuned plans every GPU runs
-    (gpu_runner.load_plans), instead of tuning or the heuristic."""
+    (gpu_runner.load_plans), instead of tuning or the heuristic. unfuse: the GPU runner's fusions to run as the kernels
+    they replace (gpu_runner.unfused_options)."""
     _loadgen()
-    why = option_refusal(backend, mode, autotune=autotune, plans=plans, check_golden=check_golden)
+    why = option_refusal(backend, mode, autotune=autotune, plans=plans, check_golden=check_golden, unfuse=unfuse)
     if why:
         raise TrtfuseError(why)
     if backend not in BACKENDS:
@@ -476,14 +479,15 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         if not 1 <= n_gpus <= available:
             raise TrtfuseError(f"--gpus {gpus}: this machine has {available} GPU(s)")
         if backend == "cuda":
-            from .gpu_runner import CudaRunner, load_plans
+            from .gpu_runner import CudaRunner, load_plans, unfused_options
 
             names = [cd.device_name(d) for d in range(n_gpus)]
             given = load_plans(plans, batch) if plans else None
+            options = unfused_options(unfuse)
             makers = plan_sharing_makers(
                 names,
                 lambda plans_from: CudaRunner(model, batch, autotune=autotune and plans_from is None, plans_from=plans_from,
-                                              quantized_input=True),
+                                              quantized_input=True, **options),
                 {name: given for name in names} if given else {})
         else:
             from .trt_runner import TrtEngine, TrtRunner
@@ -517,6 +521,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
            "streams": streams if n_gpus else None, "mode": mode, "expected_qps": expected_qps}
     if backend == "cuda":
         out["plans"] = workers[0].slots[0].runner.plan_names()
+        out["unfused"] = list(unfuse)
         # how a batch reaches the first kernel: read in place from the device samples by index, or gathered first
         out["batch_input"] = "in place" if all(s.reads_in_place for w in workers for s in w.slots) else "gathered"
     if compare_pipeline:  # the same workers fed directly, no LoadGen: what LoadGen's harness side costs
@@ -552,6 +557,8 @@ def one_gpu_baseline_argv(args, count: int, min_duration_s: float, n_gpus: int, 
         argv += ["--plans", args.plans]
     elif args.autotune:
         argv += ["--autotune"]
+    for name in getattr(args, "unfuse", []):
+        argv += ["--unfuse", name]
     return argv
 
 

@@ -533,7 +533,7 @@ def test_offline_scaling_runs_one_gpu_first_and_records_the_ratio(small_model, t
     monkeypatch.setattr(cd, "device_count", lambda *a: 4)
     out = tmp_path / "r.json"
     rc = main(["offline", "--model", str(small_model), "--backend", "cuda", "--gpus", "4", "--scaling", "--autotune",
-               "--batch", "512", "--streams", "3", "--answers", "objects",
+               "--batch", "512", "--streams", "3", "--answers", "objects", "--unfuse", "stem-conv",
                "--expected-qps", "280000", "--min-duration", "300", "--log-dir", str(tmp_path / "logs"), "-o", str(out)])
     assert rc == 0
     child, parent = calls
@@ -543,7 +543,7 @@ def test_offline_scaling_runs_one_gpu_first_and_records_the_ratio(small_model, t
     a = build_parser().parse_args(child)
     assert (a.gpus, a.expected_qps, a.min_duration, a.batch, a.streams, a.answers, a.autotune, a.log_dir, a.output) == (
         "1", 70000.0, 300.0, 512, 3, "objects", True, "L1", "R1")
-    assert a.model == str(small_model) and a.backend == "cuda" and not a.scaling
+    assert a.model == str(small_model) and a.backend == "cuda" and not a.scaling and a.unfuse == ["stem-conv"]
     # the N-GPU run takes the plans the 1-GPU run tuned, from its record, instead of tuning again
     assert parent == ("4", str(tmp_path / "logs"), 280000.0, False, str(tmp_path / "one-gpu.json"))
     rec = json.loads(out.read_text())

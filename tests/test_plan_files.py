@@ -83,3 +83,44 @@ def test_bench_e2e_plans_refusals_are_one_line(tmp_path, capsys, extra, match):
     rc = main(["bench", "e2e", "--batch", "512", "--plans", plans] + extra)
     err = capsys.readouterr().err
     assert rc != 0 and match in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_unfuse_names_map_to_the_runner_options_and_others_are_refused():
+    from trtfuse.args import UNFUSE
+    from trtfuse.runtime.gpu_runner import CudaRunner, unfused_options
+
+    import inspect
+
+    options = unfused_options(UNFUSE)
+    assert options == {"fuse_chain": False, "fuse_downsample": False, "fuse_stem_conv": False, "fuse_stem_pool": False}
+    assert set(options) <= set(inspect.signature(CudaRunner).parameters)  # every option is one the runner takes
+    assert unfused_options([]) == {}
+    with pytest.raises(TrtfuseError, match="not a fusion"):
+        unfused_options(["bottleneck"])
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["offline", "--backend", "onnxruntime", "--unfuse", "chain"], "--unfuse"),
+    (["offline", "--endpoint", "localhost:8000", "--unfuse", "chain"], "--unfuse"),
+], ids=["onnxruntime", "endpoint"])
+def test_offline_unfuse_outside_the_gpu_runner_is_one_line(tmp_path, capsys, argv, match):
+    from trtfuse.cli import main
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"")
+    if "--endpoint" not in argv:
+        argv = argv + ["--model", str(model)]
+    rc = main(argv + ["--log-dir", str(tmp_path / "logs")])
+    err = capsys.readouterr().err
+    assert rc != 0 and match in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_e2e_and_offline_take_unfuse_repeated():
+    from trtfuse.cli import build_parser
+
+    a = build_parser().parse_args(["bench", "e2e", "--unfuse", "stem-conv", "--unfuse", "downsample"])
+    assert a.unfuse == ["stem-conv", "downsample"]
+    assert build_parser().parse_args(["bench", "e2e"]).unfuse == []
+    assert build_parser().parse_args(["offline", "--unfuse", "chain"]).unfuse == ["chain"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "e2e", "--unfuse", "bottleneck"])
