@@ -22,7 +22,7 @@ COMMON_FLAGS = frozenset({
     "--streams", "--threads", "--autotune", "--reps", "--seconds", "--settle", "--replace", "--fuse", "--scales",
     "--percentile", "--seed", "--image-size", "--min-duration", "--log-dir", "--endpoint", "--model-name",
     "--max-in-flight", "--shared-memory", "--max-batch", "--preferred-batch", "--max-queue-delay-us", "--name",
-    "--plans", "--answers",
+    "--plans", "--answers", "--unfuse",
 })
 
 # = models.resnet.ARCHITECTURES and graph_passes.fuse_residual.FUSE_MODES, written out so that building the parser
