@@ -239,6 +239,12 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
     return rec
 
 
+def pooled_golden_on_device(torch, problem) -> np.ndarray:
+    """The stem conv's golden (golden_on_device) then the 3x3/2 max-pool, int8 NCHW on the host."""
+    conv = golden_on_device(torch, problem).float()
+    return torch.nn.functional.max_pool2d(conv, 3, 2, 1).to(torch.int8).cpu().numpy()  # pads with -inf: never wins
+
+
 def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     """The stem conv fused with its 3x3/2 max-pool (plugins/kernels/stem_pool.cu, stem_pool_rows.cu: every tile the GPU
     runs) against the two kernels it replaces
@@ -271,8 +277,7 @@ def bench_stem_pool(torch, shape, args, bw_tbps) -> dict:
     ours_ms = tile_ms[fused.tile]
     pair_ms = graph_time_ms(torch, pair, args.reps)
     out, _ = fused.run_checked()
-    conv = golden_on_device(torch, problem).float()
-    golden = torch.nn.functional.max_pool2d(conv, 3, 2, 1).to(torch.int8).cpu().numpy()  # pads with -inf: never wins
+    golden = pooled_golden_on_device(torch, problem)
     diff = np.abs(out.astype(np.int32) - golden.astype(np.int32))
     stats = {"exact_fraction": float((diff == 0).mean()), "max_abs_diff": int(diff.max())}
     m = shape.n * oh * ow
@@ -302,8 +307,7 @@ def bench_stem_conv1(torch, shape, args, bw_tbps) -> dict:
     cur = lambda: torch.cuda.current_stream().cuda_stream
     tile = stem.default_tile(cd.compute_capability(cd.current_device()))
     problem = ConvProblem.random(shape, False)
-    conv = golden_on_device(torch, problem).float()
-    pooled = torch.nn.functional.max_pool2d(conv, 3, 2, 1).to(torch.int8).cpu().numpy()
+    pooled = pooled_golden_on_device(torch, problem)
     ph, pw = stem.pooled_hw(shape)
     conv1 = ConvProblem.random(ConvShape(shape.n, 64, ph, pw, 64, 1, 1, residual=False), False)
     fused = DeviceStemPool(problem, tile=tile, conv1=conv1, pooled_golden=pooled)
@@ -317,7 +321,8 @@ def bench_stem_conv1(torch, shape, args, bw_tbps) -> dict:
     diffs = [np.abs(a.astype(np.int32) - b.astype(np.int32)) for a, b in ((out, pooled), (out1, golden1))]
     stats = {"exact_fraction": float(min((d == 0).mean() for d in diffs)), "max_abs_diff": int(max(d.max() for d in diffs))}
     m = shape.n * ph * pw
-    macs = shape.k * shape.c * shape.r * shape.s * (shape.out_hw[0] * shape.out_hw[1]) // (ph * pw) + 64 * 64
+    oh, ow = shape.out_hw
+    macs = shape.k * shape.c * shape.r * shape.s * (oh * ow) // (ph * pw) + 64 * 64  # per pooled pixel: stem's, conv's
     name = f"stem_pool/{stem.tile_name(tile)}+conv1"
     rec = {"layer": "stem 7x7/2 + max-pool 3x3/2 + res2 first conv1, one kernel", "batch": shape.n, "M": m, "N": 64,
            "K": macs, "K_gemm": macs, "residual": False, "tactic": name, "family": "wgmma", "splits": 1,

@@ -173,6 +173,11 @@ __device__ __forceinline__ uint64_t desc_kmajor_sw64(uint32_t smem_byte_addr) { 
 // 1. The k32 step j of such a tile is the descriptor of (tile + 32 j): the hardware applies the swizzle to
 // the full address, as for any K offset inside one swizzle atom.
 __device__ __forceinline__ uint64_t desc_kmajor_sw128(uint32_t smem_byte_addr) { return desc_kmajor(smem_byte_addr, 1024, 1); }
+// No swizzle (layout type 0): core matrices of 8 rows x 16 bytes, each 128 contiguous bytes; the leading byte offset
+// is the distance between a k32 step's two 16-byte K halves, the stride byte offset between 8-row groups.
+__device__ __forceinline__ uint64_t desc_kmajor_interleave(uint32_t smem_byte_addr, uint32_t k_half_bytes, uint32_t group_bytes) {
+  return (uint64_t)((smem_byte_addr & 0x3FFFF) >> 4) | (uint64_t)(k_half_bytes >> 4) << 16 | (uint64_t)(group_bytes >> 4) << 32;
+}
 
 }  // namespace sm90
 }  // namespace trtfuse

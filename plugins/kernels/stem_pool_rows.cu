@@ -90,7 +90,7 @@ __device__ __forceinline__ uint64_t patch_desc(uint32_t patch, int row, int ks) 
   const int second = DC % 2 == 0 ? DC / 2 + pr : pr;     // odd-plane index of its second
   const uint32_t start = patch + (row + ks / 2) * ROW_BYTES + first * VEC;
   const uint32_t k_stride = (HALF + second - first) * VEC;
-  return (uint64_t)((start & 0x3FFFF) >> 4) | (uint64_t)(k_stride >> 4) << 16 | (uint64_t)(128 >> 4) << 32;
+  return sm90::desc_kmajor_interleave(start, k_stride, 128);
 }
 
 // A requantized word of (slot 8jj + 2q, + 1) x (this thread's two channels) into the word of one slot's 4 channels:
@@ -105,8 +105,7 @@ __device__ __forceinline__ uint32_t slot_word(uint32_t mine, int g) {
 // 8-column groups 128 (N stride).
 __device__ __forceinline__ int b_offset(int slot, int c) { return (c / 16) * 1024 + (slot / 8) * 128 + (slot % 8) * 16 + c % 16; }
 __device__ __forceinline__ uint64_t b_desc(uint32_t b, int ks) {
-  const uint32_t start = b + ks * 2 * 1024;
-  return (uint64_t)((start & 0x3FFFF) >> 4) | (uint64_t)(1024 >> 4) << 16 | (uint64_t)(128 >> 4) << 32;
+  return sm90::desc_kmajor_interleave(b + ks * 2 * 1024, 1024, 128);
 }
 
 // One block: the 8 wgmma of conv columns 2 s - 1 + DC at patch row `row` into acc (A: the weights, with the taps of
