@@ -101,7 +101,8 @@ class WgmmaTactic:
     # it (stride-1 R x S convs); the slot's rows (32-byte rows, or the stride-2 windows' 64 / 128-byte rows)
     halo_rows: int = 0
     halo_stages: int = 3  # window ring slots
-    flat: bool = False  # pixel-major, 1x1 stride-1 unpadded convs, OH * OW % 8 == 0: tiles of bm consecutive pixels
+    # pixel-major, 1x1 unpadded convs: tiles of bm consecutive output pixels (stride 2: maps not in 8-pixel groups only)
+    flat: bool = False
     # windows of 3x3 stride-2 convs: a window row is a pair of input columns, 64 bytes; both row phases of TH + 1 pair
     # rows land in one box (_stride2_window_tiles)
     stride2_windows: bool = False
@@ -270,16 +271,25 @@ class WgmmaTactic:
         groups_per_set = box_groups = 0
         group_images = 1
         if self.flat:
-            # the output's pixels are the input's (1x1, stride 1, unpadded); an 8-row group of the wgmma operand is 8
-            # pixels of one image where the map comes in groups of 8, else one pixel of 8 images (14 x 14, 7 x 7)
-            if (shape.r, shape.s, shape.stride, shape.pads) != (1, 1, (1, 1), (0, 0, 0, 0)):
-                return "flat tiles: 1x1 stride-1 unpadded convs only"
-            hw, group_images = shape.h * shape.w, flat_group_images(shape)
+            # a 1x1 unpadded conv: output pixel (oh, ow) reads input pixel (oh, ow), or at stride 2 (2 oh, 2 ow); an
+            # 8-row group of the wgmma operand is 8 pixels of one image where the output map comes in groups of 8, else
+            # one pixel of 8 images (14 x 14, 7 x 7)
+            if (shape.r, shape.s, shape.pads) != (1, 1, (0, 0, 0, 0)) or shape.stride not in ((1, 1), (2, 2)):
+                return "flat tiles: 1x1 unpadded convs of stride 1 or 2 only"
+            oh, ow = shape.out_hw
+            hw, group_images, strided = oh * ow, flat_group_images(shape), shape.stride == (2, 2)
             if group_images == 8 and shape.n % 8:
                 return "flat tiles: the map's pixels, or else the batch's images, must come in groups of 8"
+            if strided and group_images == 1:
+                # 8 output pixels at stride 2 are no box of the input unless they are 8 of one row; such maps keep the
+                # row tiles
+                return "stride-2 flat tiles: output maps whose pixels do not come in 8s only (a group one pixel of 8 images)"
             if group_images == 1:
                 groups_per_set = hw // 8
                 box_groups = min(groups_per_set & -groups_per_set, self.bm // 8)  # a power of two dividing both
+            elif strided:  # a box is pixels of one output row: 2 where every 8-group tile starts a pair on the row, else 1
+                box_groups = 2 if ow % 2 == 0 else 1
+                groups_per_set = hw
             else:  # a set of 8 images: its OH * OW groups rounded up to boxes of 4 (the groups past the map not stored)
                 box_groups = min(4, self.bm // 8)
                 groups_per_set = round_up(hw, box_groups)
@@ -494,9 +504,10 @@ WGMMA_BY_ID = {t.id: t for t in WGMMA_TACTICS}
 
 
 def flat_group_images(shape: ConvShape) -> int:
-    """Images an 8-row group of a flat tile spans on `shape`'s map: 1 (8 of its pixels) where the map's pixels come in
-    8s, else 8 (one pixel of 8 images)."""
-    return 1 if shape.h * shape.w % 8 == 0 else 8
+    """Images an 8-row group of a flat tile spans on `shape`'s output map: 1 (8 of its pixels) where the map's pixels
+    come in 8s, else 8 (one pixel of 8 images)."""
+    oh, ow = shape.out_hw
+    return 1 if oh * ow % 8 == 0 else 8
 
 
 def wgmma_cost(shape: ConvShape, tactic: WgmmaTactic, sms: int = H100_SMS) -> float | None:
@@ -552,7 +563,9 @@ def choose_wgmma(shape: ConvShape, sms: int = H100_SMS) -> WgmmaTactic | None:
         quads = [t for t in windows if t.quad_windows]
         return quads[0] if quads else min(windows, key=lambda t: wgmma_cost(shape, t, sms))
     image_groups = flat_group_images(shape) == 8
-    for i in WGMMA_FLAT_IMAGE_GROUPS_PREFERRED if n >= 256 and image_groups else WGMMA_FLAT_PREFERRED[n >= 256]:
+    # (the stride-2 flat tiles of the downsamples are autotune's candidates, not the rule's: --plans records which wins)
+    flat_order = WGMMA_FLAT_IMAGE_GROUPS_PREFERRED if n >= 256 and image_groups else WGMMA_FLAT_PREFERRED[n >= 256]
+    for i in flat_order if shape.stride == (1, 1) else ():
         geo = WGMMA_BY_ID[i].geometry(shape)
         if geo is None:
             continue

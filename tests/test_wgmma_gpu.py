@@ -213,6 +213,30 @@ def test_flat_tiles_cross_images_and_the_batch_end(monkeypatch, tactic_id, shape
     _check(shape, False, tactic, relu=False)
 
 
+STRIDE2_FLAT_SHAPES = [
+    ConvShape(16, 96, 14, 14, 160, 1, 1, (2, 2)),  # 7 x 7 outputs: one-pixel boxes, 49 groups a set, tiles across sets
+    ConvShape(8, 64, 28, 28, 288, 1, 1, (2, 2)),  # 14 x 14 outputs: pixel-pair boxes; 288 channels, a partial channel tile
+    ConvShape(24, 160, 13, 11, 64, 1, 1, (2, 2)),  # odd input maps (7 x 6 outputs), 5 channel blocks: 3 past CB in a slot
+    ConvShape(8, 512, 28, 28, 256, 1, 1, (2, 2)),  # res4's downsample GEMM-K (16 k32 steps): w57's resident weights, w55
+]
+
+
+@pytest.mark.parametrize("ctas", ["3", ""], ids=["three-ctas", "every-sm"])
+@pytest.mark.parametrize("shape", STRIDE2_FLAT_SHAPES, ids=[f"{s.n}x{s.c}x{s.h}x{s.w}k{s.k}" for s in STRIDE2_FLAT_SHAPES])
+@pytest.mark.parametrize("tactic_id", [52, 53, 54, 55, 56, 57, 59])
+def test_flat_tiles_read_stride2_inputs(monkeypatch, tactic_id, shape, ctas):
+    # 1x1 stride-2 convs (the downsamples) on flat tiles of 8-image groups: the input's every other column and row
+    # through the strided view (32, N, CB, OW, OH), boxes of 1 or 2 pixels of one output row
+    if ctas:
+        monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", ctas)
+    tactic = TACTICS_BY_ID[tactic_id]
+    res = bool(tactic.residual_buffers)
+    if tactic.geometry(dataclasses.replace(shape, residual=res)) is None:
+        pytest.skip(f"{tactic.name} does not take {shape} (GEMM-K past its resident weights)")
+    _check(shape, res, tactic)
+    _check(shape, False, tactic, relu=False)
+
+
 @pytest.mark.parametrize("channels", [64, 256], ids=["one-k-block", "two-k-blocks"])
 @pytest.mark.parametrize("multicast", [False, True], ids=["single", "multicast"])
 def test_two_staging_tiles_alternate_across_tiles(monkeypatch, multicast, channels):

@@ -212,7 +212,10 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                 # the slot's boxes of the (32, 8, CB, G, N) view, box_groups groups x 4 blocks each (boxes past the
                 # batch load its last), land [group][block][8][32]; step k % 4 is block k % 4 of every group. Maps
                 # whose pixels do not come in 8s: the view (32, 8 images, CB, OH * OW, N / 8), a group one pixel of 8 images
-                if g.group_images == 8:  # [set][pixel][cb][image][32]
+                strided = shape.stride != (1, 1)
+                if strided:  # the view (32, N, CB, OW, OH) of every other input column and row: [oh][ow][cb][n][32]
+                    xf = x5[:, :, ::sh, ::sw][:, :, :oh, :ow].transpose(2, 3, 1, 0, 4)
+                elif g.group_images == 8:  # [set][pixel][cb][image][32]
                     xf = x5.reshape(shape.n // 8, 8, x5.shape[1], ohw, 32).transpose(0, 3, 2, 1, 4)
                 else:  # [n][group][cb][8][32]
                     xf = x5.reshape(shape.n, -1, g.groups_per_set, 8, 32).transpose(0, 2, 1, 3, 4)
@@ -220,8 +223,8 @@ def emulate(shape: ConvShape, tactic, x: np.ndarray, w: np.ndarray, residual: np
                 for gi in range(0, bn // 8, g.box_groups):
                     q = min((m0 // 8) + gi, shape.n // g.group_images * g.groups_per_set - g.box_groups)
                     n, rest = divmod(q, g.groups_per_set)
-                    slot[gi:gi + g.box_groups] = tma_box(xf, (0, 0, k // 4 * 4, rest, n), (32, 8, tactic.ks, g.box_groups, 1),
-                                                         (1,) * 5)[0]
+                    coords = (0, 8 * n, k // 4 * 4, rest % ow, rest // ow) if strided else (0, 0, k // 4 * 4, rest, n)
+                    slot[gi:gi + g.box_groups] = tma_box(xf, coords, (32, 8, tactic.ks, g.box_groups, 1), (1,) * 5)[0]
                 b = slot[:, k % 4].reshape(bn, 32)
             else:
                 b = np.zeros((bn, 32), np.int64)
@@ -282,6 +285,9 @@ CASES = [
     ConvShape(8, 96, 6, 6, 256, 1, 1),  # ... 36 pixels: four-group boxes, the last tile past the batch
     ConvShape(24, 64, 5, 5, 160, 1, 1),  # ... 25 pixels in 28 groups, 3 sets
     ConvShape(12, 64, 7, 7, 256, 1, 1),  # ... a batch not in 8s: the per-image tiles
+    ConvShape(16, 96, 14, 14, 160, 1, 1, (2, 2)),  # ... at stride 2 (a downsample): 7 x 7 outputs, one-pixel boxes
+    ConvShape(8, 64, 28, 28, 96, 1, 1, (2, 2)),  # ... 14 x 14 outputs, boxes of a pixel pair of one row
+    ConvShape(8, 160, 13, 11, 64, 1, 1, (2, 2)),  # ... odd input maps: 7 x 6 outputs from every other row and column
     ConvShape(2, 64, 58, 56, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # stride-2 windows: 29 x 28 outputs, a short last tile per image
     ConvShape(3, 96, 28, 28, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 14 x 14 outputs
     ConvShape(1, 64, 56, 54, 128, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 28 x 27 outputs, two channel tiles of 64

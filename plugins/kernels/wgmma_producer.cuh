@@ -8,7 +8,7 @@
 //   multicast      the same, each CTA of a cluster loading every other k32 step into both CTAs;
 //   flat           groups of 8 consecutive pixels, one box per box_groups groups x a slot's KS channel blocks;
 //   windows        one window per channel block (wgmma_windows.cuh): stride 1, stride-2 pairs or quads, or stacked images.
-// Flat tiles (pixel-major, 1x1 stride-1 unpadded convs, OH * OW a multiple of 8): a row tile holds whole output rows,
+// Flat tiles (pixel-major, 1x1 unpadded convs; stride 1, or stride 2 on maps of 8-image groups): a row tile holds whole output rows,
 // so a map whose rows do not fill the tile's 64 or 128 wgmma rows computes rows that are never stored, and the
 // epilogue, which bounds these layers (docs/PERF.md), pays for every computed row. A flat tile is Tactic::bm
 // consecutive pixels of the linear output index: Tactic::bm / 8 groups of 8 pixels, group q = pixels 8(q % G) .. of
@@ -20,7 +20,10 @@
 // 7 x 7) with a batch of whole 8s take a group as one pixel of 8 images instead (t.group_images 8): the view
 // (32, 8 images, CB, OH * OW, N / 8), boxes of 4 groups, each set's OH * OW groups rounded up to whole boxes (7 x 7: 52,
 // the 3 past the map zero-filled and not stored), so these maps compute few rows that are not pixels; tile row 8q + i is
-// image 8 (q / G) + i (tile_row_offset). Bigger boxes than one group per k32 step matter:
+// image 8 (q / G) + i (tile_row_offset). At stride 2 (the downsamples of 14 x 14 and 7 x 7 outputs) the view is
+// (32, N, CB, OW, OH) with the input's doubled column and row strides, and a box brings 8 images x the slot's blocks x
+// 1 or 2 pixels of one output row (2 where OW is even, so no 8-group tile's pair crosses a row); it lands the same
+// [group][block][8][32]. Bigger boxes than one group per k32 step matter:
 // the copy engine takes ~150 clocks per 512-byte box, so one box per group and k32 step left res3 conv3 bound by the
 // copies (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/17-flat-per-group-boxes-not-kept.json).
 #pragma once
@@ -82,8 +85,13 @@ __device__ __forceinline__ void load_flat_slot(uint32_t sb, const sm90::TensorMa
                                                const ConvParams& p, const WgmmaTile& t, bool first_step) {
   const int last_box = flat_groups(p, t) - t.box_groups;
   for (int g = 0; first_step && g < kFlatGroupsPerTile; g += t.box_groups) {
-    const int q = min(tc.m0 / kFlatGroup + g, last_box), n = t.div_groups.div(q);
-    sm90::tma_load_5d(sb + g * KS * 256, tmap_x, full, 0, 0, kb * KS, q - n * t.groups_per_set, n);
+    const int q = min(tc.m0 / kFlatGroup + g, last_box), n = t.div_groups.div(q), pix = q - n * t.groups_per_set;
+    if (p.stride_w == 1) {
+      sm90::tma_load_5d(sb + g * KS * 256, tmap_x, full, 0, 0, kb * KS, pix, n);
+    } else {  // the strided view (32, N, CB, OW, OH): images 8n .. 8n + 7 at output pixel (oh, ow) of one row
+      const int oh = p.div_ow.div(pix);
+      sm90::tma_load_5d(sb + g * KS * 256, tmap_x, full, 0, 8 * n, kb * KS, pix - oh * p.OW, oh);
+    }
   }
 }
 
