@@ -205,11 +205,15 @@ def test_flat_tiles_cross_images_and_the_batch_end(monkeypatch, tactic_id, shape
     tactic = TACTICS_BY_ID[tactic_id]
     no_residual = dataclasses.replace(shape, residual=False)
     assert tactic.geometry(no_residual) is not None
-    if tactic.residual_buffers:
-        _check(shape, True, tactic)
-    else:  # no residual buffers (w53, w59): convs without a residual only
+    if not tactic.residual_buffers:  # no residual buffers (w53, w59): convs without a residual only
         assert tactic.geometry(dataclasses.replace(shape, residual=True)) is None
-        _check(shape, False, tactic)
+    _check_flat(shape, tactic)
+
+
+def _check_flat(shape, tactic):
+    """A flat tactic on `shape`: with a residual where it keeps residual buffers, else without one; then without a
+    residual and without ReLU."""
+    _check(shape, bool(tactic.residual_buffers), tactic)
     _check(shape, False, tactic, relu=False)
 
 
@@ -230,11 +234,9 @@ def test_flat_tiles_read_stride2_inputs(monkeypatch, tactic_id, shape, ctas):
     if ctas:
         monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", ctas)
     tactic = TACTICS_BY_ID[tactic_id]
-    res = bool(tactic.residual_buffers)
-    if tactic.geometry(dataclasses.replace(shape, residual=res)) is None:
+    if tactic.geometry(dataclasses.replace(shape, residual=bool(tactic.residual_buffers))) is None:
         pytest.skip(f"{tactic.name} does not take {shape} (GEMM-K past its resident weights)")
-    _check(shape, res, tactic)
-    _check(shape, False, tactic, relu=False)
+    _check_flat(shape, tactic)
 
 
 @pytest.mark.parametrize("channels", [64, 256], ids=["one-k-block", "two-k-blocks"])
