@@ -112,7 +112,8 @@ def tiny() -> int:
              (ConvShape(9, 64, 14, 14, 160, 3, 3, (2, 2), (1, 1, 1, 1)), True),  # stride-2 windows of stacked images
              (ConvShape(2, 128, 28, 24, 96, 3, 3, (2, 2), (1, 1, 1, 1)), True),  # quad windows (w89) with a residual
              (ConvShape(8, 96, 14, 14, 160, 1, 1, (2, 2)), True),  # stride-2 flat tiles: 7 x 7 outputs, one-pixel boxes
-             (ConvShape(16, 64, 28, 28, 96, 1, 1, (2, 2)), False)]  # ... 14 x 14 outputs, pixel-pair boxes, no residual
+             (ConvShape(16, 64, 28, 28, 96, 1, 1, (2, 2)), False),  # ... 14 x 14 outputs, pixel-pair boxes, no residual
+             (ConvShape(8, 64, 24, 24, 96, 1, 1, (2, 2)), False)]  # ... 12 x 12 outputs (a map in 8s), 4-pixel boxes
     by_id = {t.id: t for t in WGMMA_TACTICS}
     tiny_ids = (22, 24, 28, 31, 33, 35, 40, 41, 43, 45, 46, 50, 52, 53, 54, 55, 56, 57, 59, 60, 61, 64, 70, 71, 73, 65, 74, 89, 66, 67, 68, 69)
     for shape, res in cases:

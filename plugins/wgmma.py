@@ -193,8 +193,8 @@ def tensor_map_args(shape: ConvShape, tactic: WgmmaTactic, geo: WgmmaGeometry) -
         # q % (OH * OW) of images 8 (q / (OH * OW)) .. + 7, landing the same [group][block][8][32].
         hw = shape.h * shape.w
         if shape.stride != (1, 1):
-            # stride 2 (maps not in 8s): the view (32, N, CB, OW, OH) of the input's every other column and row; a box
-            # (32, 8, 4, box_groups, 1) is 8 images x a slot's blocks x box_groups pixels of one output row, landing the
+            # stride 2 (8-image groups on every map): the view (32, N, CB, OW, OH) of the input's every other column and
+            # row; a box (32, 8, 4, box_groups, 1) is 8 images x a slot's blocks x box_groups pixels of one output row, landing the
             # same [group][block][image][32] (the producer's coordinates: images 8 * set, pixel (oh, ow))
             args["x"] = ((32, shape.n, cb, ow, oh), (cb * hw * 32, hw * 32, sw * 32, sh * shape.w * 32),
                          (32, 8, tactic.ks, geo.box_groups, 1), (1,) * 5)

@@ -280,15 +280,11 @@ class WgmmaTactic:
             hw, group_images, strided = oh * ow, flat_group_images(shape), shape.stride == (2, 2)
             if group_images == 8 and shape.n % 8:
                 return "flat tiles: the map's pixels, or else the batch's images, must come in groups of 8"
-            if strided and group_images == 1:
-                # 8 output pixels at stride 2 are no box of the input unless they are 8 of one row; such maps keep the
-                # row tiles
-                return "stride-2 flat tiles: output maps whose pixels do not come in 8s only (a group one pixel of 8 images)"
             if group_images == 1:
                 groups_per_set = hw // 8
                 box_groups = min(groups_per_set & -groups_per_set, self.bm // 8)  # a power of two dividing both
-            elif strided:  # a box is pixels of one output row: 2 where every 8-group tile starts a pair on the row, else 1
-                box_groups = 2 if ow % 2 == 0 else 1
+            elif strided:  # a box is pixels of one output row: the most (up to 4) that divide the row, so none crosses it
+                box_groups = min(ow & -ow, 4, self.bm // 8)
                 groups_per_set = hw
             else:  # a set of 8 images: its OH * OW groups rounded up to boxes of 4 (the groups past the map not stored)
                 box_groups = min(4, self.bm // 8)
@@ -505,9 +501,10 @@ WGMMA_BY_ID = {t.id: t for t in WGMMA_TACTICS}
 
 def flat_group_images(shape: ConvShape) -> int:
     """Images an 8-row group of a flat tile spans on `shape`'s output map: 1 (8 of its pixels) where the map's pixels
-    come in 8s, else 8 (one pixel of 8 images)."""
+    come in 8s and the conv has stride 1, else 8 (one pixel of 8 images). At stride 2, 8 consecutive output pixels are
+    one box of the input only where they lie in one output row, which a 28 x 28 map's 8-pixel groups do not."""
     oh, ow = shape.out_hw
-    return 1 if oh * ow % 8 == 0 else 8
+    return 1 if oh * ow % 8 == 0 and shape.stride == (1, 1) else 8
 
 
 def wgmma_cost(shape: ConvShape, tactic: WgmmaTactic, sms: int = H100_SMS) -> float | None:

@@ -222,6 +222,7 @@ STRIDE2_FLAT_SHAPES = [
     ConvShape(8, 64, 28, 28, 288, 1, 1, (2, 2)),  # 14 x 14 outputs: pixel-pair boxes; 288 channels, a partial channel tile
     ConvShape(24, 160, 13, 11, 64, 1, 1, (2, 2)),  # odd input maps (7 x 6 outputs), 5 channel blocks: 3 past CB in a slot
     ConvShape(8, 512, 28, 28, 256, 1, 1, (2, 2)),  # res4's downsample GEMM-K (16 k32 steps): w57's resident weights, w55
+    ConvShape(8, 256, 56, 56, 160, 1, 1, (2, 2)),  # res3's downsample map: 28 x 28 outputs (in 8s) in 8-image groups, 4-pixel boxes
 ]
 
 
@@ -230,7 +231,7 @@ STRIDE2_FLAT_SHAPES = [
 @pytest.mark.parametrize("tactic_id", [52, 53, 54, 55, 56, 57, 59])
 def test_flat_tiles_read_stride2_inputs(monkeypatch, tactic_id, shape, ctas):
     # 1x1 stride-2 convs (the downsamples) on flat tiles of 8-image groups: the input's every other column and row
-    # through the strided view (32, N, CB, OW, OH), boxes of 1 or 2 pixels of one output row
+    # through the strided view (32, N, CB, OW, OH), boxes of 1, 2 or 4 pixels of one output row
     if ctas:
         monkeypatch.setenv("TRTFUSE_WGMMA_MAX_CTAS", ctas)
     tactic = TACTICS_BY_ID[tactic_id]

@@ -288,6 +288,7 @@ CASES = [
     ConvShape(16, 96, 14, 14, 160, 1, 1, (2, 2)),  # ... at stride 2 (a downsample): 7 x 7 outputs, one-pixel boxes
     ConvShape(8, 64, 28, 28, 96, 1, 1, (2, 2)),  # ... 14 x 14 outputs, boxes of a pixel pair of one row
     ConvShape(8, 160, 13, 11, 64, 1, 1, (2, 2)),  # ... odd input maps: 7 x 6 outputs from every other row and column
+    ConvShape(8, 64, 24, 24, 96, 1, 1, (2, 2)),  # ... 12 x 12 outputs, a map in 8s taken in 8-image groups: 4-pixel boxes
     ConvShape(2, 64, 58, 56, 160, 3, 3, (2, 2), (1, 1, 1, 1)),  # stride-2 windows: 29 x 28 outputs, a short last tile per image
     ConvShape(3, 96, 28, 28, 64, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 14 x 14 outputs
     ConvShape(1, 64, 56, 54, 128, 3, 3, (2, 2), (1, 1, 1, 1)),  # ... 28 x 27 outputs, two channel tiles of 64

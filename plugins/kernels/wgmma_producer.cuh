@@ -8,7 +8,7 @@
 //   multicast      the same, each CTA of a cluster loading every other k32 step into both CTAs;
 //   flat           groups of 8 consecutive pixels, one box per box_groups groups x a slot's KS channel blocks;
 //   windows        one window per channel block (wgmma_windows.cuh): stride 1, stride-2 pairs or quads, or stacked images.
-// Flat tiles (pixel-major, 1x1 unpadded convs; stride 1, or stride 2 on maps of 8-image groups): a row tile holds whole output rows,
+// Flat tiles (pixel-major, 1x1 unpadded convs; stride 1, or stride 2 in 8-image groups): a row tile holds whole output rows,
 // so a map whose rows do not fill the tile's 64 or 128 wgmma rows computes rows that are never stored, and the
 // epilogue, which bounds these layers (docs/PERF.md), pays for every computed row. A flat tile is Tactic::bm
 // consecutive pixels of the linear output index: Tactic::bm / 8 groups of 8 pixels, group q = pixels 8(q % G) .. of
@@ -20,10 +20,10 @@
 // 7 x 7) with a batch of whole 8s take a group as one pixel of 8 images instead (t.group_images 8): the view
 // (32, 8 images, CB, OH * OW, N / 8), boxes of 4 groups, each set's OH * OW groups rounded up to whole boxes (7 x 7: 52,
 // the 3 past the map zero-filled and not stored), so these maps compute few rows that are not pixels; tile row 8q + i is
-// image 8 (q / G) + i (tile_row_offset). At stride 2 (the downsamples of 14 x 14 and 7 x 7 outputs) the view is
-// (32, N, CB, OW, OH) with the input's doubled column and row strides, and a box brings 8 images x the slot's blocks x
-// 1 or 2 pixels of one output row (2 where OW is even, so no 8-group tile's pair crosses a row); it lands the same
-// [group][block][8][32]. Bigger boxes than one group per k32 step matter:
+// image 8 (q / G) + i (tile_row_offset). At stride 2 (the downsamples; 8-image groups on every map, since 8 pixels of a
+// 28-pixel row may span two rows) the view is (32, N, CB, OW, OH) with the input's doubled column and row strides, and a
+// box brings 8 images x the slot's blocks x 1, 2 or 4 pixels of one output row (the most that divide OW, so no box
+// crosses a row); it lands the same [group][block][8][32]. Bigger boxes than one group per k32 step matter:
 // the copy engine takes ~150 clocks per 512-byte box, so one box per group and k32 step left res3 conv3 bound by the
 // copies (bench/results/wgmma-diag-NVIDIA_H200-2026-11-22/17-flat-per-group-boxes-not-kept.json).
 #pragma once

@@ -19,7 +19,7 @@ struct WgmmaTile {
                         // rounded up to whole boxes
   int box_groups;       // Tactic::flat: groups per activation box (a power of two dividing groups_per_set and Tactic::bm / 8)
   int pitch;            // kWindows: window columns per image, W + max(pad_left, pad_right); the window is nb * pitch wide
-  int group_images;     // Tactic::flat: 1 (a group is 8 pixels of an image) or 8 (one pixel of 8 images: OH * OW % 8 != 0)
+  int group_images;     // Tactic::flat: 1 (a group is 8 pixels of an image) or 8 (one pixel of 8 images: OH * OW % 8 != 0, or stride 2)
   FastDivmod div_groups;  // by groups_per_set
 };
 
