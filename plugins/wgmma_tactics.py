@@ -279,7 +279,8 @@ class WgmmaTactic:
             oh, ow = shape.out_hw
             hw, group_images, strided = oh * ow, flat_group_images(shape), shape.stride == (2, 2)
             if group_images == 8 and shape.n % 8:
-                return "flat tiles: the map's pixels, or else the batch's images, must come in groups of 8"
+                return ("stride-2 flat tiles: the batch's images must come in groups of 8 (a group is one pixel of 8 images)" if strided
+                        else "flat tiles: the map's pixels, or else the batch's images, must come in groups of 8")
             if group_images == 1:
                 groups_per_set = hw // 8
                 box_groups = min(groups_per_set & -groups_per_set, self.bm // 8)  # a power of two dividing both
