@@ -101,7 +101,7 @@ class WgmmaTactic:
     # it (stride-1 R x S convs); the slot's rows (32-byte rows, or the stride-2 windows' 64 / 128-byte rows)
     halo_rows: int = 0
     halo_stages: int = 3  # window ring slots
-    # pixel-major, 1x1 unpadded convs: tiles of bm consecutive output pixels (stride 2: maps not in 8-pixel groups only)
+    # pixel-major, 1x1 unpadded convs: tiles of bm consecutive output pixels (stride 2: in groups of one pixel of 8 images)
     flat: bool = False
     # windows of 3x3 stride-2 convs: a window row is a pair of input columns, 64 bytes; both row phases of TH + 1 pair
     # rows land in one box (_stride2_window_tiles)
@@ -272,8 +272,8 @@ class WgmmaTactic:
         group_images = 1
         if self.flat:
             # a 1x1 unpadded conv: output pixel (oh, ow) reads input pixel (oh, ow), or at stride 2 (2 oh, 2 ow); an
-            # 8-row group of the wgmma operand is 8 pixels of one image where the output map comes in groups of 8, else
-            # one pixel of 8 images (14 x 14, 7 x 7)
+            # 8-row group of the wgmma operand is 8 pixels of one image where the output map comes in groups of 8 at
+            # stride 1, else one pixel of 8 images (14 x 14, 7 x 7, and every map at stride 2: flat_group_images)
             if (shape.r, shape.s, shape.pads) != (1, 1, (0, 0, 0, 0)) or shape.stride not in ((1, 1), (2, 2)):
                 return "flat tiles: 1x1 unpadded convs of stride 1 or 2 only"
             oh, ow = shape.out_hw
