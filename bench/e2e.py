@@ -150,8 +150,8 @@ def add_arguments(p) -> None:
     flags.seconds(p, 5.0, "timed seconds per figure (default 5)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch fp16 baseline")
     flags.autotune(p, "time every tactic per conv when building the runner")
-    flags.plans(p, "run the tuned plans a results file of the same batch records (`bench e2e -o`, `offline -o`) "
-                "instead of tuning")
+    flags.plans(p, "run the tuned plans a results file records (`bench e2e -o`, `offline -o`) instead of tuning; "
+                "its batch must be this run's or divide it")
     p.add_argument("--no-fold-stem", action="store_true", help="run the stem on CHW4 instead of space-to-depth")
     flags.unfuse(p, "run this fusion of the GPU runner as the kernels it replaces (repeatable): the A/B of a fusion in "
                     "one command")
@@ -225,6 +225,7 @@ def run(args) -> int:
     device, date = cd.device_name(), datetime.date.today().isoformat()
     result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),
               "batch": args.batch, "streams": args.streams, "autotune": args.autotune, "plans_file": args.plans,
+              "plans_tuned_at_batch": given.batch if given else None,
               "fold_stem": not args.no_fold_stem, "unfused": list(args.unfuse), "plans": runners[0].plan_names(),
               "samples_per_s": ours, "samples_per_s_one_stream": ours_one,
               "offline_pipeline_samples_per_s": pipeline,

@@ -74,7 +74,7 @@ def register(sub) -> None:
     flags.loadgen_logs(o, "offline-logs")
     flags.autotune(o, "--backend cuda: time every tactic per conv on each GPU before the run (else the heuristic)")
     flags.plans(o, "--backend cuda: run the tuned plans a results file records (`plans` of `trtfuse bench e2e -o` "
-                "or `trtfuse offline --autotune -o`, same batch) instead of tuning again")
+                "or `trtfuse offline --autotune -o`, tuned at this batch or one dividing it) instead of tuning again")
     flags.unfuse(o, "--backend cuda: run this fusion of the GPU runner as the kernels it replaces (repeatable)")
     o.add_argument("--compare-torch", action="store_true",
                    help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run")

@@ -106,7 +106,10 @@ def named_plan(name: str, shape, node: str) -> ConvLaunch:
 
 def load_plans(path: str, batch: int):
     """A results file's (`trtfuse bench e2e` or `trtfuse offline` -o) tuned plans, for a runner's plans_from: conv plans
-    by node name, the stem + max-pool tile. The file's batch must be the run's: plans are tuned per batch size."""
+    by node name, the stem + max-pool tile. The run's batch must be the file's or a whole multiple of it: every tile
+    geometry that takes batch B takes k * B too (image groups of 8 that divide B divide k * B), and named_plan checks each
+    tactic against its shape again; a plan tuned at B runs at k * B, but it was timed at B (bench e2e --autotune at
+    the run's batch retunes it)."""
     import json
     from types import SimpleNamespace
 
@@ -119,8 +122,9 @@ def load_plans(path: str, batch: int):
         names = dict(record["plans"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TrtfuseError(f"--plans {path}: not a results file with a `plans` map ({type(exc).__name__}: {exc})") from None
-    if record.get("batch") not in (None, batch):
-        raise TrtfuseError(f"--plans {path} was tuned at batch {record['batch']}, this run is batch {batch}")
+    tuned_at = record.get("batch")
+    if tuned_at is not None and (not isinstance(tuned_at, int) or tuned_at <= 0 or batch % tuned_at):
+        raise TrtfuseError(f"--plans {path} was tuned at batch {tuned_at}, this run is batch {batch} (not a whole multiple)")
     tile = None
     for node, name in list(names.items()):
         if str(name).startswith("stem_pool/"):
@@ -131,7 +135,7 @@ def load_plans(path: str, batch: int):
             del names[node]  # its conv's plan is the heuristic's, as in a runner that fused it
         elif name in ("bottleneck", "chain", "stem"):  # inside another kernel, no plan of its own: a runner fuses it again
             del names[node]
-    return SimpleNamespace(plans=list(names.items()), stem_pool_tile=tile)
+    return SimpleNamespace(plans=list(names.items()), stem_pool_tile=tile, batch=tuned_at)
 
 
 class CudaRunner(Top1Readout):

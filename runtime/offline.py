@@ -521,6 +521,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
            "streams": streams if n_gpus else None, "mode": mode, "expected_qps": expected_qps}
     if backend == "cuda":
         out["plans"] = workers[0].slots[0].runner.plan_names()
+        out["plans_tuned_at_batch"] = given.batch if given else None  # --plans: the batch its file was tuned at
         out["unfused"] = list(unfuse)
         # how a batch reaches the first kernel: read in place from the device samples by index, or gathered first
         out["batch_input"] = "in place" if all(s.reads_in_place for w in workers for s in w.slots) else "gathered"

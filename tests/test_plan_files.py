@@ -50,12 +50,20 @@ def test_load_plans_takes_the_conv_plans_and_the_stem_tile(tmp_path):
     assert got.plans == [("layer1.0.conv1__fused", conv)] and got.stem_pool_tile == (4, 28)
 
 
+def test_load_plans_takes_a_file_tuned_at_a_divisor_of_the_batch(tmp_path):
+    conv = f"{TACTICS[0].name}/s1"
+    got = load_plans(_write(tmp_path, {"batch": 256, "plans": {"layer1.0.conv1__fused": conv}}), 1024)
+    assert got.plans == [("layer1.0.conv1__fused", conv)] and got.batch == 256
+
+
 @pytest.mark.parametrize("record,match", [
-    ({"batch": 256, "plans": {}}, "tuned at batch 256"),
+    ({"batch": 1024, "plans": {}}, "tuned at batch 1024, this run is batch 512"),
+    ({"batch": 384, "plans": {}}, "not a whole multiple"),
+    ({"batch": "512", "plans": {}}, "tuned at batch 512"),
     ({"batch": 512}, "not a results file"),
     ({"batch": 512, "plans": {"conv1__fused": "stem_pool/5x5"}}, "stem tile"),
     ("not json", "not a results file"),
-], ids=["other-batch", "no-plans", "unknown-tile", "not-json"])
+], ids=["larger-batch", "not-a-multiple", "batch-not-a-number", "no-plans", "unknown-tile", "not-json"])
 def test_load_plans_refuses_a_file_that_does_not_fit(tmp_path, record, match):
     path = tmp_path / "e2e.json"
     path.write_text(record if isinstance(record, str) else json.dumps(record))
@@ -80,7 +88,7 @@ def test_bench_e2e_plans_refusals_are_one_line(tmp_path, capsys, extra, match):
     from trtfuse.cli import main
 
     plans = _write(tmp_path, {"batch": 256, "plans": {}})
-    rc = main(["bench", "e2e", "--batch", "512", "--plans", plans] + extra)
+    rc = main(["bench", "e2e", "--batch", "384", "--plans", plans] + extra)
     err = capsys.readouterr().err
     assert rc != 0 and match in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
