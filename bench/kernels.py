@@ -390,9 +390,10 @@ def bench_tail(torch, n, args, bw_tbps) -> list[dict]:
     moved = {"avgpool": x.nbytes + n * c * 4, "classifier": (n * c + classes * c + n * classes) * 4,
              "top-1": n * classes * 4 + n * 4}
     records = []
+    classifier_tile = network_ops.linear_tile(n, classes, torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
     for (key, step), layer in zip(runs.items(), TAIL_LAYERS):
         ours = graph_time_ms(torch, step, args.reps)
-        rec = {"layer": layer, "batch": n, "tactic": {"classifier": "linear_f32"}.get(key, key),
+        rec = {"layer": layer, "batch": n, "tactic": {"classifier": f"linear_f32/{classifier_tile}"}.get(key, key),
                "family": "fp32", "splits": 1, "network_tail": True, "ours_ms": ours, "unfused_ms": base_ms.get(key),
                "unfused": "PyTorch fp32 (cuBLAS for the classifier, TF32 off)", "correct": bool(correct[key])}
         rec.update(floors(moved[key], 0.0, ours, bw_tbps))

@@ -64,17 +64,29 @@ def global_avgpool_f32(x: int, in_scale: int, n: int, c: int, h: int, w: int, y:
             [_p(x), _p(in_scale), _i(n), _i(c), _i(cb), _i(h * w), _p(y)], stream)
 
 
-LINEAR_TILE = (32, 64)  # (M, N) outputs per CTA of trtfuse_linear_f32
+# The classifier's tiles (plugins/kernels/network_ops.cu): entry -> ((M, N) outputs per CTA, threads per CTA)
+LINEAR_TILES = {"narrow": ("trtfuse_linear_f32", (32, 64), 128), "wide": ("trtfuse_linear_f32_wide", (128, 128), 256)}
+# The wide tile spends fewer issue slots on shared loads but makes 16x fewer CTAs: it is taken once its grid
+# fills this fraction of the SMs in one wave (ResNet-50's 1000 classes: from batch 2048, 128 CTAs on 132 SMs).
+LINEAR_WIDE_MIN_FILL = 0.9
 
 
-def linear_f32(x: int, w: int, bias: int, m: int, n: int, k: int, y: int, stream=None) -> None:
+def linear_tile(m: int, n: int, sm_count: int) -> str:
+    """The tile linear_f32 runs an [m, n] output with: both give the same bits."""
+    _, (bm, bn), _ = LINEAR_TILES["wide"]
+    return "wide" if -(-m // bm) * -(-n // bn) >= LINEAR_WIDE_MIN_FILL * sm_count else "narrow"
+
+
+def linear_f32(x: int, w: int, bias: int, m: int, n: int, k: int, y: int, stream=None, tile: str | None = None) -> None:
     """fp32 y[M, N] = x[M, K] . w[N, K]^T + bias[N], each output one sequential fmaf chain over k
-    (reference.linear_f32 gives the same bits)."""
+    (reference.linear_f32 gives the same bits). tile: "narrow" or "wide" (LINEAR_TILES), else linear_tile's."""
     if min(m, n, k) < 1:
         raise ValueError(f"linear_f32 needs M, N, K >= 1, got {m}, {n}, {k}")
+    if tile is None:
+        tile = linear_tile(m, n, cd.device_attribute("MULTIPROCESSOR_COUNT", cd.current_device()))
+    entry, (bm, bn), threads = LINEAR_TILES[tile]
     args = [_p(x), _p(w), _p(bias), _i(m), _i(n), _i(k), _p(y)]
-    bm, bn = LINEAR_TILE
-    cd.launch(_fn("trtfuse_linear_f32"), ((n + bn - 1) // bn, (m + bm - 1) // bm, 1), (128, 1, 1), 0, stream,
+    cd.launch(_fn(entry), ((n + bn - 1) // bn, (m + bm - 1) // bm, 1), (threads, 1, 1), 0, stream,
               [ctypes.addressof(a) for a in args])
 
 

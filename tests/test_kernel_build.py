@@ -30,7 +30,7 @@ def test_elementwise_and_network_ops_compile(arch):
     assert "trtfuse_add_relu_requant" in k.resources and not k.spills()
     k = compile_kernel("network_ops.cu", {}, arch, "cubin")
     assert set(k.resources) == {"trtfuse_quantize_chw32", "trtfuse_quantize_chw4", "trtfuse_quantize_s2d16", "trtfuse_maxpool_chw32",
-                                "trtfuse_global_avgpool_chw32", "trtfuse_global_avgpool_chw32_f32", "trtfuse_linear_f32",
+                                "trtfuse_global_avgpool_chw32", "trtfuse_global_avgpool_chw32_f32", "trtfuse_linear_f32", "trtfuse_linear_f32_wide",
                                 "trtfuse_argmax_rows_f32", "trtfuse_argmax_rows_f16", "trtfuse_gather_rows", "trtfuse_softmax_rows_f32"}
     assert not k.spills() and all(r["stack"] == 0 for r in k.resources.values())
 

@@ -215,15 +215,25 @@ def test_linear_reference_pads_k_like_the_kernel():
         assert y[0, 0] == 0 and np.signbit(y[0, 0]) == negative, k
 
 
-LINEAR_SHAPES = [(1, 1, 1), (3, 1001, 37), (5, 7, 4), (2, 3, 33), (33, 65, 64), (64, 130, 300), (256, 1000, 2048)]
+LINEAR_SHAPES = [(1, 1, 1), (3, 1001, 37), (5, 7, 4), (2, 3, 33), (33, 65, 64), (64, 130, 300), (130, 257, 100),
+                 (256, 1000, 2048)]
 
 
+def test_linear_tile_goes_wide_once_its_grid_fills_the_gpu():
+    from trtfuse.plugins import network_ops
+
+    assert network_ops.linear_tile(2048, 1000, 132) == "wide"  # 16 x 8 = 128 CTAs of 128 x 128
+    assert network_ops.linear_tile(1024, 1000, 132) == "narrow"  # 64 wide CTAs: half the SMs idle
+    assert network_ops.linear_tile(256, 1000, 132) == "narrow"
+
+
+@pytest.mark.parametrize("tile", ["narrow", "wide"])
 @pytest.mark.parametrize("m,n,k", LINEAR_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in LINEAR_SHAPES])
 @needs_gpu
-def test_linear_f32_kernel_is_bit_exact(m, n, k):
-    """trtfuse_linear_f32 equals the sequential-fma reference bit for bit: any other summation order or
-    an unfused multiply-add changes the last bits of most outputs of random data (ragged shapes take the
-    bounds-checked paths, K % 4 != 0 the scalar loads)."""
+def test_linear_f32_kernel_is_bit_exact(m, n, k, tile):
+    """Both tiles of trtfuse_linear_f32 equal the sequential-fma reference bit for bit: any other summation
+    order or an unfused multiply-add changes the last bits of most outputs of random data (ragged shapes take
+    the bounds-checked paths, K % 4 != 0 the scalar loads, K % 32 != 0 the zero steps)."""
     from trtfuse.plugins import cuda_driver as cd
     from trtfuse.plugins import network_ops
 
@@ -234,13 +244,14 @@ def test_linear_f32_kernel_is_bit_exact(m, n, k):
     xb, wb, bb = (cd.DeviceBuffer.from_array(a) for a in (x, w, bias))
     yb = cd.DeviceBuffer(m * n * 4)
     yb.fill(0xFF)  # NaN pattern
-    network_ops.linear_f32(xb.ptr, wb.ptr, bb.ptr, m, n, k, yb.ptr)
+    network_ops.linear_f32(xb.ptr, wb.ptr, bb.ptr, m, n, k, yb.ptr, tile=tile)
     got = yb.download((m, n), np.float32)
     assert np.array_equal(got.view(np.uint32), ref.linear_f32(x, w, bias).view(np.uint32))
 
 
+@pytest.mark.parametrize("tile", ["narrow", "wide"])
 @needs_gpu
-def test_linear_f32_kernel_takes_scalar_loads_for_misaligned_rows():
+def test_linear_f32_kernel_takes_scalar_loads_for_misaligned_rows(tile):
     """K % 4 == 0 but x starts 4 bytes into its buffer: the float4 loads would fault or misread."""
     from trtfuse.plugins import cuda_driver as cd
     from trtfuse.plugins import network_ops
@@ -254,7 +265,7 @@ def test_linear_f32_kernel_takes_scalar_loads_for_misaligned_rows():
     wb, bb = cd.DeviceBuffer.from_array(w), cd.DeviceBuffer.from_array(bias)
     yb = cd.DeviceBuffer(m * n * 4)
     yb.fill(0xFF)
-    network_ops.linear_f32(xb.ptr + 4, wb.ptr, bb.ptr, m, n, k, yb.ptr)
+    network_ops.linear_f32(xb.ptr + 4, wb.ptr, bb.ptr, m, n, k, yb.ptr, tile=tile)
     got = yb.download((m, n), np.float32)
     assert np.array_equal(got.view(np.uint32), ref.linear_f32(x, w, bias).view(np.uint32))
 

@@ -183,18 +183,20 @@ extern "C" __global__ void trtfuse_global_avgpool_chw32_f32(const int8_t* x, con
 // every output is acc = 0; for k in 0 .. round_up(K, 32) - 1: acc = fmaf(x[m][k], w[n][k], acc), with
 // x = w = 0 past K; y = acc + bias[n]. That is the order of the 32x32-tile kernel this one replaced (the
 // zero steps past K only turn an accumulator of -0 into +0, as they did there), so the logits did not move.
-// No split-K: that would change the order.
+// No split-K: that would change the order. Both tiles below give the same bits.
 //
-// Tiling: the classifier's output is small (256 x 1000 for ResNet-50 at batch 256) and K long (2048), so
-// the tile is sized to fill the GPU with one CTA per SM: 32 (M) x 64 (N) outputs per CTA = 128 CTAs.
-// 128 threads, each 4 rows x 4 columns (16 independent FMA chains). Shared memory keeps the global
-// layout (k contiguous, rows padded to 36 floats: the 16-byte stores of a tile are conflict-free and so
-// are the reads below); a thread's columns are 16 apart so that the 16 column threads of a warp read
-// 16 different rows of 36 floats, which fall in distinct bank groups. K is staged 32 at a time through
-// two shared buffers: the next tile's global loads are in flight while the current one is multiplied.
+// Tiling: the classifier's output is small (256 x 1000 for ResNet-50 at batch 256) and K long (2048).
+// * trtfuse_linear_f32: 32 (M) x 64 (N) outputs per CTA of 128 threads, each 4 rows x 4 columns (16
+//   independent FMA chains): 128 CTAs at batch 256, one per SM.
+// * trtfuse_linear_f32_wide: 128 x 128 per CTA of 256 threads, each 8 x 8. A thread's 64 FMAs per k step
+//   take 16 shared loads where the 4 x 4 tile's 16 take 8, so fewer issue slots go to loads; it fills the
+//   GPU only from about batch 2048 (128 CTAs for 1000 classes), below that the narrow tile's grid wins.
+// Shared memory keeps the global layout (k contiguous, rows padded by 4 floats: the 16-byte stores of a tile
+// are conflict-free, or 2-way for the wide tile's, and so are the reads below); a thread's columns are
+// BN / TN apart so that the 8 column threads of a quarter warp read 8 consecutive rows, which fall in
+// distinct bank groups, while its rows are read by broadcast. K is staged BK at a time through two shared
+// buffers: the next tile's global loads are in flight while the current one is multiplied.
 namespace linear {
-constexpr int BM = 32, BN = 64, BK = 32, LD = BK + 4, THREADS = 128;
-
 // Four consecutive k of one row, zero past K (and the whole row zero when it is past M or N).
 __device__ __forceinline__ float4 load4(const float* row, bool row_ok, int k, int K, bool vec) {
   if (!row_ok) return make_float4(0.f, 0.f, 0.f, 0.f);
@@ -202,11 +204,13 @@ __device__ __forceinline__ float4 load4(const float* row, bool row_ok, int k, in
   return make_float4(k < K ? row[k] : 0.f, k + 1 < K ? row[k + 1] : 0.f, k + 2 < K ? row[k + 2] : 0.f,
                      k + 3 < K ? row[k + 3] : 0.f);
 }
-}  // namespace linear
 
-extern "C" __global__ void __launch_bounds__(linear::THREADS)
-trtfuse_linear_f32(const float* x, const float* w, const float* bias, int M, int N, int K, float* y) {
-  using namespace linear;
+// BM x BN outputs per CTA, TM x TN per thread, BK of k per stage.
+template <int BM, int BN, int TM, int TN, int BK>
+__device__ __forceinline__ void gemm_tile(const float* x, const float* w, const float* bias, int M, int N, int K, float* y) {
+  constexpr int LD = BK + 4, COLS = BN / TN, ROWS = BM / TM, THREADS = COLS * ROWS;
+  constexpr int VEC_PER_ROW = BK / 4, ROWS_PER_PASS = THREADS / VEC_PER_ROW;
+  static_assert(BM % ROWS_PER_PASS == 0 && BN % ROWS_PER_PASS == 0 && 32 % BK == 0, "tile shape");
   __shared__ __align__(16) float xs[2][BM][LD];
   __shared__ __align__(16) float ws[2][BN][LD];
   const int tid = threadIdx.x;
@@ -214,37 +218,37 @@ trtfuse_linear_f32(const float* x, const float* w, const float* bias, int M, int
   // float4 global loads need every row start 16-byte aligned; anything else takes the scalar loads.
   const bool vec = (K % 4 == 0) && ((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w)) % 16 == 0);
 
-  // Loader: thread -> (row tid / 8 + 16 p, k = 4 * (tid % 8)): a warp reads 4 rows x 128 bytes per pass.
-  const int lrow = tid / 8, lk = 4 * (tid % 8);
-  float4 xr[BM / 16], wr[BN / 16];
+  // Loader: thread -> (row tid / VEC_PER_ROW + ROWS_PER_PASS p, k = 4 * (tid % VEC_PER_ROW)).
+  const int lrow = tid / VEC_PER_ROW, lk = 4 * (tid % VEC_PER_ROW);
+  float4 xr[BM / ROWS_PER_PASS], wr[BN / ROWS_PER_PASS];
   auto fetch = [&](int k0) {
 #pragma unroll
-    for (int p = 0; p < BM / 16; ++p) {
-      const int m = m0 + lrow + 16 * p;
+    for (int p = 0; p < BM / ROWS_PER_PASS; ++p) {
+      const int m = m0 + lrow + ROWS_PER_PASS * p;
       xr[p] = load4(x + (long long)m * K, m < M, k0 + lk, K, vec);
     }
 #pragma unroll
-    for (int p = 0; p < BN / 16; ++p) {
-      const int n = n0 + lrow + 16 * p;
+    for (int p = 0; p < BN / ROWS_PER_PASS; ++p) {
+      const int n = n0 + lrow + ROWS_PER_PASS * p;
       wr[p] = load4(w + (long long)n * K, n < N, k0 + lk, K, vec);
     }
   };
   auto stage = [&](int buf) {
 #pragma unroll
-    for (int p = 0; p < BM / 16; ++p) *reinterpret_cast<float4*>(&xs[buf][lrow + 16 * p][lk]) = xr[p];
+    for (int p = 0; p < BM / ROWS_PER_PASS; ++p) *reinterpret_cast<float4*>(&xs[buf][lrow + ROWS_PER_PASS * p][lk]) = xr[p];
 #pragma unroll
-    for (int p = 0; p < BN / 16; ++p) *reinterpret_cast<float4*>(&ws[buf][lrow + 16 * p][lk]) = wr[p];
+    for (int p = 0; p < BN / ROWS_PER_PASS; ++p) *reinterpret_cast<float4*>(&ws[buf][lrow + ROWS_PER_PASS * p][lk]) = wr[p];
   };
 
-  // Compute: thread -> rows tm + 8 i, columns tn + 16 j (i, j = 0..3).
-  const int tn = tid % 16, tm = tid / 16;
-  float acc[4][4];
+  // Compute: thread -> rows tm + ROWS i, columns tn + COLS j.
+  const int tn = tid % COLS, tm = tid / COLS;
+  float acc[TM][TN];
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < TM; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+    for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
-  const int tiles = (K + BK - 1) / BK;
+  const int tiles = (K + 31) / 32 * (32 / BK);  // k runs to round_up(K, 32) whatever BK: the fixed order above
   fetch(0);
   stage(0);
   __syncthreads();
@@ -253,16 +257,16 @@ trtfuse_linear_f32(const float* x, const float* w, const float* bias, int M, int
     if (t + 1 < tiles) fetch((t + 1) * BK);
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 4) {
-      float4 a[4], b[4];
+      float4 a[TM], b[TN];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(&xs[buf][tm + 8 * i][kk]);
+      for (int i = 0; i < TM; ++i) a[i] = *reinterpret_cast<const float4*>(&xs[buf][tm + ROWS * i][kk]);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) b[j] = *reinterpret_cast<const float4*>(&ws[buf][tn + 16 * j][kk]);
+      for (int j = 0; j < TN; ++j) b[j] = *reinterpret_cast<const float4*>(&ws[buf][tn + COLS * j][kk]);
       // k ascending for every accumulator: the .x, .y, .z, .w steps in that order
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < TN; ++j) {
           acc[i][j] = fmaf(a[i].x, b[j].x, acc[i][j]);
           acc[i][j] = fmaf(a[i].y, b[j].y, acc[i][j]);
           acc[i][j] = fmaf(a[i].z, b[j].z, acc[i][j]);
@@ -275,15 +279,26 @@ trtfuse_linear_f32(const float* x, const float* w, const float* bias, int M, int
     __syncthreads();
   }
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int m = m0 + tm + 8 * i;
+  for (int i = 0; i < TM; ++i) {
+    const int m = m0 + tm + ROWS * i;
     if (m >= M) continue;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int n = n0 + tn + 16 * j;
+    for (int j = 0; j < TN; ++j) {
+      const int n = n0 + tn + COLS * j;
       if (n < N) y[(long long)m * N + n] = __fadd_rn(acc[i][j], bias[n]);
     }
   }
+}
+}  // namespace linear
+
+extern "C" __global__ void __launch_bounds__(128)
+trtfuse_linear_f32(const float* x, const float* w, const float* bias, int M, int N, int K, float* y) {
+  linear::gemm_tile<32, 64, 4, 4, 32>(x, w, bias, M, N, K, y);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+trtfuse_linear_f32_wide(const float* x, const float* w, const float* bias, int M, int N, int K, float* y) {
+  linear::gemm_tile<128, 128, 8, 8, 16>(x, w, bias, M, N, K, y);
 }
 
 // Row-wise top-1 over logits [M][N] -> int32 [M], numpy.argmax's answer: the first index of the
