@@ -123,7 +123,7 @@ def load_plans(path: str, batch: int):
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TrtfuseError(f"--plans {path}: not a results file with a `plans` map ({type(exc).__name__}: {exc})") from None
     tuned_at = record.get("batch")
-    if tuned_at is not None and (not isinstance(tuned_at, int) or tuned_at <= 0 or batch % tuned_at):
+    if tuned_at is not None and (type(tuned_at) is not int or tuned_at <= 0 or batch % tuned_at):
         raise TrtfuseError(f"--plans {path} was tuned at batch {tuned_at}, this run is batch {batch} (not a whole multiple)")
     tile = None
     for node, name in list(names.items()):

@@ -60,10 +60,11 @@ def test_load_plans_takes_a_file_tuned_at_a_divisor_of_the_batch(tmp_path):
     ({"batch": 1024, "plans": {}}, "tuned at batch 1024, this run is batch 512"),
     ({"batch": 384, "plans": {}}, "not a whole multiple"),
     ({"batch": "512", "plans": {}}, "tuned at batch 512"),
+    ({"batch": True, "plans": {}}, "tuned at batch True"),
     ({"batch": 512}, "not a results file"),
     ({"batch": 512, "plans": {"conv1__fused": "stem_pool/5x5"}}, "stem tile"),
     ("not json", "not a results file"),
-], ids=["larger-batch", "not-a-multiple", "batch-not-a-number", "no-plans", "unknown-tile", "not-json"])
+], ids=["larger-batch", "not-a-multiple", "batch-not-a-number", "batch-a-bool", "no-plans", "unknown-tile", "not-json"])
 def test_load_plans_refuses_a_file_that_does_not_fit(tmp_path, record, match):
     path = tmp_path / "e2e.json"
     path.write_text(record if isinstance(record, str) else json.dumps(record))
