@@ -71,8 +71,11 @@ LINEAR_TILES = {"narrow": ("trtfuse_linear_f32", (32, 64), 128), "wide": ("trtfu
 LINEAR_WIDE_MIN_FILL = 0.9
 
 
-def linear_tile(m: int, n: int, sm_count: int) -> str:
-    """The tile linear_f32 runs an [m, n] output with: both give the same bits."""
+def linear_tile(m: int, n: int, sm_count: int | None = None) -> str:
+    """The tile linear_f32 runs an [m, n] output with on a GPU of `sm_count` SMs (default: the current one's); both
+    give the same bits."""
+    if sm_count is None:
+        sm_count = cd.device_attribute("MULTIPROCESSOR_COUNT", cd.current_device())
     _, (bm, bn), _ = LINEAR_TILES["wide"]
     return "wide" if -(-m // bm) * -(-n // bn) >= LINEAR_WIDE_MIN_FILL * sm_count else "narrow"
 
@@ -82,9 +85,7 @@ def linear_f32(x: int, w: int, bias: int, m: int, n: int, k: int, y: int, stream
     (reference.linear_f32 gives the same bits). tile: "narrow" or "wide" (LINEAR_TILES), else linear_tile's."""
     if min(m, n, k) < 1:
         raise ValueError(f"linear_f32 needs M, N, K >= 1, got {m}, {n}, {k}")
-    if tile is None:
-        tile = linear_tile(m, n, cd.device_attribute("MULTIPROCESSOR_COUNT", cd.current_device()))
-    entry, (bm, bn), threads = LINEAR_TILES[tile]
+    entry, (bm, bn), threads = LINEAR_TILES[tile or linear_tile(m, n)]
     args = [_p(x), _p(w), _p(bias), _i(m), _i(n), _i(k), _p(y)]
     cd.launch(_fn(entry), ((n + bn - 1) // bn, (m + bm - 1) // bm, 1), (threads, 1, 1), 0, stream,
               [ctypes.addressof(a) for a in args])
