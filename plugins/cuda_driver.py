@@ -20,11 +20,18 @@ def _driver():
     return driver
 
 
+class GpuOutOfMemory(TrtfuseError):
+    """The GPU has no room for an allocation: the user's sizes (batch, runners in flight) are too large for it, not a
+    fault of ours, so it is a one-line error. Callers that know those sizes re-raise it naming them."""
+
+
 def check(result):
     """Unpack a cuda-python (err, *values) tuple, raising on error."""
     drv = _driver()
     err, *values = result if isinstance(result, tuple) else (result,)
     if err != drv.CUresult.CUDA_SUCCESS:
+        if err == drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
+            raise GpuOutOfMemory("the GPU is out of memory (CUDA_ERROR_OUT_OF_MEMORY)")
         _, name = drv.cuGetErrorName(err)
         raise RuntimeError(f"CUDA driver error {name.decode() if name else err}")
     if not values:

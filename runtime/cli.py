@@ -9,6 +9,7 @@ from .offline import DEFAULT_STREAMS
 
 
 BACKENDS = ("cpu", "cuda", "trt")
+TORCH_SECONDS_PER_BATCH = 5.0  # --compare-torch: timed at each batch torch_fp16_best tries
 LOADGEN_DATA = "DIR|FILE|default|synthetic"  # what `offline` and `server` read as --data (runtime/offline.py load_samples)
 
 
@@ -77,7 +78,8 @@ def register(sub) -> None:
                 "or `trtfuse offline --autotune -o`, tuned at this batch or one dividing it) instead of tuning again")
     flags.unfuse(o, "--backend cuda: run this fusion of the GPU runner as the kernels it replaces (repeatable)")
     o.add_argument("--compare-torch", action="store_true",
-                   help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run")
+                   help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run, at its best "
+                   "batch: this run's or a halving of it down to 256")
     o.add_argument("--scaling", action="store_true",
                    help="with --gpus N > 1: first run one GPU with the same settings in a process of its own (its "
                    "expected QPS 1/N of --expected-qps, logs in LOG_DIR/one-gpu, its record LOG_DIR/one-gpu.json), "
@@ -189,9 +191,11 @@ def offline(args) -> int:
     finally:
         bar.close()
     if args.compare_torch:
-        from trtfuse.bench.e2e import torch_fp16_samples_per_s
+        from trtfuse.bench.e2e import torch_fp16_best
 
-        result["torch_fp16_samples_per_s"] = torch_fp16_samples_per_s(result.get("batch") or args.batch, 10.0)
+        torch_best = torch_fp16_best(result.get("batch") or args.batch, TORCH_SECONDS_PER_BATCH)
+        result["torch_fp16_samples_per_s"] = torch_best["samples_per_s"]
+        result["torch_fp16_batch"], result["torch_fp16_by_batch"] = torch_best["batch"], torch_best["by_batch"]
         if result.get("samples_per_s"):
             result["speedup_vs_torch_fp16"] = result["samples_per_s"] / result["torch_fp16_samples_per_s"]
     import datetime
@@ -208,7 +212,8 @@ def offline(args) -> int:
         print_json(result)
     else:
         keys = ["backend", "endpoints", "batch", "gpus", "streams", "mode", "answers", "expected_qps", "samples_per_s",
-                "samples_completed", "scaling_vs_1gpu", "pipeline_samples_per_s", "torch_fp16_samples_per_s"]
+                "samples_completed", "scaling_vs_1gpu", "pipeline_samples_per_s", "torch_fp16_samples_per_s",
+                "torch_fp16_batch"]
         rows = loadgen_rows(result, keys)
         if result.get("invalid_because"):
             rows.append(["INVALID because", result["invalid_because"]])

@@ -290,6 +290,13 @@ def _device_samples(runner, samples: np.ndarray, batch: int):
     return out, per
 
 
+def runners_needed(mode: str, streams: int, count: int, batch: int) -> int:
+    """Runners (CUDA graphs) per GPU: --streams, but in accuracy mode, where LoadGen asks for each of the `count`
+    samples once, no more than the run has batches: one more would only take GPU memory (6 runners at batch 4096 do
+    not fit in an H200's)."""
+    return min(streams, -(-count // batch)) if mode == "accuracy" else streams
+
+
 def _cuda_worker(make_runner, batch: int, samples: np.ndarray, device: int, streams: int,
                  jobs: JobFeed | None = None) -> _GpuWorker:
     """A _GpuWorker on GPU `device` with `streams` runners from make_runner(), samples put on it once; `jobs`: the
@@ -297,8 +304,12 @@ def _cuda_worker(make_runner, batch: int, samples: np.ndarray, device: int, stre
     from ..plugins import cuda_driver as cd
 
     ctx = cd.context(device)
-    runners = [make_runner() for _ in range(streams)]
-    on_device, sample_bytes = _device_samples(runners[0], samples, batch)  # preprocessed once, kept on the GPU
+    try:
+        runners = [make_runner() for _ in range(streams)]
+        on_device, sample_bytes = _device_samples(runners[0], samples, batch)  # preprocessed once, kept on the GPU
+    except cd.GpuOutOfMemory as exc:
+        raise TrtfuseError(f"GPU {device}: {streams} runner(s) at batch {batch} and {len(samples)} samples do not fit "
+                           f"in its memory ({exc}): lower --batch, --streams or --count") from None
     slots = [_RunnerSlot(r, on_device, sample_bytes, batch) for r in runners]
     return _GpuWorker(slots, thread_setup=lambda: cd.check(cd._driver().cuCtxSetCurrent(ctx)), jobs=jobs)
 
@@ -473,6 +484,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
             raise TrtfuseError(f"--backend {backend} needs an NVIDIA GPU: {why}")
     images, labels = load_samples(data, count, size=int(dims[2]), model=model)
     count = len(images)
+    streams = runners_needed(mode, streams, count, batch)
     if backend in ("cuda", "trt"):
         available = cd.check(cd._driver().cuDeviceGetCount())
         n_gpus = available if gpus == "all" else int(gpus)

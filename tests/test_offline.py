@@ -655,3 +655,32 @@ def test_the_offline_querys_lists_are_freed_after_the_run_not_during_it(tmp_path
 
     gc.collect()
     assert [r() for r in refs] == [None, None]
+
+
+def test_accuracy_mode_builds_no_more_runners_than_the_run_has_batches():
+    from trtfuse.runtime.offline import runners_needed
+
+    assert runners_needed("accuracy", 6, 256, 4096) == 1
+    assert runners_needed("accuracy", 6, 1000, 256) == 4
+    assert runners_needed("accuracy", 2, 5000, 256) == 2
+    assert runners_needed("performance", 6, 256, 4096) == 6  # LoadGen repeats samples: every runner launches
+
+
+def test_a_gpu_out_of_memory_is_one_line_naming_the_sizes(monkeypatch):
+    pytest.importorskip("cuda.bindings.driver", reason="needs cuda-python (pip install 'trtfuse[gpu]')")
+    from trtfuse.errors import TrtfuseError
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.runtime import offline as offline_mod
+
+    drv = cd._driver()
+    with pytest.raises(cd.GpuOutOfMemory, match=r"^the GPU is out of memory \(CUDA_ERROR_OUT_OF_MEMORY\)$"):
+        cd.check((drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY,))
+    monkeypatch.setattr(cd, "context", lambda device: None)  # the driver's own check() raised it above
+
+    def runner_too_large():
+        cd.check((drv.CUresult.CUDA_ERROR_OUT_OF_MEMORY,))
+
+    with pytest.raises(TrtfuseError) as err:
+        offline_mod._cuda_worker(runner_too_large, 4096, np.zeros((256, 3, 8, 8), np.float32), 0, 6)
+    assert str(err.value) == ("GPU 0: 6 runner(s) at batch 4096 and 256 samples do not fit in its memory (the GPU is out "
+                              "of memory (CUDA_ERROR_OUT_OF_MEMORY)): lower --batch, --streams or --count")
