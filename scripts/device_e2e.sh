@@ -5,6 +5,7 @@
 # same run), then LoadGen Offline on 1..N GPUs. Results in $OUT.
 #   bash scripts/device_e2e.sh "1 2"      (MIN_DURATION=300: LoadGen's minimum duration; SKIP_E2E=1: no graph loop;
 #                                          BATCH=512 STREAMS=3: batch size and graphs in flight per GPU; QPS: per GPU;
+#                                          COUNT=8192: samples in the sample library (default 4096);
 #                                          PLANS=bench/results/e2e-NVIDIA_H200.json: its tuned plans for both steps, no autotune;
 #                                          ENERGY=1: the graph loop also reads the board's energy counter, bench e2e --energy)
 set -uo pipefail
@@ -26,7 +27,7 @@ energy=""; [ "${ENERGY:-0}" = 1 ] && energy="--energy"
 for g in $GPUS; do
   extra=""; [ "$g" = "1" ] && extra="--compare-torch"
   [ "$g" != "1" ] && extra="--scaling"  # the 1-GPU run of the same call first: scaling_vs_1gpu in the record
-  $T offline --model /tmp/r50_all.onnx --backend cuda --count 4096 --batch "${BATCH:-256}" --streams "${STREAMS:-6}" \
+  $T offline --model /tmp/r50_all.onnx --backend cuda --count "${COUNT:-4096}" --batch "${BATCH:-256}" --streams "${STREAMS:-6}" \
     --gpus "$g" --min-duration "${MIN_DURATION:-10}" --expected-qps $((${QPS:-75000} * g)) $tune --log-dir "/tmp/logs-g$g" -o "$OUT/offline-g$g.json" $extra 2>&1 | tail -14
   mkdir -p "$OUT/logs-g$g"; cp /tmp/logs-g$g/mlperf_log_summary.txt /tmp/logs-g$g/mlperf_log_detail.txt "$OUT/logs-g$g/" 2>/dev/null
 done
