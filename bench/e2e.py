@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from trtfuse import args as flags
+from trtfuse.errors import TrtfuseError
 
 
 def build_fused_resnet50(batch: int, image_size: int = 224, calib: int = 8):
@@ -65,13 +66,30 @@ def torch_batches(batch: int) -> list[int]:
 def torch_fp16_best(batch: int, seconds: float) -> dict:
     """PyTorch fp16 at its own best batch no larger than the run's (torch_batches), `seconds` at each. A baseline at our
     batch alone would flatter us: on an H200 cuDNN runs batch 4096 about 30 % below batch 1024. Returns samples_per_s,
-    the batch that gave it, and every batch's figure."""
+    the batch that gave it, and every batch's figure (None: that batch did not fit in the GPU's memory)."""
     by_batch = {b: torch_fp16_samples_per_s(b, seconds) for b in torch_batches(batch)}
-    best = max(by_batch, key=by_batch.get)
-    return {"samples_per_s": by_batch[best], "batch": best, "by_batch": {str(b): v for b, v in by_batch.items()}}
+    ran = {b: v for b, v in by_batch.items() if v is not None}
+    if not ran:
+        raise TrtfuseError(f"PyTorch fp16 ran out of GPU memory at every batch from {batch} down to "
+                           f"{min(by_batch)}: the baseline cannot be timed on this GPU")
+    best = max(ran, key=ran.get)
+    return {"samples_per_s": ran[best], "batch": best, "by_batch": {str(b): v for b, v in by_batch.items()}}
 
 
-def torch_fp16_samples_per_s(batch: int, seconds: float, image_size: int = 224) -> float:
+def torch_fp16_samples_per_s(batch: int, seconds: float, image_size: int = 224) -> float | None:
+    """samples/s of PyTorch fp16 ResNet-50 at `batch` for about `seconds`, or None where the batch does not fit in the
+    GPU's memory."""
+    import torch
+
+    try:
+        return _torch_fp16_rate(batch, seconds, image_size)
+    except torch.cuda.OutOfMemoryError:
+        return None
+    finally:
+        torch.cuda.empty_cache()  # the next batch torch_fp16_best tries, or our runners, get this memory back
+
+
+def _torch_fp16_rate(batch: int, seconds: float, image_size: int) -> float:
     import torch
     import torchvision
 
@@ -93,10 +111,7 @@ def torch_fp16_samples_per_s(batch: int, seconds: float, image_size: int = 224) 
         g.replay()
         torch.cuda.synchronize()
         done += batch
-    rate = done / (time.perf_counter() - start)
-    del g, net, x
-    torch.cuda.empty_cache()  # the next batch torch_fp16_best tries, or our runners, get this memory back
-    return rate
+    return done / (time.perf_counter() - start)
 
 
 def layer_breakdown(runner, reps: int = 10) -> list[dict]:
@@ -173,7 +188,8 @@ def add_arguments(p) -> None:
     flags.streams(p, 2, "runners (CUDA graphs) in flight (default 2)", metavar=None)
     flags.seconds(p, 5.0, "timed seconds per figure (default 5)")
     p.add_argument("--no-torch", action="store_true",
-                   help="skip the PyTorch fp16 baseline (timed at its best batch: this run's or a halving down to 256)")
+                   help="skip the PyTorch fp16 baseline (timed at its best batch: this run's or a halving down to 256; a batch "
+                        "that does not fit in the GPU's memory is skipped)")
     flags.autotune(p, "time every tactic per conv when building the runner")
     flags.plans(p, "run the tuned plans a results file records (`bench e2e -o`, `offline -o`) instead of tuning; "
                 "its batch must be this run's or divide it")
@@ -190,7 +206,6 @@ def run(args) -> int:
     import datetime
     import sys
 
-    from ..errors import TrtfuseError
     from ..io import atomic_write_json
     from ..plugins import cuda_driver as cd
     from ..runtime.gpu_runner import CudaRunner, unfused_options
@@ -307,8 +322,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from ..errors import TrtfuseError
-
     try:
         raise SystemExit(main())
     except TrtfuseError as exc:

@@ -79,7 +79,7 @@ def register(sub) -> None:
     flags.unfuse(o, "--backend cuda: run this fusion of the GPU runner as the kernels it replaces (repeatable)")
     o.add_argument("--compare-torch", action="store_true",
                    help="also time PyTorch fp16 ResNet-50 (cuDNN, channels_last, CUDA graph) in the same run, at its best "
-                   "batch: this run's or a halving of it down to 256")
+                   "batch: this run's or a halving of it down to 256 (one that does not fit in the GPU's memory is skipped)")
     o.add_argument("--scaling", action="store_true",
                    help="with --gpus N > 1: first run one GPU with the same settings in a process of its own (its "
                    "expected QPS 1/N of --expected-qps, logs in LOG_DIR/one-gpu, its record LOG_DIR/one-gpu.json), "

@@ -34,3 +34,18 @@ def test_the_best_batch_is_kept_with_every_batchs_figure(monkeypatch):
     assert best["samples_per_s"] == 17_811.0 and best["batch"] == 1024
     assert best["by_batch"] == {str(b): r for b, r in rates.items()}
     assert timed == [(b, 5.0) for b in (4096, 2048, 1024, 512, 256)]
+
+
+def test_a_batch_that_does_not_fit_is_recorded_and_the_others_still_compete(monkeypatch):
+    rates = {8192: None, 4096: 12_547.0, 2048: 17_798.0, 1024: 17_811.0, 512: 17_634.0, 256: 17_152.0}
+    monkeypatch.setattr(e2e, "torch_fp16_samples_per_s", lambda batch, seconds: rates[batch])
+    best = e2e.torch_fp16_best(8192, 1.0)
+    assert best["batch"] == 1024 and best["by_batch"]["8192"] is None
+
+
+def test_no_batch_fitting_is_a_one_line_error(monkeypatch):
+    from trtfuse.errors import TrtfuseError
+
+    monkeypatch.setattr(e2e, "torch_fp16_samples_per_s", lambda batch, seconds: None)
+    with pytest.raises(TrtfuseError, match="^PyTorch fp16 ran out of GPU memory at every batch from 512 down to 256: "):
+        e2e.torch_fp16_best(512, 1.0)
