@@ -259,8 +259,8 @@ def run(args) -> int:
         by_step = step_energy(runners[0], meter)
         energy = {"forward": forward, "steps": by_step, "per_batch": per_batch_energy(by_step, args.batch, forward)}
         steps.update(1)
-    torch_best = None if args.no_torch else torch_fp16_best(args.batch, args.seconds)
-    torch_fp16 = torch_best["samples_per_s"] if torch_best else None
+    torch_best = {} if args.no_torch else torch_fp16_best(args.batch, args.seconds)
+    torch_fp16 = torch_best.get("samples_per_s")
     steps.update(1)
     steps.close()
     device, date = cd.device_name(), datetime.date.today().isoformat()
@@ -271,8 +271,7 @@ def run(args) -> int:
               "samples_per_s": ours, "samples_per_s_one_stream": ours_one,
               "offline_pipeline_samples_per_s": pipeline,
               "torch_fp16_samples_per_s": torch_fp16,
-              "torch_fp16_batch": torch_best["batch"] if torch_best else None,
-              "torch_fp16_by_batch": torch_best["by_batch"] if torch_best else None,
+              "torch_fp16_batch": torch_best.get("batch"), "torch_fp16_by_batch": torch_best.get("by_batch"),
               "speedup_vs_torch_fp16": ours / torch_fp16 if torch_fp16 else None,
               "forward_ms_sum_of_steps": sum(b["ms"] for b in breakdown),
               "model_prep_seconds": prep_s, "breakdown": breakdown,
