@@ -158,6 +158,16 @@ def test_stream_probe_compiles(defines):
     assert set(k.resources) == {"probe_flat", "probe_tiles"} and not k.spills()
 
 
+@pytest.mark.parametrize("cluster", [2, 4, 8])
+def test_dsmem_probe_compiles(cluster):
+    # bench/dsmem_probe.py: 16-byte accesses to a peer CTA's shared memory through mapa's cluster address
+    k = compile_kernel("dsmem_probe.cu", {"CLUSTER": cluster}, "sm_90", "cubin", include_dirs=(PROBE_KERNEL_DIR,))
+    assert set(k.resources) == {"probe_store", "probe_load"} and not k.spills()
+    ptx = compile_kernel("dsmem_probe.cu", {"CLUSTER": cluster}, "sm_90", "ptx", include_dirs=(PROBE_KERNEL_DIR,)).image.decode(errors="replace")
+    for needle in ("mapa.shared::cluster.u32", "st.shared::cluster.v4.u32", "ld.shared::cluster.v4.u32", f".reqnctapercluster {cluster}, 1, 1"):
+        assert needle in ptx, needle
+
+
 def test_wgmma_ptx_uses_the_hopper_instructions():
     ptx = compile_tactic(WGMMA_TACTICS[0], "ptx").image.decode(errors="replace")
     assert ".target sm_90a" in ptx
