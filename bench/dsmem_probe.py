@@ -3,7 +3,7 @@ bench/probe_kernels/dsmem_probe.cu: 16-byte stores into, and loads out of, anoth
 cluster (distributed shared memory, sm_90), against the CTA's own shared memory, for clusters of 2, 4 and 8, next to
 the HBM copy rate of the same GPU (device only):
 
-    python3 -m trtfuse.bench.dsmem_probe [--iters 2000] [--out FILE]
+    python3 -m trtfuse.bench.dsmem_probe [--passes 2000] [--out FILE]
 
 Every run's result is checked before it is timed: each CTA's buffer after the store probe holds exactly what its
 writer (the previous rank, or itself) stored in the last pass, and each thread's load sum is the one its slots give.
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(prog="python3 -m trtfuse.bench.dsmem_probe")
     flags.out(ap)
-    ap.add_argument("--iters", type=int, default=2000, help="passes over the 64 KB buffer per CTA")
+    ap.add_argument("--passes", type=int, default=2000, help="passes over the 64 KB buffer per CTA")
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
     torch.cuda.init()
@@ -100,17 +100,17 @@ def main(argv=None) -> int:
             for remote in (False, True):
                 size = ctas * SLOTS * 4 if probe == "store" else ctas * THREADS
                 result = torch.full((size,), -1, dtype=torch.int32, device="cuda")  # poisoned
-                it_arg, remote_arg, out_arg = ctypes.c_int32(args.iters), ctypes.c_int32(int(remote)), ctypes.c_uint64(result.data_ptr())
+                it_arg, remote_arg, out_arg = ctypes.c_int32(args.passes), ctypes.c_int32(int(remote)), ctypes.c_uint64(result.data_ptr())
                 launch = lambda: cd.launch(fn, (ctas, 1, 1), (THREADS, 1, 1), BUFFER_BYTES, stream.cuda_stream,
                                            [ctypes.addressof(it_arg), ctypes.addressof(remote_arg), ctypes.addressof(out_arg)])
                 launch()
                 torch.cuda.synchronize()
                 got = result.cpu().numpy().view(np.uint32)
-                want = (expected_store if probe == "store" else expected_load)(ctas, cluster, args.iters, remote)
+                want = (expected_store if probe == "store" else expected_load)(ctas, cluster, args.passes, remote)
                 if not np.array_equal(got.reshape(want.shape), want):
                     raise SystemExit(f"dsmem_probe: {probe} cluster {cluster} {'remote' if remote else 'local'} gave a wrong result")
                 ms = timed_ms(launch)
-                total = ctas * args.iters * BUFFER_BYTES / ms / 1e9  # TB/s
+                total = ctas * args.passes * BUFFER_BYTES / ms / 1e9  # TB/s
                 row = {"cluster": cluster, "probe": probe, "memory": "peer CTA" if remote else "own CTA", "ctas": ctas,
                        "ms": round(ms, 4), "tb_per_s": round(total, 3), "gb_per_s_per_sm": round(total * 1e3 / sms, 1)}
                 rows.append(row)
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     print(f"HBM copy {ms:8.3f} ms {hbm:7.2f} TB/s {hbm * 1e3 / sms:7.1f} GB/s per SM (read + write)")
     result = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(), "sms": sms,
               "command": "python3 -m trtfuse.bench.dsmem_probe" + (" " + " ".join(argv) if argv else ""),
-              "iters": args.iters, "rows": rows, "hbm_copy_tb_per_s": round(hbm, 3)}
+              "passes": args.passes, "rows": rows, "hbm_copy_tb_per_s": round(hbm, 3)}
     if args.out:
         atomic_write_json(args.out, result)
     return 0

@@ -268,6 +268,7 @@ def run(args) -> int:
               "batch": args.batch, "streams": args.streams, "autotune": args.autotune, "plans_file": args.plans,
               "plans_tuned_at_batch": given.batch if given else None,
               "fold_stem": not args.no_fold_stem, "unfused": list(args.unfuse), "plans": runners[0].plan_names(),
+              "activation_bytes_per_runner": runners[0].activation_bytes,
               "samples_per_s": ours, "samples_per_s_one_stream": ours_one,
               "offline_pipeline_samples_per_s": pipeline,
               "torch_fp16_samples_per_s": torch_fp16,

@@ -178,6 +178,95 @@ class DeviceBuffer(_DriverMemory):
         check(_driver().cuMemFree(self.ptr))
 
 
+def _device_location(device_ordinal: int):
+    drv = _driver()
+    prop = drv.CUmemAllocationProp()
+    prop.type = drv.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    prop.location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    prop.location.id = device_ordinal
+    return prop
+
+
+@lru_cache(maxsize=None)
+def allocation_granularity(device_ordinal: int) -> int:
+    """The bytes a physical allocation and a mapping come in (cuMemGetAllocationGranularity; 2 MB on NVIDIA's GPUs)."""
+    drv = _driver()
+    return int(check(drv.cuMemGetAllocationGranularity(
+        _device_location(device_ordinal), drv.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)))
+
+
+class PhysicalMemory(_DriverMemory):
+    """Device memory with no address of its own (cuMemCreate): VirtualBuffer ranges map slices of it. `ptr` holds the
+    allocation handle, so that _DriverMemory releases it once; the memory lives on until the last mapping is gone."""
+
+    def __init__(self, nbytes: int, device_ordinal: int):
+        context()
+        gran = allocation_granularity(device_ordinal)
+        self.nbytes = -(-max(int(nbytes), 1) // gran) * gran
+        self.device = device_ordinal
+        self.ptr = int(check(_driver().cuMemCreate(self.nbytes, _device_location(device_ordinal), 0)))
+
+    def _release(self) -> None:
+        check(_driver().cuMemRelease(self.ptr))
+
+
+class VirtualBuffer(DeviceBuffer):
+    """Device memory whose address is fixed when it is created and whose backing comes later: a reserved virtual range
+    (cuMemAddressReserve), unbacked until back_private() maps memory of its own or back_with() a slice of a shared
+    PhysicalMemory. Kernels, graphs and tensor maps may take `ptr` before either: only running them needs the
+    backing. Buffers whose lives do not overlap can so share memory (runtime/gpu_runner.py, share_activations)."""
+
+    def __init__(self, nbytes: int):
+        context()
+        self.nbytes = max(int(nbytes), 1)
+        self.device = current_device()
+        gran = allocation_granularity(self.device)
+        self.span = -(-self.nbytes // gran) * gran
+        self.ptr = int(check(_driver().cuMemAddressReserve(self.span, gran, 0, 0)))
+        self.backing: PhysicalMemory | None = None
+        self.offset = 0
+
+    @property
+    def backed(self) -> bool:
+        return self.backing is not None
+
+    def back_private(self) -> None:
+        """Memory of its own, if it has none yet."""
+        if self.backing is None:
+            self._map(PhysicalMemory(self.span, self.device), 0)
+
+    def back_with(self, physical: PhysicalMemory, offset: int) -> None:
+        """Bytes offset .. offset + span of `physical` (offset a multiple of the granularity), in place of any backing
+        it had (which is given back)."""
+        if offset % allocation_granularity(self.device) or offset + self.span > physical.nbytes:
+            raise ValueError(f"a slice at {offset} of {self.span} bytes does not fit {physical.nbytes} at the granularity")
+        self._unmap()
+        self._map(physical, offset)
+
+    def unback(self) -> None:
+        """Give its memory back (the address stays reserved): it must not be touched again until backed."""
+        self._unmap()
+
+    def _map(self, physical: PhysicalMemory, offset: int) -> None:
+        drv = _driver()
+        check(drv.cuMemMap(self.ptr, self.span, offset, physical.ptr, 0))
+        access = drv.CUmemAccessDesc()
+        access.location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        access.location.id = self.device
+        access.flags = drv.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        check(drv.cuMemSetAccess(self.ptr, self.span, [access], 1))
+        self.backing, self.offset = physical, offset
+
+    def _unmap(self) -> None:
+        if self.backing is not None:
+            check(_driver().cuMemUnmap(self.ptr, self.span))
+            self.backing, self.offset = None, 0  # a private backing goes with its last reference
+
+    def _release(self) -> None:
+        self._unmap()
+        check(_driver().cuMemAddressFree(self.ptr, self.span))
+
+
 class PinnedArray(_DriverMemory):
     """A numpy array in page-locked host memory (cuMemHostAlloc): copies into it on a stream are truly
     asynchronous (a pageable destination makes cuMemcpyDtoHAsync wait for the copy on the host).

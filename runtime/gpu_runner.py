@@ -57,15 +57,18 @@ from ..plugins.op_schema import DOMAIN, FUSED_CONV_ADD_CONV, op_for_node
 from ..plugins.tactics import candidate_tactics
 from .bottleneck_match import match_identity_bottleneck, node_conv_shape
 from .classifier_plan import float16_refusal, plan_classifier
+from .memory_plan import assign_offsets, lifetimes
 from .top1 import Top1Readout
 
 
 class _Tensor:
     """An int8 activation on the device in CHW{vec} layout (or an fp32 buffer when vec == 0).
 
-    `folded_from`: this is the space-to-depth form (plugins/stem.py) of a tensor of that logical shape."""
+    `folded_from`: this is the space-to-depth form (plugins/stem.py) of a tensor of that logical shape. `lazy`: its
+    address is reserved now and its memory mapped later (cuda_driver.VirtualBuffer), its own or a slice shared with
+    activations whose lives do not overlap its own (CudaRunner._place_activations)."""
 
-    def __init__(self, shape, vec: int, dtype=np.int8, folded_from=None):
+    def __init__(self, shape, vec: int, dtype=np.int8, folded_from=None, lazy: bool = False):
         self.shape, self.vec, self.dtype = tuple(int(d) for d in shape), vec, dtype
         self.folded_from = folded_from
         if vec:
@@ -73,7 +76,13 @@ class _Tensor:
             self.physical = (n, round_up(c, vec) // vec, h, w, vec)
         else:
             self.physical = self.shape
-        self.buf = cd.DeviceBuffer(int(np.prod(self.physical)) * np.dtype(dtype).itemsize)
+        nbytes = int(np.prod(self.physical)) * np.dtype(dtype).itemsize
+        self.buf = cd.VirtualBuffer(nbytes) if lazy else cd.DeviceBuffer(nbytes)
+
+    def ensure_backed(self) -> None:
+        """Memory of its own if it has none yet (a lazy tensor run before the forward's memory is placed: autotune)."""
+        if isinstance(self.buf, cd.VirtualBuffer):
+            self.buf.back_private()
 
     def download(self, stream=None) -> np.ndarray:
         raw = self.buf.download(self.physical, self.dtype, stream)
@@ -142,7 +151,7 @@ class CudaRunner(Top1Readout):
     def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True, fold_stem: bool = True,
                  autotune: bool = False, plans_from: "CudaRunner | None" = None, quantized_input: bool = False,
                  fuse_stem_pool: bool = True, fuse_bottleneck: bool = False, fuse_chain: bool = True,
-                 fuse_downsample: bool = True, fuse_stem_conv: bool = True):
+                 fuse_downsample: bool = True, fuse_stem_conv: bool = True, share_activations: bool = True):
         ok, why = cd.gpu_available()
         if not ok:
             raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
@@ -171,6 +180,13 @@ class CudaRunner(Top1Readout):
         self._stem_pool = None  # (step index, step_for(tile, conv1), the pooled tensor) once the stem runs with its pool
         self.stem_conv: str | None = None  # the conv node computed inside the stem + max-pool kernel
         self.model = model
+        # share_activations: every activation the forward alone reads and writes takes memory only while it is live,
+        # shared with those whose lives do not overlap (runtime/memory_plan.py); fetch() then refuses the tensors
+        # whose bytes a later step reuses. The graph's input and output keep memory of their own.
+        self.share_activations = share_activations
+        self._lazy: list[_Tensor] = []  # the tensors created lazy, placed once the forward is built
+        self._reused: set[int] = set()  # ids of the tensors whose bytes another tensor of the forward also takes
+        self.activation_bytes: dict[str, int] = {}  # "separate": each in its own buffer; "placed": as placed
         self._images_at = (0, 0)  # (sample library, device int64 [batch] indices) the fused stem reads, or (0, 0): its input
         self.fused_away: set[str] = set()  # tensors a fused kernel keeps on chip: fetch() cannot return them
         self._timer = cd.Timer() if autotune else None
@@ -198,6 +214,7 @@ class CudaRunner(Top1Readout):
             raise TrtfuseError("--backend cuda: quantized input needs the model's input to feed one QuantizeLinear")
         self.top1: cd.DeviceBuffer | None = None
         self._add_top1()
+        self._place_activations()
         self.stream = cd.Stream()
         self.graph_exec = None
         if use_graph:
@@ -211,6 +228,23 @@ class CudaRunner(Top1Readout):
             arr = self.inits[name]
             self.consts[name] = cd.DeviceBuffer.from_array(arr.astype(dtype) if dtype else arr)
         return self.consts[name].ptr
+
+    def _tensor(self, shape, vec: int, dtype=np.int8, folded_from=None) -> _Tensor:
+        """An activation of the forward: lazy (placed with the others once the forward is built) when activations share
+        memory."""
+        t = _Tensor(shape, vec, dtype, folded_from, lazy=self.share_activations)
+        if self.share_activations:
+            self._lazy.append(t)
+        return t
+
+    def _step(self, label: str, launch, *tensors, at: int | None = None) -> None:
+        """Append (or, with `at`, replace) a step of the forward; `tensors`: every activation it reads or writes, from
+        which _place_activations knows each one's life."""
+        launch.touches = tuple(t for t in tensors if t is not None)
+        if at is None:
+            self.steps.append((label, launch))
+        else:
+            self.steps[at] = (label, launch)
 
     def _scalar(self, name: str) -> float:
         return float(np.asarray(self.inits[name]).reshape(-1)[0])
@@ -267,17 +301,17 @@ class CudaRunner(Top1Readout):
         if self.fold_stem and stem_conv is not None and stem.applies(stem_conv):
             # The stem reads the image folded 2x2 into 16 channels: quantize straight into that form.
             folded = stem.fold(stem_conv).shape
-            out = self.tensors[node.output[0]] = _Tensor((n, folded.c, folded.h, folded.w), stem.S2D_VEC,
+            out = self.tensors[node.output[0]] = self._tensor((n, folded.c, folded.h, folded.w), stem.S2D_VEC,
                                                          folded_from=self.input_shape)
             quantize = lambda x, images, y, s: network_ops.quantize_s2d(x, scale, images, c, h, w, y, stream=s)
             self._input_quantizer = (len(self.steps), out, quantize)
-            self.steps.append(("quantize input (space-to-depth)", lambda s, x=self.input.buf.ptr: quantize(x, n, out.buf.ptr, s)))
+            self._step("quantize input (space-to-depth)", lambda s, x=self.input.buf.ptr: quantize(x, n, out.buf.ptr, s), self.input, out)
             return
         vec = channel_vector(c)  # the CHW4 stem path when the image has <= 4 channels
-        out = self.tensors[node.output[0]] = _Tensor(self.input_shape, vec)
+        out = self.tensors[node.output[0]] = self._tensor(self.input_shape, vec)
         quantize = lambda x, images, y, s: network_ops.quantize(x, scale, images, c, h, w, y, vec, stream=s)
         self._input_quantizer = (len(self.steps), out, quantize)
-        self.steps.append(("quantize input", lambda s, x=self.input.buf.ptr: quantize(x, n, out.buf.ptr, s)))
+        self._step("quantize input", lambda s, x=self.input.buf.ptr: quantize(x, n, out.buf.ptr, s), self.input, out)
 
     def _fused_conv(self, node) -> None:
         a = _attrs(node)
@@ -302,7 +336,7 @@ class CudaRunner(Top1Readout):
             plan = ConvLaunch.plan(shape)
             weight = self._const(names["weight"])
         oh, ow = shape.out_hw
-        out = self.tensors[node.output[0]] = _Tensor((n, shape.k, oh, ow), 32)
+        out = self.tensors[node.output[0]] = self._tensor((n, shape.k, oh, ow), 32)
         r = None
         if "residual" in names:
             r = self.tensors.get(names["residual"])
@@ -318,8 +352,10 @@ class CudaRunner(Top1Readout):
             if plan.workspace_bytes:
                 ws = cd.DeviceBuffer(plan.workspace_bytes)
                 ws.fill(0)  # split-K leaves it zeroed after every launch
-            return lambda s: plan.launch_op(op, ptrs, out.buf.ptr, relu=bool(a["relu"]), workspace=ws.ptr if ws else 0,
-                                            stream=s), ws
+            step = lambda s: plan.launch_op(op, ptrs, out.buf.ptr, relu=bool(a["relu"]), workspace=ws.ptr if ws else 0,
+                                            stream=s)
+            step.touches = (x, out) + ((r,) if r is not None else ())
+            return step, ws
 
         if self._given_plans is not None:
             given = self._given_plans.get(node.name, plan)  # absent: the other runner ran it inside a fused block
@@ -337,7 +373,7 @@ class CudaRunner(Top1Readout):
         self.plans.append((node.name, plan))
         if x.folded_from:
             self._stem = (len(self.steps), node, shape, ptrs, bool(a["relu"]))  # ptrs' weight is the folded one
-        self.steps.append((node.name, step))
+        self._step(node.name, step, *step.touches)
 
     def _fused_bottleneck(self, node) -> set | None:
         """Run the identity bottleneck block starting at `node` as one kernel: the ids of the block's other two nodes
@@ -353,9 +389,9 @@ class CudaRunner(Top1Readout):
         convs = [tuple(self._const(chain.inputs(i)[k]) for k in ("weight", "scale", "bias", "out_scale")) for i in range(3)]
         residual_scale = self._const(chain.inputs(2)["residual_scale"])
         conv1, conv2, conv3 = chain.nodes
-        out = self.tensors[conv3.output[0]] = _Tensor((x.shape[0], chain.shapes[2].k, *chain.shapes[2].out_hw), 32)
-        self.steps.append((f"{conv1.name} .. {conv3.name} (bottleneck)", lambda s: bottleneck.launch_bottleneck(
-            chain.shapes, x.buf.ptr, convs, residual_scale, out.buf.ptr, relu=chain.relu, stream=s)))
+        out = self.tensors[conv3.output[0]] = self._tensor((x.shape[0], chain.shapes[2].k, *chain.shapes[2].out_hw), 32)
+        self._step(f"{conv1.name} .. {conv3.name} (bottleneck)", lambda s: bottleneck.launch_bottleneck(
+            chain.shapes, x.buf.ptr, convs, residual_scale, out.buf.ptr, relu=chain.relu, stream=s), x, out)
         self.fused_blocks[conv1.name] = tuple(n.name for n in chain.nodes)
         self.fused_away |= {conv1.output[0], conv2.output[0]}
         return {id(conv2), id(conv3)}
@@ -374,8 +410,8 @@ class CudaRunner(Top1Readout):
                 self._fused_conv(half)
             return
         relu = (bool(a["relu"]), bool(a["next_relu"]))
-        y = self.tensors[node.output[0]] = _Tensor((conv1.n, conv1.k, *conv1.out_hw), 32)
-        z = self.tensors[node.output[1]] = _Tensor((conv2.n, conv2.k, *conv2.out_hw), 32)
+        y = self.tensors[node.output[0]] = self._tensor((conv1.n, conv1.k, *conv1.out_hw), 32)
+        z = self.tensors[node.output[1]] = self._tensor((conv2.n, conv2.k, *conv2.out_hw), 32)
         downsample = self._inline_downsample(node, names["residual"], conv1, conv2)
         # device pointers in node-input order: x and the residual are buffers this runner computed (none for a residual
         # computed inside), the rest constants
@@ -383,8 +419,10 @@ class CudaRunner(Top1Readout):
         ptrs = [computed[k] if k in computed else self._const(tensor) for k, tensor in names.items()]
         # (a label naming every node the kernel runs: bench e2e's breakdown attributes each to its stage)
         label = f"{self.downsampled[node.name]}+{node.name} (chain + downsample)" if downsample else f"{node.name} (chain)"
-        self.steps.append((label, lambda s: chain_conv.launch_chain_op(
-            (conv1, conv2), ptrs, y.buf.ptr, z.buf.ptr, relu=relu, stream=s, downsample=downsample)))
+        # the residual's tensor, or the downsample's input where the kernel computes the residual from it
+        read = self.tensors[self.producers[names["residual"]].input[0]] if downsample else r
+        self._step(label, lambda s: chain_conv.launch_chain_op(
+            (conv1, conv2), ptrs, y.buf.ptr, z.buf.ptr, relu=relu, stream=s, downsample=downsample), x, read, y, z)
         self.chained.append(node.name)
 
     def _inline_downsample(self, node, residual: str, conv1, conv2):
@@ -422,6 +460,7 @@ class CudaRunner(Top1Readout):
         30 % slower than the heuristic's (H200, kernels v18: res4 conv2 on w61 instead of w71, res4 first conv2 on w40
         instead of w65)."""
         for t in tensors:
+            t.ensure_backed()
             t.buf.fill(0x35)
         shape = heuristic_plan.shape
         ktiles = -(-shape.gemm[2] // 64)
@@ -445,6 +484,8 @@ class CudaRunner(Top1Readout):
 
     def _step_ms(self, step, stream) -> float:
         """One launch of `step`, timed as a CUDA graph of 10 launches (the median of 7 replays)."""
+        for t in getattr(step, "touches", ()):  # autotune runs before the forward's memory is placed
+            t.ensure_backed()
         # (capture_graph runs the launches once outside the capture: module load and attribute setup stay out)
         graph = cd.capture_graph(stream.handle, lambda s: [step(s) for _ in range(10)])
         try:
@@ -469,37 +510,41 @@ class CudaRunner(Top1Readout):
                 raise TrtfuseError(f"--backend cuda: MaxPool {op.name} must be square, symmetric, floor mode")
             q = self._only_consumer(op.output[0], "QuantizeLinear", op)
             oh, ow = (h + 2 * pads[0] - k[0]) // st[0] + 1, (w + 2 * pads[0] - k[0]) // st[0] + 1
-            pooled = _Tensor((n, c, oh, ow), 32)
+            pooled = self._tensor((n, c, oh, ow), 32)
             same_scale = np.isclose(self._scalar(node.input[1]), self._scalar(q.input[1]), rtol=0, atol=0)
             if same_scale and self._fuse_stem_with_pool(node, (k[0], st[0], pads[0]), pooled):
                 self.tensors[q.output[0]] = pooled
                 return {id(op), id(q)}
-            self.steps.append((op.name or "maxpool", lambda s: network_ops.maxpool(x.buf.ptr, n, c, h, w, k[0], st[0], pads[0], pooled.buf.ptr, stream=s)))
+            self._step(op.name or "maxpool", lambda s: network_ops.maxpool(x.buf.ptr, n, c, h, w, k[0], st[0], pads[0], pooled.buf.ptr, stream=s),
+                       x, pooled)
             if same_scale:
                 self.tensors[q.output[0]] = pooled
             else:  # max commutes with a monotonic quantizer, not with a change of scale: requantize
                 from ..plugins.elementwise import add_relu_requant
 
-                out = self.tensors[q.output[0]] = _Tensor((n, c, oh, ow), 32)
+                out = self.tensors[q.output[0]] = self._tensor((n, c, oh, ow), 32)
                 zero = self._zero_scalar()
                 q_scale = self._const(q.input[1], np.float32)
                 nbytes = int(np.prod(out.physical))
-                self.steps.append(("requantize " + q.output[0], lambda s: add_relu_requant(
-                    pooled.buf.ptr, dq_scale, pooled.buf.ptr, zero, q_scale, False, nbytes, out.buf.ptr, stream=s)))
+                self._step("requantize " + q.output[0], lambda s: add_relu_requant(
+                    pooled.buf.ptr, dq_scale, pooled.buf.ptr, zero, q_scale, False, nbytes, out.buf.ptr, stream=s), pooled, out)
             return {id(op), id(q)}
         if op.op_type in ("GlobalAveragePool", "ReduceMean"):
             plan = plan_classifier(self.model, node.output[0], c)  # graph walking only: runtime/classifier_plan.py
-            pooled = _Tensor((n, c), 0, np.float32)
-            self.steps.append((op.name or "avgpool", lambda s: network_ops.global_avgpool_f32(x.buf.ptr, dq_scale, n, c, h, w, pooled.buf.ptr, stream=s)))
+            pooled = self._tensor((n, c), 0, np.float32)
+            self._step(op.name or "avgpool", lambda s: network_ops.global_avgpool_f32(x.buf.ptr, dq_scale, n, c, h, w, pooled.buf.ptr, stream=s),
+                       x, pooled)
             classes, key = plan.classes, plan.nodes[-1].name or plan.logits
             self.consts[key + "__w"] = cd.DeviceBuffer.from_array(plan.weight)
             self.consts[key + "__b"] = cd.DeviceBuffer.from_array(plan.bias)
-            logits = self.tensors[plan.logits] = _Tensor((n, classes), 0, np.float32)
+            logits = self.tensors[plan.logits] = self._tensor((n, classes), 0, np.float32)
             wp, bp = self.consts[key + "__w"].ptr, self.consts[key + "__b"].ptr
-            self.steps.append(("classifier", lambda s: network_ops.linear_f32(pooled.buf.ptr, wp, bp, n, classes, c, logits.buf.ptr, stream=s)))
+            self._step("classifier", lambda s: network_ops.linear_f32(pooled.buf.ptr, wp, bp, n, classes, c, logits.buf.ptr, stream=s),
+                       pooled, logits)
             if plan.softmax is not None:
-                probs = self.tensors[plan.softmax] = _Tensor((n, classes), 0, np.float32)
-                self.steps.append(("softmax", lambda s: network_ops.softmax_rows(logits.buf.ptr, n, classes, probs.buf.ptr, stream=s)))
+                probs = self.tensors[plan.softmax] = self._tensor((n, classes), 0, np.float32)
+                self._step("softmax", lambda s: network_ops.softmax_rows(logits.buf.ptr, n, classes, probs.buf.ptr, stream=s),
+                           logits, probs)
             return {id(nd) for nd in plan.nodes}
         raise TrtfuseError(f"--backend cuda cannot run node {op.name or '?'} ({op.op_type}) after a DequantizeLinear")
 
@@ -516,17 +561,22 @@ class CudaRunner(Top1Readout):
             return False
         names = op_for_node(conv.op_type, conv.domain).bind(ptrs)
 
-        def step_for(tile, conv1=None):  # reads the batch from the runner's input, or in place from a sample library (read_images_from)
-            return lambda s: stem.launch_stem_pool(shape, self._images_at[0] or names["x"], names["weight"], names["scale"],
+        images = self.tensors[conv.input[0]]  # the quantized input (or a sample library in its place: read_images_from)
+
+        def step_for(tile, conv1=None, conv1_out=None):
+            step = lambda s: stem.launch_stem_pool(shape, self._images_at[0] or names["x"], names["weight"], names["scale"],
                                                    names["bias"], names["out_scale"], pooled.buf.ptr, relu=relu, stream=s,
                                                    tile=tile, image_index=self._images_at[1], conv1=conv1)
+            step.touches = (images, pooled) + ((conv1_out,) if conv1_out is not None else ())
+            return step
 
         arch = cd.compute_capability(cd.current_device())
         tile = self._given_stem_tile or stem.default_tile(arch)
         if self._given_plans is None and self.autotune:  # the tile too is chosen by timing (stem.pool_tiles)
             stream = cd.Stream()
             tile = min(stem.pool_tiles(arch), key=lambda t: self._step_ms(step_for(t), stream))
-        self.steps[index] = (conv.name + " + max-pool", step_for(tile))
+        step = step_for(tile)
+        self._step(conv.name + " + max-pool", step, *step.touches, at=index)
         self.stem_pool_tile = tile
         self.fused_stem = conv.name
         self.fused_away.add(conv.output[0])
@@ -543,11 +593,12 @@ class CudaRunner(Top1Readout):
         index, step_for, pooled = self._stem_pool
         if self.tensors.get(names["x"]) is not pooled or stem.conv1_refusal(self._stem[2], shape, self.stem_pool_tile):
             return False
-        out = self.tensors[node.output[0]] = _Tensor((shape.n, shape.k, *shape.out_hw), 32)
+        out = self.tensors[node.output[0]] = self._tensor((shape.n, shape.k, *shape.out_hw), 32)
         conv1 = (shape, self._const(names["weight"]), self._const(names["scale"]), self._const(names["bias"]),
                  self._const(names["out_scale"]), out.buf.ptr, relu)
         label, _ = self.steps[index]
-        self.steps[index] = (f"{label} + {node.name}", step_for(self.stem_pool_tile, conv1))
+        step = step_for(self.stem_pool_tile, conv1, out)
+        self._step(f"{label} + {node.name}", step, *step.touches, at=index)
         self.stem_conv = node.name
         return True
 
@@ -557,7 +608,39 @@ class CudaRunner(Top1Readout):
             return  # not logits: no top-1 (top1_ptr stays None)
         rows, classes = out.shape
         self.top1 = cd.DeviceBuffer(4 * rows)
-        self.steps.append(("top-1", lambda s, x=out.buf.ptr, y=self.top1.ptr: network_ops.argmax_rows(x, rows, classes, y, stream=s)))
+        self._step("top-1", lambda s, x=out.buf.ptr, y=self.top1.ptr: network_ops.argmax_rows(x, rows, classes, y, stream=s), out)
+
+    def _place_activations(self) -> None:
+        """Map the lazy tensors' memory. With share_activations, every activation the steps alone touch takes a slice of
+        one allocation for the forward, shared with those whose lives (first to last step touching it) do not overlap
+        its own (runtime/memory_plan.py); the tensors touched from outside the forward (the input quantize's output,
+        which the Offline harness fills, and the graph output) and any step that names no tensors keep memory of their
+        own, as does every tensor then. Tensors no step touches (kept on chip by a fused kernel) get none."""
+        if not self._lazy:
+            return
+        touched = [getattr(launch, "touches", None) for _, launch in self.steps]
+        outside = {id(self.tensors[self.output_name])}
+        if self._input_quantizer is not None:
+            outside.add(id(self._input_quantizer[1]))
+        lazy = {id(t): t for t in self._lazy}
+        unknown = any(ts is None for ts in touched)  # (a step whose tensors are unknown: no sharing, nothing lost)
+        lives = {} if unknown else lifetimes([[id(t) for t in ts if id(t) in lazy and id(t) not in outside] for ts in touched])
+        shared = {key: lazy[key] for key in lives}
+        on_own = [t for t in self._lazy if id(t) not in shared and
+                  (unknown or id(t) in outside or any(t is u for ts in touched for u in ts))]
+        gran = cd.allocation_granularity(cd.current_device())
+        offsets, arena = assign_offsets({key: t.buf.span for key, t in shared.items()}, lives, gran)
+        for t in self._lazy:  # any memory autotune gave them goes back first (tensors no step touches keep none)
+            t.buf.unback()
+        physical = cd.PhysicalMemory(arena, cd.current_device()) if arena else None
+        for key, t in shared.items():
+            t.buf.back_with(physical, offsets[key])
+        for t in on_own:
+            t.buf.back_private()
+        spans = [(offsets[key], offsets[key] + t.buf.span, key) for key, t in shared.items()]
+        self._reused = {key for start, end, key in spans if any(s < end and start < e for s, e, k in spans if k != key)}
+        self.activation_bytes = {"separate": sum(t.buf.span for t in list(shared.values()) + on_own),
+                                 "placed": arena + sum(t.buf.span for t in on_own)}
 
     def _zero_scalar(self) -> int:
         if "__zero" not in self.consts:
@@ -641,4 +724,7 @@ class CudaRunner(Top1Readout):
         """A tensor of the last forward, copied on this runner's stream (other runners keep running)."""
         if name in self.fused_away:
             raise TrtfuseError(f"--backend cuda: {name} stays on chip inside a fused kernel; run with fuse_stem_pool=False (and fuse_bottleneck=False) to fetch it")
+        if id(self.tensors[name]) in self._reused:
+            raise TrtfuseError(f"--backend cuda: {name} shares its memory with later activations of the forward; build the "
+                               "runner with share_activations=False to fetch it")
         return self.tensors[name].download(self.stream.handle)

@@ -537,6 +537,8 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         out["unfused"] = list(unfuse)
         # how a batch reaches the first kernel: read in place from the device samples by index, or gathered first
         out["batch_input"] = "in place" if all(s.reads_in_place for w in workers for s in w.slots) else "gathered"
+        # a runner's activations as placed by lifetime (gpu_runner share_activations) and as separate buffers, bytes
+        out["activation_bytes_per_runner"] = workers[0].slots[0].runner.activation_bytes
     if compare_pipeline:  # the same workers fed directly, no LoadGen: what LoadGen's harness side costs
         try:
             out["pipeline_samples_per_s"] = drive_workers(workers, batch, count, expected_qps * min_duration_s)

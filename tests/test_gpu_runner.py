@@ -44,8 +44,22 @@ def test_fuse_all_resnet_matches_cpu_golden(arch, size, options, monkeypatch):
     if chain_in_graph:
         fused = chain_conv_pairs(fused)
         assert sum(n.op_type == "FusedConvAddConv" for n in fused.graph.node) == 6
-    runner = CudaRunner(fused, 2, **options)
+    runner = CudaRunner(fused, 2, share_activations=False, **options)  # every intermediate kept for fetch below
     logits = runner.run(images)
+    # activations sharing memory by lifetime (the default): the same bits, in less memory, and the tensors whose bytes a
+    # later step reuses are refused by fetch
+    shared = CudaRunner(fused, 2, plans_from=runner, **{k: v for k, v in options.items() if k != "autotune"})
+    assert np.array_equal(shared.run(images), logits)
+    assert np.array_equal(shared.fetch_top1(), np.argmax(logits, 1))
+    assert shared.activation_bytes["placed"] < shared.activation_bytes["separate"]
+    refused = []
+    for name in shared.tensors:
+        try:
+            shared.fetch(name)
+        except TrtfuseError as e:
+            assert "share_activations=False" in str(e)
+            refused.append(name)
+    assert refused and shared.output_name not in refused
     # every int8 tensor the runner computed: the plugin nodes' outputs (less the stem's, when it stays on chip
     # inside the stem + max-pool kernel) and the pooled tensor after the stem
     names = [o for n in fused.graph.node if n.domain == DOMAIN for o in n.output if o not in runner.fused_away]

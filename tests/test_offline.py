@@ -134,6 +134,8 @@ def test_offline_cuda_backend_on_a_gpu(tmp_path, streams):
                  "-o", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["accuracy_responses"] == 100 and result["gpus"] == 1 and result["streams"] == streams
+    placed = result["activation_bytes_per_runner"]  # activations sharing memory by lifetime
+    assert 0 < placed["placed"] < placed["separate"]
     assert result["batch_input"] == "in place"  # the fused stem reads each image from the device samples by index
     assert result["golden_checked"] == 100 and result["golden_top1_mismatches"] == []  # the CPU golden executor's top-1
     images, _ = load_samples("synthetic", 100, 32)
