@@ -195,19 +195,33 @@ def allocation_granularity(device_ordinal: int) -> int:
         _device_location(device_ordinal), drv.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)))
 
 
-class PhysicalMemory(_DriverMemory):
-    """Device memory with no address of its own (cuMemCreate): VirtualBuffer ranges map slices of it. `ptr` holds the
-    allocation handle, so that _DriverMemory releases it once; the memory lives on until the last mapping is gone."""
+class PhysicalMemory:
+    """Device memory with no address of its own, in chunks of the allocation granularity (one cuMemCreate each):
+    VirtualBuffer ranges map slices of it. cuMemMap maps an allocation only from its start, so a slice is mapped chunk
+    by chunk. The memory lives on until its handles are released and the last mapping of each chunk is gone."""
 
     def __init__(self, nbytes: int, device_ordinal: int):
         context()
-        gran = allocation_granularity(device_ordinal)
-        self.nbytes = -(-max(int(nbytes), 1) // gran) * gran
+        self.chunk = allocation_granularity(device_ordinal)
         self.device = device_ordinal
-        self.ptr = int(check(_driver().cuMemCreate(self.nbytes, _device_location(device_ordinal), 0)))
+        self.handles = []
+        try:
+            for _ in range(-(-max(int(nbytes), 1) // self.chunk)):
+                self.handles.append(check(_driver().cuMemCreate(self.chunk, _device_location(device_ordinal), 0)))
+        except BaseException:
+            self.free()
+            raise
+        self.nbytes = len(self.handles) * self.chunk
 
-    def _release(self) -> None:
-        check(_driver().cuMemRelease(self.ptr))
+    def free(self) -> None:
+        while self.handles:
+            check(_driver().cuMemRelease(self.handles.pop()))
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
 
 
 class VirtualBuffer(DeviceBuffer):
@@ -223,44 +237,56 @@ class VirtualBuffer(DeviceBuffer):
         gran = allocation_granularity(self.device)
         self.span = -(-self.nbytes // gran) * gran
         self.ptr = int(check(_driver().cuMemAddressReserve(self.span, gran, 0, 0)))
-        self.backing: PhysicalMemory | None = None
-        self.offset = 0
+        self.backing: PhysicalMemory | None = None  # the shared memory it maps a slice of (None: its own, or none)
+        self._mapped: list[tuple[int, int]] = []  # (address, bytes) of its mappings, each unmapped whole
 
     @property
     def backed(self) -> bool:
-        return self.backing is not None
+        return bool(self._mapped)
 
     def back_private(self) -> None:
-        """Memory of its own, if it has none yet."""
-        if self.backing is None:
-            self._map(PhysicalMemory(self.span, self.device), 0)
+        """Memory of its own, if it has none yet (one allocation, its handle released once mapped: the mapping keeps it)."""
+        if not self._mapped:
+            drv = _driver()
+            handle = check(drv.cuMemCreate(self.span, _device_location(self.device), 0))
+            try:
+                self._map_at(self.ptr, self.span, handle)
+            finally:
+                check(drv.cuMemRelease(handle))
+            self._allow_access()
 
     def back_with(self, physical: PhysicalMemory, offset: int) -> None:
-        """Bytes offset .. offset + span of `physical` (offset a multiple of the granularity), in place of any backing
-        it had (which is given back)."""
-        if offset % allocation_granularity(self.device) or offset + self.span > physical.nbytes:
-            raise ValueError(f"a slice at {offset} of {self.span} bytes does not fit {physical.nbytes} at the granularity")
+        """Bytes offset .. offset + span of `physical` (offset a multiple of its chunk), in place of any backing it had
+        (which is given back)."""
+        if offset % physical.chunk or self.span % physical.chunk or offset + self.span > physical.nbytes:
+            raise ValueError(f"a slice at {offset} of {self.span} bytes does not fit {physical.nbytes} in {physical.chunk}-byte chunks")
         self._unmap()
-        self._map(physical, offset)
+        first = offset // physical.chunk
+        for k in range(self.span // physical.chunk):
+            self._map_at(self.ptr + k * physical.chunk, physical.chunk, physical.handles[first + k])
+        self._allow_access()
+        self.backing = physical
 
     def unback(self) -> None:
         """Give its memory back (the address stays reserved): it must not be touched again until backed."""
         self._unmap()
 
-    def _map(self, physical: PhysicalMemory, offset: int) -> None:
+    def _map_at(self, address: int, size: int, handle) -> None:
+        check(_driver().cuMemMap(address, size, 0, handle, 0))
+        self._mapped.append((address, size))
+
+    def _allow_access(self) -> None:
         drv = _driver()
-        check(drv.cuMemMap(self.ptr, self.span, offset, physical.ptr, 0))
         access = drv.CUmemAccessDesc()
         access.location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         access.location.id = self.device
         access.flags = drv.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
         check(drv.cuMemSetAccess(self.ptr, self.span, [access], 1))
-        self.backing, self.offset = physical, offset
 
     def _unmap(self) -> None:
-        if self.backing is not None:
-            check(_driver().cuMemUnmap(self.ptr, self.span))
-            self.backing, self.offset = None, 0  # a private backing goes with its last reference
+        while self._mapped:
+            check(_driver().cuMemUnmap(*self._mapped.pop()))
+        self.backing = None
 
     def _release(self) -> None:
         self._unmap()
