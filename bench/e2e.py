@@ -209,6 +209,7 @@ def run(args) -> int:
     from ..io import atomic_write_json
     from ..plugins import cuda_driver as cd
     from ..runtime.gpu_runner import CudaRunner, unfused_options
+    from ..runtime.memory_plan import describe
     from ..ui import print_json, print_table, progress
 
     options = unfused_options(args.unfuse)
@@ -309,7 +310,8 @@ def run(args) -> int:
             ["samples/s (offline pipeline, no LoadGen)", fmt(pipeline)],
             ["samples/s (PyTorch fp16)", fmt(torch_fp16) + (f" (batch {torch_best['batch']})" if torch_best else "")],
             ["speedup", "-" if not torch_fp16 else f"{ours / torch_fp16:.2f}x"],
-            ["forward ms (sum of steps)", f"{result['forward_ms_sum_of_steps']:.3f}"], ["results", path]])
+            ["forward ms (sum of steps)", f"{result['forward_ms_sum_of_steps']:.3f}"],
+            ["activations per runner", describe(runners[0].activation_bytes) or "-"], ["results", path]])
     return 0
 
 

@@ -215,9 +215,11 @@ def offline(args) -> int:
                 "samples_completed", "scaling_vs_1gpu", "pipeline_samples_per_s", "torch_fp16_samples_per_s",
                 "torch_fp16_batch"]
         rows = loadgen_rows(result, keys)
-        placed = result.get("activation_bytes_per_runner")
-        if placed:  # what sharing memory by lifetime saves (runtime/memory_plan.py)
-            rows.append(["activations per runner", f"{placed['placed'] / 1e9:.2f} GB ({placed['separate'] / 1e9:.2f} GB unshared)"])
+        from trtfuse.runtime.memory_plan import describe
+
+        placed = describe(result.get("activation_bytes_per_runner"))
+        if placed:  # what sharing memory by lifetime saves
+            rows.append(["activations per runner", placed])
         if result.get("invalid_because"):
             rows.append(["INVALID because", result["invalid_because"]])
         print_table(["field", "value"], rows)

@@ -50,3 +50,10 @@ def peak_live_bytes(sizes: dict[Hashable, int], lives: dict[Hashable, tuple[int,
     rounded = {b: -(-max(int(n), 1) // align) * align for b, n in sizes.items()}
     steps = {i for first, last in lives.values() for i in (first, last)}
     return max((sum(n for b, n in rounded.items() if lives[b][0] <= i <= lives[b][1]) for i in steps), default=0)
+
+
+def describe(activation_bytes: dict) -> str | None:
+    """A runner's `activation_bytes` ({"placed", "separate"}) for a summary table: "9.88 GB (40.64 GB unshared)"."""
+    if not activation_bytes:
+        return None
+    return f"{activation_bytes['placed'] / 1e9:.2f} GB ({activation_bytes['separate'] / 1e9:.2f} GB unshared)"

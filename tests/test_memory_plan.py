@@ -50,3 +50,10 @@ def test_random_plans_never_overlap_live_buffers(seed):
 def test_alignment_must_be_positive():
     with pytest.raises(ValueError):
         assign_offsets({"a": 1}, {"a": (0, 0)}, 0)
+
+
+def test_describe_gives_both_footprints_or_nothing():
+    from trtfuse.runtime.memory_plan import describe
+
+    assert describe({"placed": 9_881_780_224, "separate": 40_640_708_608}) == "9.88 GB (40.64 GB unshared)"
+    assert describe({}) is None and describe(None) is None
