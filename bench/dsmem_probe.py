@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
-import statistics
 import sys
 
 import numpy as np
@@ -67,6 +66,7 @@ def main(argv=None) -> int:
     import torch
 
     from ..plugins import cuda_driver as cd
+    from .kernels import graph_time_ms
 
     ap = argparse.ArgumentParser(prog="python3 -m trtfuse.bench.dsmem_probe")
     flags.out(ap)
@@ -76,21 +76,6 @@ def main(argv=None) -> int:
     torch.cuda.init()
     cd.context()
     sms = cd.device_attribute("MULTIPROCESSOR_COUNT")
-    stream = torch.cuda.current_stream()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def timed_ms(launch) -> float:
-        launch()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(5):
-            start.record(stream)
-            launch()
-            stop.record(stream)
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        return statistics.median(times)
-
     rows = []
     for cluster in CLUSTERS:
         module = cd.kernel_module("dsmem_probe.cu", {"CLUSTER": cluster}, include_dirs=(PROBE_KERNEL_DIR,))
@@ -101,7 +86,7 @@ def main(argv=None) -> int:
                 size = ctas * SLOTS * 4 if probe == "store" else ctas * THREADS
                 result = torch.full((size,), -1, dtype=torch.int32, device="cuda")  # poisoned
                 it_arg, remote_arg, out_arg = ctypes.c_int32(args.passes), ctypes.c_int32(int(remote)), ctypes.c_uint64(result.data_ptr())
-                launch = lambda: cd.launch(fn, (ctas, 1, 1), (THREADS, 1, 1), BUFFER_BYTES, stream.cuda_stream,
+                launch = lambda: cd.launch(fn, (ctas, 1, 1), (THREADS, 1, 1), BUFFER_BYTES, torch.cuda.current_stream().cuda_stream,
                                            [ctypes.addressof(it_arg), ctypes.addressof(remote_arg), ctypes.addressof(out_arg)])
                 launch()
                 torch.cuda.synchronize()
@@ -109,7 +94,7 @@ def main(argv=None) -> int:
                 want = (expected_store if probe == "store" else expected_load)(ctas, cluster, args.passes, remote)
                 if not np.array_equal(got.reshape(want.shape), want):
                     raise SystemExit(f"dsmem_probe: {probe} cluster {cluster} {'remote' if remote else 'local'} gave a wrong result")
-                ms = timed_ms(launch)
+                ms = graph_time_ms(torch, launch, 5)
                 total = ctas * args.passes * BUFFER_BYTES / ms / 1e9  # TB/s
                 row = {"cluster": cluster, "probe": probe, "memory": "peer CTA" if remote else "own CTA", "ctas": ctas,
                        "ms": round(ms, 4), "tb_per_s": round(total, 3), "gb_per_s_per_sm": round(total * 1e3 / sms, 1)}
@@ -118,7 +103,7 @@ def main(argv=None) -> int:
                       f"{row['gb_per_s_per_sm']:7.1f} GB/s per SM", flush=True)
     src = torch.ones(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    ms = timed_ms(lambda: dst.copy_(src))
+    ms = graph_time_ms(torch, lambda: dst.copy_(src), 5)
     hbm = 2 * src.numel() / ms / 1e9
     print(f"HBM copy {ms:8.3f} ms {hbm:7.2f} TB/s {hbm * 1e3 / sms:7.1f} GB/s per SM (read + write)")
     result = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(), "sms": sms,

@@ -10,6 +10,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import TrtfuseError
+from .layout import round_up
 
 
 def _driver():
@@ -206,7 +207,7 @@ class PhysicalMemory:
         self.device = device_ordinal
         self.handles = []
         try:
-            for _ in range(-(-max(int(nbytes), 1) // self.chunk)):
+            for _ in range(round_up(max(int(nbytes), 1), self.chunk) // self.chunk):
                 self.handles.append(check(_driver().cuMemCreate(self.chunk, _device_location(device_ordinal), 0)))
         except BaseException:
             self.free()
@@ -235,14 +236,10 @@ class VirtualBuffer(DeviceBuffer):
         self.nbytes = max(int(nbytes), 1)
         self.device = current_device()
         gran = allocation_granularity(self.device)
-        self.span = -(-self.nbytes // gran) * gran
+        self.span = round_up(self.nbytes, gran)
         self.ptr = int(check(_driver().cuMemAddressReserve(self.span, gran, 0, 0)))
         self.backing: PhysicalMemory | None = None  # the shared memory it maps a slice of (None: its own, or none)
         self._mapped: list[tuple[int, int]] = []  # (address, bytes) of its mappings, each unmapped whole
-
-    @property
-    def backed(self) -> bool:
-        return bool(self._mapped)
 
     def back_private(self) -> None:
         """Memory of its own, if it has none yet (one allocation, its handle released once mapped: the mapping keeps it)."""

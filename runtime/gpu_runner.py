@@ -626,8 +626,7 @@ class CudaRunner(Top1Readout):
         unknown = any(ts is None for ts in touched)  # (a step whose tensors are unknown: no sharing, nothing lost)
         lives = {} if unknown else lifetimes([[id(t) for t in ts if id(t) in lazy and id(t) not in outside] for ts in touched])
         shared = {key: lazy[key] for key in lives}
-        on_own = [t for t in self._lazy if id(t) not in shared and
-                  (unknown or id(t) in outside or any(t is u for ts in touched for u in ts))]
+        on_own = [t for t in self._lazy if id(t) not in shared and (unknown or id(t) in outside)]
         gran = cd.allocation_granularity(cd.current_device())
         offsets, arena = assign_offsets({key: t.buf.span for key, t in shared.items()}, lives, gran)
         for t in self._lazy:  # any memory autotune gave them goes back first (tensors no step touches keep none)

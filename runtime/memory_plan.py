@@ -11,6 +11,12 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence
 
+from ..plugins.layout import round_up
+
+
+def _rounded(sizes: dict[Hashable, int], align: int) -> dict[Hashable, int]:
+    return {b: round_up(max(int(n), 1), align) for b, n in sizes.items()}
+
 
 def lifetimes(steps: Sequence[Sequence[Hashable]]) -> dict[Hashable, tuple[int, int]]:
     """Each buffer's (first, last) step index from what every step touches, in step order."""
@@ -28,7 +34,7 @@ def assign_offsets(sizes: dict[Hashable, int], lives: dict[Hashable, tuple[int, 
     placed whose lives overlap its own (the greedy order TensorRT's and TensorFlow's planners use)."""
     if align < 1:
         raise ValueError("align must be >= 1")
-    rounded = {b: -(-max(int(n), 1) // align) * align for b, n in sizes.items()}
+    rounded = _rounded(sizes, align)
     order = sorted(rounded, key=lambda b: (-rounded[b], lives[b][0], lives[b][1], str(b)))
     offsets: dict[Hashable, int] = {}
     for buf in order:
@@ -47,7 +53,7 @@ def assign_offsets(sizes: dict[Hashable, int], lives: dict[Hashable, tuple[int, 
 
 def peak_live_bytes(sizes: dict[Hashable, int], lives: dict[Hashable, tuple[int, int]], align: int = 1) -> int:
     """The most bytes live at one step: no arena can be smaller."""
-    rounded = {b: -(-max(int(n), 1) // align) * align for b, n in sizes.items()}
+    rounded = _rounded(sizes, align)
     steps = {i for first, last in lives.values() for i in (first, last)}
     return max((sum(n for b, n in rounded.items() if lives[b][0] <= i <= lives[b][1]) for i in steps), default=0)
 
