@@ -358,12 +358,14 @@ class ChainProblem:
 
 
 class DeviceChain:
-    """A ChainProblem on the GPU as the chain kernel runs it; max_ctas caps its persistent grid."""
+    """A ChainProblem on the GPU as the chain kernel runs it; max_ctas caps its persistent grid; y_stride 2 stores y's
+    pixels at even rows and columns only (chain_conv.launch_chain)."""
 
-    def __init__(self, problem: ChainProblem, max_ctas: int | None = None):
+    def __init__(self, problem: ChainProblem, max_ctas: int | None = None, y_stride: int = 1):
         from ..plugins import cuda_driver as cd
+        from ..plugins.chain_conv import stored_y_hw
 
-        self.p, self.max_ctas = problem, max_ctas
+        self.p, self.max_ctas, self.y_stride = problem, max_ctas, y_stride
         conv1, conv2 = problem.convs
         self.x = cd.DeviceBuffer.from_array(pack_nchwv(conv1.x, 32))
         ds = problem.downsample
@@ -376,7 +378,7 @@ class DeviceChain:
         self.convs = [tuple(cd.DeviceBuffer.from_array(a) for a in (pack_weight(c.w, 32), c.scale, c.bias, c.out_scale))
                       for c in problem.convs]
         n, _, h, w = conv1.x.shape
-        self.y_shape = (n, round_up(conv1.shape.k, 32) // 32, h, w, 32)
+        self.y_shape = (n, round_up(conv1.shape.k, 32) // 32, *stored_y_hw(conv1.shape, y_stride), 32)
         self.z_shape = (n, round_up(conv2.shape.k, 32) // 32, h, w, 32)
         self.y = cd.DeviceBuffer(int(np.prod(self.y_shape)))
         self.z = cd.DeviceBuffer(int(np.prod(self.z_shape)))
@@ -390,7 +392,7 @@ class DeviceChain:
         chain_conv.launch_chain(self.p.shapes, self.x.ptr, self.res.ptr, self.res_scale.ptr,
                                 [tuple(b.ptr for b in c) for c in self.convs], self.y.ptr, self.z.ptr,
                                 relu=tuple(c.relu for c in self.p.convs), stream=stream, max_ctas=self.max_ctas,
-                                downsample=ds)
+                                downsample=ds, y_stride=self.y_stride)
 
     def run_checked(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Poison y and z, launch, synchronize; return (y, z logical int8, y, z raw CHW32)."""

@@ -45,6 +45,8 @@ LAYERS = [
     ("res3 downsample 1x1/2 256->512", ConvShape(256, 256, 56, 56, 512, 1, 1, (2, 2))),
     ("res4 downsample 1x1/2 512->1024", ConvShape(256, 512, 28, 28, 1024, 1, 1, (2, 2))),
     ("res5 downsample 1x1/2 1024->2048", ConvShape(256, 1024, 14, 14, 2048, 1, 1, (2, 2))),
+    # res3's downsample on its input stored at stride 2 by the chain kernel before it (CudaRunner's fuse_subsample)
+    ("res3 downsample on the subsampled input 1x1 256->512", ConvShape(256, 256, 28, 28, 512, 1, 1)),
     ("res3 first conv2 3x3/2 128", ConvShape(256, 128, 56, 56, 128, 3, 3, (2, 2), (1, 1, 1, 1))),
     ("res4 first conv2 3x3/2 256", ConvShape(256, 256, 28, 28, 256, 3, 3, (2, 2), (1, 1, 1, 1))),
     ("res5 first conv2 3x3/2 512", ConvShape(256, 512, 14, 14, 512, 3, 3, (2, 2), (1, 1, 1, 1))),

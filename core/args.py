@@ -208,7 +208,7 @@ def plans(p, help: str):
 
 
 # The GPU runner's fusions `--unfuse` can turn off, each name -> runtime/gpu_runner.py's CudaRunner option
-UNFUSE = ("chain", "downsample", "stem-conv", "stem-pool")
+UNFUSE = ("chain", "downsample", "stem-conv", "stem-pool", "subsample")
 
 
 def unfuse(p, help: str):

@@ -176,7 +176,9 @@ class ChainParamsStruct(ctypes.Structure):
                                                "scale2", "bias2", "out_scale2", "z")] + [
         (n, ctypes.c_int32) for n in ("N", "hw", "tiles", "groups_per_image", "box_groups", "relu1", "relu2")] + [
         (f"{name}_{f}", ctypes.c_uint32) for name in ("div_hw", "div_groups") for f in ("d", "mul", "shr")] + [
-        (n, ctypes.c_uint64) for n in ("scale_ds", "bias_ds", "out_scale_ds")] + [("relu_ds", ctypes.c_int32)]
+        (n, ctypes.c_uint64) for n in ("scale_ds", "bias_ds", "out_scale_ds")] + [("relu_ds", ctypes.c_int32)] + [
+        (n, ctypes.c_int32) for n in ("y_stride", "w", "y_w", "y_hw")] + [
+        (f"div_w_{f}", ctypes.c_uint32) for f in ("d", "mul", "shr")]
 
 
 def tiles(shape: ConvShape) -> int:
@@ -223,13 +225,26 @@ def tensor_map_args(conv1: ConvShape, c2: int, downsample: bool = False) -> dict
     return args
 
 
-def params(conv1: ConvShape, conv2: ConvShape, ptrs: dict, relu: tuple[bool, bool], relu_ds: bool = False) -> ChainParamsStruct:
+Y_STRIDES = (1, 2)  # y stored whole, or only its pixels at even rows and columns (chain_conv.cu: y_stride)
+
+
+def stored_y_hw(conv1: ConvShape, y_stride: int) -> tuple[int, int]:
+    """The map y is stored as: conv 1's output, or its pixels at even rows and columns (what a 1x1 stride-2 unpadded
+    conv reads of it)."""
+    return -(-conv1.h // y_stride), -(-conv1.w // y_stride)
+
+
+def params(conv1: ConvShape, conv2: ConvShape, ptrs: dict, relu: tuple[bool, bool], relu_ds: bool = False,
+           y_stride: int = 1) -> ChainParamsStruct:
     hw = conv1.h * conv1.w
-    d_hw, d_groups = fast_divmod(hw), fast_divmod(hw // 8)
+    y_h, y_w = stored_y_hw(conv1, y_stride)
+    d_hw, d_groups, d_w = fast_divmod(hw), fast_divmod(hw // 8), fast_divmod(conv1.w)
     return ChainParamsStruct(**ptrs, N=conv1.n, hw=hw, tiles=tiles(conv1), groups_per_image=hw // 8,
                              box_groups=box_groups(conv1), relu1=int(relu[0]), relu2=int(relu[1]), relu_ds=int(relu_ds),
                              div_hw_d=d_hw[0], div_hw_mul=d_hw[1], div_hw_shr=d_hw[2],
-                             div_groups_d=d_groups[0], div_groups_mul=d_groups[1], div_groups_shr=d_groups[2])
+                             div_groups_d=d_groups[0], div_groups_mul=d_groups[1], div_groups_shr=d_groups[2],
+                             y_stride=y_stride, w=conv1.w, y_w=y_w, y_hw=y_h * y_w,
+                             div_w_d=d_w[0], div_w_mul=d_w[1], div_w_shr=d_w[2])
 
 
 def grid(conv1: ConvShape, sms: int = H100_SMS, max_ctas: int | None = None) -> int:
@@ -245,12 +260,14 @@ def device_refusal() -> str | None:
 
 
 def launch_chain(shapes: tuple[ConvShape, ConvShape], x: int, residual: int, residual_scale: int, convs, y: int, z: int,
-                 *, relu=(True, True), stream=None, max_ctas: int | None = None, downsample=None) -> None:
+                 *, relu=(True, True), stream=None, max_ctas: int | None = None, downsample=None, y_stride: int = 1) -> None:
     """Conv 1 on int8 CHW32 x [N, K1, H, W] with `residual` [N, C1, H, W] into y [N, C1, H, W], and conv 2 on y into
     z [N, C2, H, W]. `convs`: two (weight, scale, bias, out_scale) device pointer tuples, each conv's operands as
     docs/ops.md gives them (weights packed by layout.pack_weight); residual_scale: conv 1's.
     downsample: (ds shape, x0, (weight, scale, bias, out_scale), relu) computes the residual inside as that 1x1 conv of
-    x0 (`residual` is then not read); residual_scale is still conv 1's, the downsample output's scale."""
+    x0 (`residual` is then not read); residual_scale is still conv 1's, the downsample output's scale.
+    y_stride 2: y is stored as [N, C1, ceil(H / 2), ceil(W / 2)], only its pixels at even rows and columns (stored_y_hw;
+    conv 2 still reads all of y, on chip)."""
     from . import cuda_driver as cd
     from .wgmma import encode_tensor_map
 
@@ -258,6 +275,8 @@ def launch_chain(shapes: tuple[ConvShape, ConvShape], x: int, residual: int, res
     why = (downsample_refusal(conv1, conv2, downsample[0]) if downsample else refusal(conv1, conv2)) or device_refusal()
     if why:
         raise ValueError(why)
+    if y_stride not in Y_STRIDES:
+        raise ValueError(f"y_stride {y_stride}: the kernel stores y whole (1) or at even rows and columns (2)")
     if len(convs) != 2 or any(len(c) != 4 for c in convs) or (downsample and len(downsample[2]) != 4):
         raise ValueError("convs (and the downsample's) must be (weight, scale, bias, out_scale) pointer tuples")
     (w1, s1, b1, o1), (w2, s2, b2, o2) = convs
@@ -271,7 +290,7 @@ def launch_chain(shapes: tuple[ConvShape, ConvShape], x: int, residual: int, res
         ds_ptrs = dict(scale_ds=sds, bias_ds=bds, out_scale_ds=ods)
     maps = [encode_tensor_map(5, ptr, *args[name]) for name, ptr in tensors]
     p = params(conv1, conv2, dict(scale1=s1, bias1=b1, out_scale1=o1, residual_scale=residual_scale, y=y, scale2=s2,
-                                  bias2=b2, out_scale2=o2, z=z, **ds_ptrs), relu, bool(relu_ds))
+                                  bias2=b2, out_scale2=o2, z=z, **ds_ptrs), relu, bool(relu_ds), y_stride)
     defines = variant_of(conv1, conv2.k, downsample is not None).defines()
     smem = defines["CHAIN_SMEM"]
     fn = cd.kernel_module(SOURCE, defines, arch=ARCH).function(ENTRY, smem)
@@ -280,10 +299,10 @@ def launch_chain(shapes: tuple[ConvShape, ConvShape], x: int, residual: int, res
 
 
 def launch_chain_op(shapes: tuple[ConvShape, ConvShape], inputs, y: int, z: int, *, relu=(True, True), stream=None,
-                    downsample=None) -> None:
+                    downsample=None, y_stride: int = 1) -> None:
     """launch_chain on a FusedConvAddConv's device pointers in node-input order (plugins/op_schema.py), read by name,
     into its outputs y and z. downsample: (ds shape, its FusedConv's device pointers in node-input order, relu): the
-    residual input is that conv's output, computed inside."""
+    residual input is that conv's output, computed inside. y_stride: as launch_chain's."""
     from .op_schema import FUSED_CONV, FUSED_CONV_ADD, chain_inputs
 
     first, second = (op.bind(ins) for op, ins in zip((FUSED_CONV_ADD, FUSED_CONV), chain_inputs(inputs, y)))
@@ -294,4 +313,4 @@ def launch_chain_op(shapes: tuple[ConvShape, ConvShape], inputs, y: int, z: int,
         d = FUSED_CONV.bind(ds_inputs)
         ds = (ds_shape, d["x"], tuple(d[k] for k in ("weight", "scale", "bias", "out_scale")), ds_relu)
     launch_chain(shapes, first["x"], first["residual"], first["residual_scale"], convs, y, z, relu=relu, stream=stream,
-                 downsample=ds)
+                 downsample=ds, y_stride=y_stride)

@@ -24,6 +24,9 @@ through shared memory instead of a write and a read-back through HBM (plugins/ke
 written). With fuse_downsample (on by default), the pair of a stage's first block whose residual is the stage's downsample
 (a FusedConv read by nothing else) runs with that 1x1 conv inside where plugins/chain_conv.py builds it (res2): the
 residual is computed from the block's input in the kernel, and the downsample's output is never materialized.
+With fuse_subsample (on by default), a chained pair whose output y only 1x1 stride-2 convs read (res2's last block: the
+pair's own conv 2 is res3's first conv1, and res3's downsample the only other reader) stores only y's pixels at even
+rows and columns, a quarter of its bytes, and those convs run as stride-1 convs on that map (fetch returns it).
 
 With fuse_bottleneck=True (off by default: exact, but on the H200 slower than the three wgmma conv kernels it
 replaces, 0.495 against 0.258 ms at batch 256; docs/PERF.md), each identity bottleneck
@@ -41,6 +44,8 @@ to it (docs/ops.md).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import onnx
@@ -96,9 +101,9 @@ def _attrs(node) -> dict:
 def unfused_options(names) -> dict:
     """CudaRunner's keyword options that turn off the fusions `names` (core/args.py UNFUSE: `--unfuse` of `bench e2e`
     and `offline`): chain pairs, the downsample inside the first pair, the conv inside the stem, the stem with its
-    max-pool."""
+    max-pool, a chained pair's output stored at the stride of its only readers."""
     options = {"chain": "fuse_chain", "downsample": "fuse_downsample", "stem-conv": "fuse_stem_conv",
-               "stem-pool": "fuse_stem_pool"}
+               "stem-pool": "fuse_stem_pool", "subsample": "fuse_subsample"}
     unknown = sorted(set(names) - set(options))
     if unknown:
         raise TrtfuseError(f"--unfuse {unknown[0]}: not a fusion of the GPU runner ({', '.join(options)})")
@@ -151,7 +156,8 @@ class CudaRunner(Top1Readout):
     def __init__(self, model: onnx.ModelProto, batch: int, use_graph: bool = True, fold_stem: bool = True,
                  autotune: bool = False, plans_from: "CudaRunner | None" = None, quantized_input: bool = False,
                  fuse_stem_pool: bool = True, fuse_bottleneck: bool = False, fuse_chain: bool = True,
-                 fuse_downsample: bool = True, fuse_stem_conv: bool = True, share_activations: bool = True):
+                 fuse_downsample: bool = True, fuse_stem_conv: bool = True, share_activations: bool = True,
+                 fuse_subsample: bool = True):
         ok, why = cd.gpu_available()
         if not ok:
             raise TrtfuseError(f"--backend cuda needs an NVIDIA GPU: {why}")
@@ -172,6 +178,9 @@ class CudaRunner(Top1Readout):
         self.chained: list[str] = []  # the FusedConvAddConv nodes run as the chain kernel
         self.fuse_downsample = self.fuse_chain and fuse_downsample
         self.downsampled: dict[str, str] = {}  # chained node name -> the downsample node it computes inside
+        self.fuse_subsample = self.fuse_chain and fuse_subsample
+        # a chained pair's output stored at stride 2 (chain_conv.py y_stride) -> (2, its logical shape N, C, H, W)
+        self.subsampled: dict[str, tuple[int, tuple]] = {}
         self._stem = None  # (step index, node, original conv shape, input pointers by op input, relu) of the folded stem
         self.fused_stem: str | None = None  # the stem conv's node name once it runs with its max-pool
         self.stem_pool_tile: tuple[int, int] | None = None  # and the tile that kernel runs (stem.POOL_TILES)
@@ -321,6 +330,11 @@ class CudaRunner(Top1Readout):
         if x is None:
             raise TrtfuseError(f"--backend cuda: input {names['x']} of {node.name} is not an int8 tensor it computed")
         shape = node_conv_shape(node, x.folded_from or x.shape)
+        if names["x"] in self.subsampled:  # its input holds only the pixels its stride reads: a stride-1 conv of those
+            stride, full = self.subsampled[names["x"]]
+            strided = node_conv_shape(node, full)
+            shape = dataclasses.replace(strided, h=x.shape[2], w=x.shape[3], stride=(1, 1))
+            assert strided.stride == (stride, stride) and shape.out_hw == strided.out_hw, (node.name, strided, shape)
         if self._conv_inside_stem(node, names, shape, bool(a["relu"])):
             return
         n = shape.n
@@ -410,7 +424,8 @@ class CudaRunner(Top1Readout):
                 self._fused_conv(half)
             return
         relu = (bool(a["relu"]), bool(a["next_relu"]))
-        y = self.tensors[node.output[0]] = self._tensor((conv1.n, conv1.k, *conv1.out_hw), 32)
+        y_stride = self._y_stride(node.output[0], (conv1.n, conv1.k, *conv1.out_hw))
+        y = self.tensors[node.output[0]] = self._tensor((conv1.n, conv1.k, *chain_conv.stored_y_hw(conv1, y_stride)), 32)
         z = self.tensors[node.output[1]] = self._tensor((conv2.n, conv2.k, *conv2.out_hw), 32)
         downsample = self._inline_downsample(node, names["residual"], conv1, conv2)
         # device pointers in node-input order: x and the residual are buffers this runner computed (none for a residual
@@ -422,8 +437,25 @@ class CudaRunner(Top1Readout):
         # the residual's tensor, or the downsample's input where the kernel computes the residual from it
         read = self.tensors[self.producers[names["residual"]].input[0]] if downsample else r
         self._step(label, lambda s: chain_conv.launch_chain_op(
-            (conv1, conv2), ptrs, y.buf.ptr, z.buf.ptr, relu=relu, stream=s, downsample=downsample), x, read, y, z)
+            (conv1, conv2), ptrs, y.buf.ptr, z.buf.ptr, relu=relu, stream=s, downsample=downsample, y_stride=y_stride),
+            x, read, y, z)
         self.chained.append(node.name)
+
+    def _y_stride(self, y: str, shape) -> int:
+        """2 where y (of logical `shape`), a chained pair's first output, is read by nothing but 1x1 stride-2 unpadded
+        FusedConv nodes (ResNet's next-stage downsample) and is not the graph output: the chain kernel then stores only
+        the pixels they read (recorded in `subsampled`); else 1."""
+        users = self.consumers.get(y, [])
+        if not self.fuse_subsample or not users or y == self.output_name:
+            return 1
+        for u in users:
+            if u.domain != DOMAIN or u.op_type != "FusedConv" or list(u.input[:1]) != [y]:
+                return 1
+            c = node_conv_shape(u, shape)
+            if (c.r, c.s, c.stride, c.pads) != (1, 1, (2, 2), (0, 0, 0, 0)):
+                return 1
+        self.subsampled[y] = (2, tuple(shape))
+        return 2
 
     def _inline_downsample(self, node, residual: str, conv1, conv2):
         """(shape, device pointers in node-input order, relu) of the downsample FusedConv whose output is chained `node`'s
@@ -720,7 +752,8 @@ class CudaRunner(Top1Readout):
         return self.tensors[self.output_name].download()
 
     def fetch(self, name: str) -> np.ndarray:
-        """A tensor of the last forward, copied on this runner's stream (other runners keep running)."""
+        """A tensor of the last forward, copied on this runner's stream (other runners keep running); one in
+        `subsampled` as stored: its pixels at even rows and columns."""
         if name in self.fused_away:
             raise TrtfuseError(f"--backend cuda: {name} stays on chip inside a fused kernel; run with fuse_stem_pool=False (and fuse_bottleneck=False) to fetch it")
         if id(self.tensors[name]) in self._reused:

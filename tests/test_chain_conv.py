@@ -80,8 +80,24 @@ def test_params_struct_mirrors_the_kernel():
         for name in (s.strip() for s in names.split(",")):
             fields += [f"{name}_{part}" for part in ("d", "mul", "shr")] if ctype == "FastDivmod" else [name]
     assert [f for f, _ in chain_conv.ChainParamsStruct._fields_] == fields
-    # padded to 8 bytes before the downsample's pointers and at the end, as the kernel's
-    assert ctypes.sizeof(chain_conv.ChainParamsStruct) == 9 * 8 + 7 * 4 + 6 * 4 + 4 + 3 * 8 + 4 + 4
+    # padded to 8 bytes before the downsample's pointers, as the kernel's (its end falls on 8 bytes)
+    assert ctypes.sizeof(chain_conv.ChainParamsStruct) == 9 * 8 + 7 * 4 + 6 * 4 + 4 + 3 * 8 + 4 + 4 * 4 + 3 * 4
+
+
+def test_y_stored_at_stride_2_keeps_the_pixels_a_stride_2_conv_reads():
+    """y_stride 2 stores y's pixels at even rows and columns: the map a 1x1 stride-2 unpadded conv's output has, odd
+    sides included; params carry that map and the divisor by the width the kernel walks rows with."""
+    from trtfuse.plugins.conv_shape import ConvShape
+
+    for h, w in ((56, 56), (9, 8), (7, 7), (4, 6)):
+        conv1, conv2 = pair(2, h, w, 128)
+        ds = ConvShape(2, 256, h, w, 512, 1, 1, (2, 2))
+        assert chain_conv.stored_y_hw(conv1, 2) == ds.out_hw
+        assert chain_conv.stored_y_hw(conv1, 1) == (h, w)
+        p = chain_conv.params(conv1, conv2, {}, (True, True), y_stride=2)
+        assert (p.y_stride, p.w, p.y_w, p.y_hw, p.div_w_d) == (2, w, ds.out_hw[1], ds.out_hw[0] * ds.out_hw[1], w)
+        whole = chain_conv.params(conv1, conv2, {}, (True, True))
+        assert (whole.y_stride, whole.y_hw) == (1, h * w)
 
 
 def test_grid_keeps_both_consumer_warpgroups_busy():

@@ -37,13 +37,16 @@ def random_problem(key, n, h, w, relu=(True, True), seed=None) -> ChainProblem:
 
 def check(problem: ChainProblem, fused: DeviceChain) -> None:
     """Both outputs against the golden pair and against the two fused-conv kernels run in turn (with a downsample
-    inside: its golden output being the residual they read, while the kernel's residual buffer holds poison)."""
+    inside: its golden output being the residual they read, while the kernel's residual buffer holds poison; with y
+    stored at stride 2: the golden y's pixels at even rows and columns, every stored byte written over the poison)."""
     y, z, y_raw, z_raw = fused.run_checked()
     y_ref, z_ref = problem.golden()
-    assert np.array_equal(y, y_ref), ("y", compare(y, y_ref))
+    s = fused.y_stride
+    assert np.array_equal(y, y_ref[:, :, ::s, ::s]), ("y", compare(y, y_ref[:, :, ::s, ::s]))
     assert np.array_equal(z, z_ref), ("z", compare(z, z_ref))
     y_sep, z_sep = run_separate_chain(problem)
-    assert np.array_equal(y_raw, y_sep) and np.array_equal(z_raw, z_sep), "the chain must equal the two convs bit for bit"
+    assert np.array_equal(y_raw, y_sep[:, :, ::s, ::s]) and np.array_equal(z_raw, z_sep), \
+        "the chain must equal the two convs bit for bit"
 
 
 @pytest.mark.parametrize("relu2", [True, False], ids=["relu", "no-relu"])
@@ -102,3 +105,18 @@ def test_chain_with_the_downsample_inside_walking_many_tiles(max_ctas):
     for key, v in chain_conv.DOWNSAMPLE_VARIANTS.items():
         problem = ChainProblem.random(2, 56, 56, key[2], seed=max_ctas, k1=key[0], c1=key[1], ds_k=v.ds_k)
         check(problem, DeviceChain(problem, max_ctas=max_ctas))
+
+
+# y at stride 2: even and odd sides, a map of one 8-pixel group (a tile spans images), many CTAs or few
+STRIDE2_CASES = [((64, 256, 128), (2, 56, 56), None), ((64, 256, 128), (3, 28, 28), 3), ((64, 256, 64), (1, 9, 8), None),
+                 ((64, 256, 64), (2, 7, 8), None), ((128, 512, 128), (2, 28, 28), 1), ((128, 512, 256), (1, 9, 8), None)]
+
+
+@pytest.mark.parametrize("key,size,max_ctas", STRIDE2_CASES,
+                         ids=[f"{chain_conv.VARIANTS[k].name}-{'x'.join(map(str, s))}-ctas{c}" for k, s, c in STRIDE2_CASES])
+def test_y_stored_at_stride_2(key, size, max_ctas):
+    """y_stride 2 (where y's only readers are 1x1 stride-2 convs): y holds exactly the golden y's pixels at even rows and
+    columns, compacted, and z is unchanged."""
+    n, h, w = size
+    problem = random_problem(key, n, h, w, seed=n * 100 + h + w + key[2])
+    check(problem, DeviceChain(problem, max_ctas=max_ctas, y_stride=2))

@@ -22,10 +22,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _ok, reason=f"needs a CUDA
                                                ("resnet50", 64, {"fuse_chain": False}),
                                                ("resnet50", 64, {"chain_in_graph": True}),
                                                ("resnet50", 64, {"chain_in_graph": True, "no_chain_kernel": True}),
-                                               ("resnet50", 64, {"fuse_stem_conv": False})],
+                                               ("resnet50", 64, {"fuse_stem_conv": False}),
+                                               ("resnet50", 64, {"fuse_subsample": False})],
                          ids=["resnet50", "resnet18", "resnet18-chw4-stem", "resnet18-autotune", "resnet18-stem-unfused",
                               "resnet50-bottleneck", "resnet50-unchained", "resnet50-rewrite-chain",
-                              "resnet50-rewrite-chain-two-kernels", "resnet50-stem-conv-apart"])
+                              "resnet50-rewrite-chain-two-kernels", "resnet50-stem-conv-apart", "resnet50-y-whole"])
 def test_fuse_all_resnet_matches_cpu_golden(arch, size, options, monkeypatch):
     """chain_in_graph: the model is rewritten with --chain (FusedConvAddConv nodes); no_chain_kernel: the GPU is taken
     not to run the chain kernel, so those nodes run as their two convs."""
@@ -96,14 +97,21 @@ def test_fuse_all_resnet_matches_cpu_golden(arch, size, options, monkeypatch):
         assert runner.downsampled == {"layer1.0.conv3__fused+layer1.1.conv1__fused": "layer1.0.downsample.0__fused"}
         ds_out = next(n.output[0] for n in fused.graph.node if n.name == "layer1.0.downsample.0__fused")
         assert ds_out in runner.fused_away
+        # res2's last pair's output is read only by res3's downsample (1x1 stride 2): stored at stride 2, 8 x 8 of 16 x 16
+        res3_ds = next(n for n in fused.graph.node if n.name == "layer2.0.downsample.0__fused")
+        assert runner.subsampled == ({res3_ds.input[0]: (2, (2, 256, size // 4, size // 4))}
+                                     if options.get("fuse_subsample", True) else {})
+        assert runner.tensors[res3_ds.input[0]].shape == (2, 256, *((size // 8,) * 2 if runner.subsampled else (size // 4,) * 2))
     else:
-        assert not runner.chained and not runner.downsampled
+        assert not runner.chained and not runner.downsampled and not runner.subsampled
     for name in runner.fused_away:
         with pytest.raises(TrtfuseError, match="on chip"):
             runner.fetch(name)
     cpu = run_model(fused, {fused.graph.input[0].name: images}, names + [fused.graph.output[0].name])
     for name, want in zip(names, cpu):
         got = runner.fetch(name)
+        if name in runner.subsampled:  # stored as the pixels its stride-2 readers take
+            want = want[:, :, ::2, ::2]
         diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
         assert diff.max() <= 1 and (diff == 0).mean() >= 0.999, name
     ref = cpu[-1]

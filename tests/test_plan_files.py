@@ -101,7 +101,8 @@ def test_unfuse_names_map_to_the_runner_options_and_others_are_refused():
     import inspect
 
     options = unfused_options(UNFUSE)
-    assert options == {"fuse_chain": False, "fuse_downsample": False, "fuse_stem_conv": False, "fuse_stem_pool": False}
+    assert options == {"fuse_chain": False, "fuse_downsample": False, "fuse_stem_conv": False, "fuse_stem_pool": False,
+                       "fuse_subsample": False}
     assert set(options) <= set(inspect.signature(CudaRunner).parameters)  # every option is one the runner takes
     assert unfused_options([]) == {}
     with pytest.raises(TrtfuseError, match="not a fusion"):

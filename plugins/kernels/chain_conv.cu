@@ -19,6 +19,10 @@
 //     epilogue 2 docs/ops.md without a residual: z's 8-byte CHW32 pieces to global memory.
 // One warpgroup's epilogues run while the other's GEMMs hold the tensor cores.
 //
+// With y_stride 2 (a runtime parameter) epilogue 1 stores only y's pixels at even rows and columns, compacted: where
+// y's only readers are 1x1 stride-2 convs (the next stage's downsample, the pair's own conv 2 reading y on chip), a
+// quarter of y's bytes reach HBM, and those convs read a stride-1 input.
+//
 // CHAIN_DS (a stage's first block, whose residual is its downsample: a 1x1 stride-1 conv of the block's input x0,
 // CHAIN_DS channels -> C1, read by nothing else): the residual is computed here instead of read. The producer loads
 // x0's tile into the slot where the residual tile would land, and per tile, before GEMM1,
@@ -151,6 +155,10 @@ struct ChainParams {
   const float* bias_ds;         // [C1]
   const float* out_scale_ds;    // [1] its output's scale (residual_scale, as conv 1 reads it)
   int relu_ds;
+  // 1: y stored whole; 2: only y's pixels at even rows and columns, at (row / 2, column / 2) of a map y_w wide and
+  // y_hw pixels an image (where y's only readers are 1x1 stride-2 convs: the next stage's downsample)
+  int y_stride, w, y_w, y_hw;
+  FastDivmod div_w;  // by w
 };
 
 namespace chain {
@@ -183,6 +191,19 @@ __device__ __forceinline__ void fresh_accumulators(int (&acc)[N]) {
 __device__ __forceinline__ size_t chw32_piece(const ChainParams& p, int m, int blocks, int q) {
   const int n = p.div_hw.div(m), pix = m - n * p.hw;
   return ((size_t)n * blocks * p.hw + pix) * 32 + 8 * q;
+}
+
+// Byte offset in y of channel block 0, bytes 8q.., of linear pixel m, and whether y keeps that pixel (y_stride).
+__device__ __forceinline__ size_t y_piece(const ChainParams& p, int m, int q, bool& kept) {
+  const int n = p.div_hw.div(m), pix = m - n * p.hw;
+  int at = pix;
+  kept = true;
+  if (p.y_stride == 2) {
+    const int row = p.div_w.div(pix), col = pix - row * p.w;
+    kept = ((row | col) & 1) == 0;
+    at = (row >> 1) * p.y_w + (col >> 1);
+  }
+  return ((size_t)n * (C1 / 32) * p.y_hw + at) * 32 + 8 * q;
 }
 
 // Consumer warpgroup wg's W2 ring: its chunks and its full and empty mbarriers.
@@ -301,13 +322,14 @@ __device__ __forceinline__ void consume(const ChainParams& p, int8_t* smem, uint
     const PipelineState<STAGES> it{i};  // the CTA's i-th tile fills ring use i (the producer walks them in order)
     const uint32_t slot = base + Smem::RING + it.index() * Smem::SLOT;
     int8_t* const residual = smem + Smem::RING + it.index() * Smem::SLOT + Smem::X_BYTES;
-    bool ok[2];
+    bool ok[2], y_kept[2];
     size_t y_off[2], z_off[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int m = tile * BM + px[h];
       ok[h] = m < pixels;
-      y_off[h] = ok[h] ? chw32_piece(p, m, C1 / 32, q) : 0;
+      y_kept[h] = false;
+      y_off[h] = ok[h] ? y_piece(p, m, q, y_kept[h]) : 0;
       z_off[h] = ok[h] ? chw32_piece(p, m, C2 / 32, q) : 0;
     }
 
@@ -363,7 +385,7 @@ __device__ __forceinline__ void consume(const ChainParams& p, int8_t* smem, uint
           const int r_off = residual_offset(2 * warp + h, cb, lane / 4, q);
           const uint2 res = DS ? residual_words[DS ? cb : 0][h] : *reinterpret_cast<const uint2*>(residual + r_off);
           const uint2 out = requantize_8_channels<kAccOnXu, N1 / 2, true>(acc1, b, h, sc, bi, res, rs, relu1);
-          if (ok[h]) *reinterpret_cast<uint2*>(p.y + y_off[h] + (size_t)cb * p.hw * 32) = out;
+          if (y_kept[h]) *reinterpret_cast<uint2*>(p.y + y_off[h] + (size_t)cb * p.y_hw * 32) = out;
           // A_IN_SLOT: over the residual bytes just read, by the one thread that reads and writes them
           *reinterpret_cast<uint2*>(A_IN_SLOT ? residual + r_off : a_tile + a_tile_offset(px[h], cb, q)) = out;
         }
