@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .conv_params import fast_divmod
 from .conv_shape import H100_SMS, ConvShape
@@ -229,9 +229,9 @@ Y_STRIDES = (1, 2)  # y stored whole, or only its pixels at even rows and column
 
 
 def stored_y_hw(conv1: ConvShape, y_stride: int) -> tuple[int, int]:
-    """The map y is stored as: conv 1's output, or its pixels at even rows and columns (what a 1x1 stride-2 unpadded
-    conv reads of it)."""
-    return -(-conv1.h // y_stride), -(-conv1.w // y_stride)
+    """The map y is stored as: conv 1's output, or its pixels at even rows and columns, the map a 1x1 stride-2
+    unpadded conv reads of it (conv 1 is 1x1 unpadded: that conv at y_stride has it as its output)."""
+    return replace(conv1, stride=(y_stride, y_stride)).out_hw
 
 
 def params(conv1: ConvShape, conv2: ConvShape, ptrs: dict, relu: tuple[bool, bool], relu_ds: bool = False,
