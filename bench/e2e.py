@@ -226,7 +226,7 @@ def run(args) -> int:
     if not ok:
         raise TrtfuseError(f"trtfuse bench e2e needs an NVIDIA GPU: {why}")
     if args.energy:
-        from .energy import nvml_refusal
+        from ..runtime.nvml import nvml_refusal
 
         why = nvml_refusal(cd.current_device())
         if why:
@@ -253,7 +253,8 @@ def run(args) -> int:
     steps.update(1)
     energy = None
     if args.energy:
-        from .energy import Nvml, forward_energy, per_batch_energy, step_energy
+        from ..runtime.nvml import Nvml
+        from .energy import forward_energy, per_batch_energy, step_energy
 
         meter = Nvml(cd.current_device())
         forward = forward_energy(runners, meter, args.seconds)

@@ -5,58 +5,15 @@ Under LoadGen the H200 runs at its power cap (docs/PERF.md, "Method": clocks): s
 over the joules one image costs, so the joules per step, not only the milliseconds, say which layer to work on. A
 step's figure is its energy while it runs alone and back to back: idle and static power included, at the clock the
 cap lets it run at, the way it runs inside the forward. The counter is NVML's total energy (millijoules since the
-driver loaded, nvmlDeviceGetTotalEnergyConsumption), read through ctypes from the driver's own libnvidia-ml: nothing
-to install, and read only (no clock or limit is touched).
+driver loaded, nvmlDeviceGetTotalEnergyConsumption), read by runtime/nvml.py.
 """
 
 from __future__ import annotations
 
-import ctypes
 import statistics
 import time
 
-NVML_SUCCESS = 0
-NVML_CLOCK_SM = 1  # nvml.h: nvmlClockType_t
-
-
-class Nvml:
-    """The NVML handle of a CUDA device (found by its PCI bus id, which CUDA's and NVML's orders share)."""
-
-    def __init__(self, device_ordinal: int = 0, library: str = "libnvidia-ml.so.1"):
-        try:
-            self.lib = ctypes.CDLL(library)
-        except OSError as exc:
-            raise RuntimeError(f"no NVML ({library}: {exc})") from None
-        self._call("nvmlInit_v2")
-        from ..plugins.cuda_driver import pci_bus_id
-
-        self.handle = ctypes.c_void_p()
-        self._call("nvmlDeviceGetHandleByPciBusId_v2", ctypes.c_char_p(pci_bus_id(device_ordinal).encode()),
-                   ctypes.byref(self.handle))
-
-    def _call(self, name: str, *args) -> None:
-        rc = getattr(self.lib, name)(*args)
-        if rc != NVML_SUCCESS:
-            raise RuntimeError(f"NVML {name} returned {rc}")
-
-    def energy_mj(self) -> int:
-        value = ctypes.c_ulonglong()
-        self._call("nvmlDeviceGetTotalEnergyConsumption", self.handle, ctypes.byref(value))
-        return value.value
-
-    def sm_clock_mhz(self) -> int:
-        value = ctypes.c_uint()
-        self._call("nvmlDeviceGetClockInfo", self.handle, NVML_CLOCK_SM, ctypes.byref(value))
-        return value.value
-
-
-def nvml_refusal(device_ordinal: int = 0) -> str | None:
-    """Why the energy counter cannot be read here, in one line, or None."""
-    try:
-        Nvml(device_ordinal).energy_mj()
-    except Exception as exc:  # no driver library, no GPU, or a GPU without the counter
-        return str(exc) or type(exc).__name__
-    return None
+from ..runtime.nvml import Nvml
 
 
 def measure(run_once, meter: Nvml, seconds: float, warmup: float) -> dict:

@@ -117,6 +117,17 @@ def loadgen_rows(result: dict, keys: list[str]) -> list:
     return rows
 
 
+def card_rows(cards: list[dict] | None) -> list:
+    """One summary row per GPU of a run: the SM clock its power cap left (the figure samples/s follows from card to
+    card), its mean power and what held its clock down (runtime/nvml.py)."""
+    rows = []
+    for c in cards or []:
+        held = ", ".join(f"{name} {100 * share:.0f} %" for name, share in c["clock_held_by"].items()) or "nothing"
+        rows.append([f"card {c['gpu']}", f"SM {c['sm_mhz_median']:.0f} MHz (median), {c['watts_mean']:.0f} W, "
+                                         f"clock held by {held}"])
+    return rows
+
+
 def offline(args) -> int:
     from trtfuse.errors import TrtfuseError
     from trtfuse.io import atomic_write_json
@@ -185,7 +196,7 @@ def offline(args) -> int:
             if one_gpu is not None:
                 # the same machine, the same invocation: the 1-GPU figure the N-GPU one is judged against
                 result["one_gpu"] = {k: one_gpu.get(k) for k in ("samples_per_s", "result", "min_duration_s", "log_dir",
-                                                                 "record", "timeline")}
+                                                                 "record", "timeline", "cards")}
                 if result.get("samples_per_s") and one_gpu.get("samples_per_s"):
                     result["scaling_vs_1gpu"] = result["samples_per_s"] / one_gpu["samples_per_s"]
     finally:
@@ -213,13 +224,14 @@ def offline(args) -> int:
     else:
         keys = ["backend", "endpoints", "batch", "gpus", "streams", "mode", "answers", "expected_qps", "samples_per_s",
                 "samples_completed", "scaling_vs_1gpu", "pipeline_samples_per_s", "torch_fp16_samples_per_s",
-                "torch_fp16_batch"]
+                "torch_fp16_batch", "mj_per_sample"]
         rows = loadgen_rows(result, keys)
         from trtfuse.runtime.memory_plan import describe
 
         placed = describe(result.get("activation_bytes_per_runner"))
         if placed:  # what sharing memory by lifetime saves
             rows.append(["activations per runner", placed])
+        rows += card_rows(result.get("cards"))
         if result.get("invalid_because"):
             rows.append(["INVALID because", result["invalid_because"]])
         print_table(["field", "value"], rows)

@@ -1,10 +1,11 @@
-"""bench/energy.py: the per-kind energy table's arithmetic (CPU), the one-line refusal where NVML's counter cannot be
-read, and on a GPU the real counter (libnvidia-ml) rising while a kernel runs."""
+"""bench/energy.py and runtime/nvml.py: the per-kind energy table's arithmetic (CPU), the one-line refusal where
+NVML's counter cannot be read, and on a GPU the real counter (libnvidia-ml) rising while a kernel runs."""
 
 import pytest
 
 from trtfuse.bench.e2e import add_arguments
-from trtfuse.bench.energy import Nvml, nvml_refusal, per_batch_energy
+from trtfuse.bench.energy import per_batch_energy
+from trtfuse.runtime.nvml import Nvml, nvml_refusal
 from trtfuse.plugins.cuda_driver import gpu_available
 
 ok, why = gpu_available()

@@ -44,6 +44,7 @@ def test_offline_onnxruntime_backend(small_model, tmp_path, capsys, mode):
     else:
         assert result["result"] is None
         assert result["accuracy_responses"] == 48  # every sample answered once, top-1 as int32
+    assert "cards" not in result and "mj_per_sample" not in result  # no GPU in the run: no board to read
 
 
 def test_check_golden_scores_every_answer_against_the_cpu_golden_executor(small_model, tmp_path):
@@ -138,6 +139,9 @@ def test_offline_cuda_backend_on_a_gpu(tmp_path, streams):
     assert 0 < placed["placed"] < placed["separate"]
     assert result["batch_input"] == "in place"  # the fused stem reads each image from the device samples by index
     assert result["golden_checked"] == 100 and result["golden_top1_mismatches"] == []  # the CPU golden executor's top-1
+    (card,) = result["cards"]  # NVML's readings over the run: the clock the card ran at, its power and joules
+    assert card["gpu"] == 0 and 100 < card["sm_mhz_median"] < 5000 and card["readings"] >= 1 and card["joules"] > 0
+    assert result["mj_per_sample"] == pytest.approx(1e3 * card["joules"] / result["samples_completed"])
     images, _ = load_samples("synthetic", 100, 32)
     runner = CudaRunner(model, 16)
     padded = np.concatenate([images, images[:12]])
