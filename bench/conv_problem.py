@@ -55,7 +55,8 @@ class ConvProblem:
                            self.out_scale, self.residual, self.residual_scale, self.relu)
 
     def golden(self) -> np.ndarray:
-        """docs/ops.md on the CPU (plugins/reference.py). bench/kernels.py has the same on the GPU for batch 256."""
+        """docs/ops.md on the CPU (plugins/reference.py). bench/kernels.py's golden_on_device gives the same bits on the
+        GPU, for batch 256."""
         sh = self.shape
         return requantize_epilogue(conv_int8_accumulate(self.x, self.w, sh.stride, sh.pads), self.scale, self.bias,
                                    float(self.out_scale[0]), self.residual,

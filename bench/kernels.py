@@ -89,21 +89,40 @@ def copy_bandwidth_tbps(torch) -> float:
     return 2 * (2 << 30) / (ms * 1e-3) / 1e12
 
 
+def fma_f32_on_device(torch, a, b, c):
+    """plugins/reference.py's fma_f32 with torch on the GPU: float32 a * b + c rounded once (the float64 sum rounded to
+    odd, then to float32), elementwise with broadcasting."""
+    a, b, c = (t.float().double() for t in (a, b, c))
+    p = a * b  # exact: two 24-bit significands
+    s = p + c
+    bp = s - p
+    err = (p - (s - bp)) + (c - bp)  # exact: s + err == p + c
+    inexact_even = (err != 0) & ((s.view(torch.int64) & 1) == 0)
+    toward = torch.where(err > 0, torch.full_like(s, float("inf")), torch.full_like(s, float("-inf")))
+    return torch.where(inexact_even, torch.nextafter(s, toward), s).float()
+
+
 def golden_on_device(torch, problem):
-    """docs/ops.md semantics with torch on the GPU: float64 conv on integer values (exact), then the
-    float32 epilogue one correctly rounded op at a time (PyTorch's CUDA mul/add/div are IEEE; round
-    is half-to-even). tests/test_conv_kernel_gpu.py shows it equals the numpy reference."""
+    """docs/ops.md semantics with torch on the GPU, bit for bit plugins/reference.py's fused_conv_int8: float64 conv on
+    integer values (exact), the folded scales (reference.folded_scales), then each float32 fused multiply-add rounded
+    once (fma_f32_on_device), ReLU, round half to even, saturate. tests/test_conv_kernel_gpu.py shows it equals the
+    numpy reference."""
+    from ..plugins.reference import folded_scales
+
     sh = problem.shape
     x = torch.nn.functional.pad(torch.from_numpy(problem.x).cuda().double(), (sh.pads[1], sh.pads[3], sh.pads[0], sh.pads[2]))
     acc = torch.nn.functional.conv2d(x, torch.from_numpy(problem.w).cuda().double(), stride=sh.stride).round().long()
     k = sh.k
-    v = acc.float() * torch.from_numpy(problem.scale[:k]).cuda().view(1, k, 1, 1)
-    v = v + torch.from_numpy(problem.bias[:k]).cuda().view(1, k, 1, 1)
+    residual_scale = None if problem.residual is None else float(np.asarray(problem.residual_scale).reshape(-1)[0])
+    a, b, rs = folded_scales(problem.scale[:k], problem.bias[:k], float(np.asarray(problem.out_scale).reshape(-1)[0]),
+                             residual_scale)
+    per_channel = lambda v: torch.from_numpy(np.ascontiguousarray(v)).cuda().view(1, k, 1, 1)
+    v = fma_f32_on_device(torch, acc.float(), per_channel(a), per_channel(b))
     if problem.residual is not None:
-        v = v + torch.from_numpy(problem.residual).cuda().float() * float(problem.residual_scale[0])
+        v = fma_f32_on_device(torch, torch.from_numpy(problem.residual).cuda().float(),
+                              torch.tensor(rs, dtype=torch.float32, device="cuda"), v)
     if problem.relu:
         v = torch.clamp_min(v, 0.0)
-    v = v / float(problem.out_scale[0])
     return torch.round(v).clamp(-128, 127).to(torch.int8)
 
 
@@ -461,13 +480,15 @@ CHAIN_PAIRS = {
 }
 
 
-def bench_chain(torch, n, key, args, bw_tbps, records, downsample: bool = False) -> dict:
+def bench_chain(torch, n, key, args, bw_tbps, records, downsample: bool = False, y_stride: int = 1) -> dict:
     """A residual block's conv3 (K1 -> C1, + residual, ReLU) and the next block's conv1 (C1 -> C2), key = (K1, C1,
     C2), as one kernel (plugins/kernels/chain_conv.cu) against the two conv kernels it replaces, each timed as
     bench_layer times it (autotuned with --autotune): from this run's own records where it has them. Both outputs
     (poisoned first) are checked against the golden pair (docs/ops.md twice). downsample: the stage's first block,
     its residual computed inside by the downsample (chain_conv.DOWNSAMPLE_VARIANTS), against what runs without it: the
-    downsample's conv kernel, then the chain kernel reading its output."""
+    downsample's conv kernel, then the chain kernel reading its output. y_stride 2: y stored only at its even rows and
+    columns (the pair feeding the next stage, whose downsample is y's only other reader: CudaRunner._y_stride), against
+    the same kernel storing y whole; y's stored pixels are checked against the golden y's."""
     from ..plugins import chain_conv
     from .conv_problem import ChainProblem, DeviceChain, passes_lsb_rule
 
@@ -477,10 +498,11 @@ def bench_chain(torch, n, key, args, bw_tbps, records, downsample: bool = False)
     cur = lambda: torch.cuda.current_stream().cuda_stream
     problem = ChainProblem.random(n, side, side, c2, golden=lambda p: golden_on_device(torch, p).cpu().numpy(), k1=k1,
                                   c1=c1, ds_k=ds_k)
-    fused = DeviceChain(problem)
+    fused = DeviceChain(problem, y_stride=y_stride)
     ours_ms = graph_time_ms(torch, lambda: fused.run(stream=cur()), args.reps)
     y, z, _, _ = fused.run_checked()
-    diffs = [np.abs(out.astype(np.int32) - problem.golden_conv(i).astype(np.int32)) for i, out in enumerate((y, z))]
+    golden = (problem.golden_conv(0)[:, :, ::y_stride, ::y_stride], problem.golden_conv(1))
+    diffs = [np.abs(out.astype(np.int32) - want.astype(np.int32)) for out, want in zip((y, z), golden)]
     stats = {"exact_fraction": float(min((d == 0).mean() for d in diffs)), "max_abs_diff": int(max(d.max() for d in diffs))}
     mine = {r["layer"]: r for r in records if r["batch"] == n}
     conv1, conv2 = problem.shapes
@@ -488,7 +510,19 @@ def bench_chain(torch, n, key, args, bw_tbps, records, downsample: bool = False)
     macs = conv1.k * conv1.c + conv2.k * conv2.c
     # (res2's records keep the names their history lines have)
     tactic = f"chain/c{c2}" if stage == "res2" else f"chain/{k1}-{c1}-{c2}"
-    if downsample:
+    compared_with = None
+    if y_stride != 1:
+        whole_name = f"{stage} conv3 + residual -> conv1 {c1}->{c2}, one kernel"
+        whole = mine.get(whole_name)
+        if whole is not None:
+            unfused_ms = whole["ours_ms"]
+        else:
+            plain = DeviceChain(problem)
+            unfused_ms = graph_time_ms(torch, lambda: plain.run(stream=cur()), args.reps)
+        unfused, compared_with = tactic, "y whole"
+        layer, tactic, replaces = f"{stage} conv3 + residual -> conv1 {c1}->{c2}, y stored at stride {y_stride}, one kernel", \
+            tactic + f"/y{y_stride}", 1
+    elif downsample:
         ds_name = f"{stage} downsample 1x1/1 {ds_k}->{c1}"
         ds_rec = mine.get(ds_name) or bench_layer(torch, ds_name, problem.downsample.shape, False, args, bw_tbps)
         plain = DeviceChain(ChainProblem.random(n, side, side, c2, golden=problem.conv_golden, k1=k1, c1=c1))
@@ -507,10 +541,44 @@ def bench_chain(torch, n, key, args, bw_tbps, records, downsample: bool = False)
            "K": macs, "K_gemm": macs, "residual": True, "tactic": tactic, "family": "wgmma", "splits": 1,
            "form": "CHW32", "fused_block": True, "replaces": replaces, "heuristic": tactic, "heuristic_ms": ours_ms, "ours_ms": ours_ms,
            "unfused_ms": unfused_ms, "unfused": unfused, "correct": passes_lsb_rule(stats), **stats}
-    # x, the residual (or x0), y, z, weights
-    moved = m * (conv1.c + (ds_k or conv1.k) + conv1.k + conv2.k) + conv1.k * (conv1.c + ds_k) + conv2.k * conv2.c
+    if compared_with:
+        rec["compared_with"] = compared_with
+    # x, the residual (or x0), y as stored, z, weights
+    y_pixels = n * int(np.prod(chain_conv.stored_y_hw(conv1, y_stride)))
+    moved = m * (conv1.c + (ds_k or conv1.k) + conv2.k) + y_pixels * conv1.k + conv1.k * (conv1.c + ds_k) + conv2.k * conv2.c
     rec.update(floors(moved, 2.0 * m * macs, ours_ms, bw_tbps))
     rec["cublaslt_int8_ms"] = rec["cudnn_fp16_ms"] = None
+    return rec
+
+
+def next_stage_downsample(key: tuple[int, int, int], n: int) -> tuple[tuple[str, object], tuple[str, object]] | None:
+    """For a CHAIN_PAIRS pair whose second conv is the next stage's first conv1: that stage's 1x1 stride-2 downsample
+    as resnet50_layers names and shapes it, and the same conv reading y stored at stride 2 (stride 1 on the stored
+    map), each (name, shape). None for a pair within a stage."""
+    from ..plugins.chain_conv import stored_y_hw
+    from ..plugins.conv_shape import ConvShape
+
+    k1, c1, c2 = key
+    _, side, _, conv2_name = CHAIN_PAIRS[key]
+    if " first conv1 " not in conv2_name:
+        return None
+    stage = conv2_name.split(" ")[0]
+    h, w = stored_y_hw(ConvShape(n, k1, side, side, c1, 1, 1), 2)
+    return ((f"{stage} downsample 1x1/2 {c1}->{4 * c2}", ConvShape(n, c1, side, side, 4 * c2, 1, 1, (2, 2), residual=False)),
+            (f"{stage} downsample 1x1 {c1}->{4 * c2} on y stored at stride 2", ConvShape(n, c1, h, w, 4 * c2, 1, 1, residual=False)))
+
+
+def bench_stored_downsample(torch, n, key, args, bw_tbps, records) -> dict:
+    """The next stage's downsample run stride 1 on the pair's y stored at stride 2 (next_stage_downsample), against the
+    same downsample reading y whole at stride 2 (this run's record of it, else timed here); each checked as
+    bench_layer checks a conv."""
+    (strided_name, strided_shape), (name, shape) = next_stage_downsample(key, n)
+    rec = bench_layer(torch, name, shape, False, args, bw_tbps)
+    strided = next((r for r in records if r["batch"] == n and r["layer"] == strided_name), None)
+    if strided is None:
+        strided = bench_layer(torch, strided_name, strided_shape, False, args, bw_tbps)
+    rec.update({"unfused_ms": strided["ours_ms"], "unfused": f"{strided['tactic'].split('_')[0]}/s{strided['splits']}",
+                "compared_with": "y whole, read at stride 2", "reads_stored_map": True})
     return rec
 
 
@@ -552,6 +620,11 @@ def run(args) -> int:
             for key, (pair_stage, *_) in CHAIN_PAIRS.items():
                 if pair_stage == stage and key in chain_conv.VARIANTS:
                     records.append({**bench_chain(torch, shape.n, key, args, bw, records), "device": device})
+                    if chain_conv.VARIANTS[key].in_runner and next_stage_downsample(key, shape.n):
+                        # the pair into the next stage stores y at stride 2 in the runner, and that stage's
+                        # downsample reads the stored map
+                        records.append({**bench_chain(torch, shape.n, key, args, bw, records, y_stride=2), "device": device})
+                        records.append({**bench_stored_downsample(torch, shape.n, key, args, bw, records), "device": device})
                 if pair_stage == stage and key in chain_conv.DOWNSAMPLE_VARIANTS:  # the stage's first block
                     records.append({**bench_chain(torch, shape.n, key, args, bw, records, downsample=True), "device": device})
         torch.cuda.empty_cache()
@@ -584,7 +657,7 @@ def kernel_key_figures(records: list[dict]) -> dict:
     """A run's history line: batch-256 times of the residual block and the 3x3 layers docs/PERF.md follows, the
     24 distinct layers' sum, and whether every record was correct."""
     b256 = [r for r in records if r["batch"] == 256 and not r["layer"].startswith("seed") and not r.get("fused_with_pool")
-            and not r.get("fused_block") and not r.get("network_tail")]
+            and not r.get("fused_block") and not r.get("network_tail") and not r.get("reads_stored_map")]
     figures = {}
     for r in b256:
         name = r["layer"]
@@ -594,7 +667,11 @@ def kernel_key_figures(records: list[dict]) -> dict:
         if r["batch"] == 256 and (r.get("fused_with_pool") or r.get("fused_block")):
             figures[r["layer"]] = round(r["ours_ms"], 4)
             replaced = r.get("replaces", 2 if r.get("fused_with_pool") else 3)  # kernels the fused one stands for
-            figures[r["layer"] + f" ({'two' if replaced == 2 else 'three'} kernels)"] = round(r["unfused_ms"], 4)
+            against = r.get("compared_with") or f"{'two' if replaced == 2 else 'three'} kernels"
+            figures[r["layer"] + f" ({against})"] = round(r["unfused_ms"], 4)
+        elif r["batch"] == 256 and r.get("reads_stored_map"):
+            figures[r["layer"]] = round(r["ours_ms"], 4)
+            figures[r["layer"] + f" ({r['compared_with']})"] = round(r["unfused_ms"], 4)
     for r in records:
         if r["batch"] == 256 and r.get("network_tail"):
             figures[r["layer"]] = round(r["ours_ms"], 4)

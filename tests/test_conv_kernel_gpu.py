@@ -69,3 +69,30 @@ def test_relu_flag(relu):
 @pytest.mark.parametrize("name,shape,has_res", resnet50_layers(1), ids=[n for n, _, _ in resnet50_layers(1)])
 def test_resnet50_layers_batch1(name, shape, has_res):
     _check(shape, has_res)
+
+
+def test_the_bench_fma_on_the_gpu_rounds_once_as_the_reference_does():
+    """bench kernels' golden on the GPU (fma_f32_on_device) against plugins/reference.py's fma_f32, on products that
+    cancel against the addend, where a product and a sum each rounded would differ."""
+    torch = pytest.importorskip("torch")
+    from trtfuse.bench.kernels import fma_f32_on_device
+    from trtfuse.plugins.reference import fma_f32
+
+    rng = np.random.default_rng()
+    a = rng.normal(size=1 << 20).astype(np.float32)
+    b = rng.normal(size=1 << 20).astype(np.float32)
+    c = (-(a * b) * (1 + rng.normal(scale=1e-6, size=1 << 20))).astype(np.float32)  # near-cancellation
+    c[::2] = rng.normal(size=1 << 19).astype(np.float32)
+    got = fma_f32_on_device(torch, *(torch.from_numpy(v).cuda() for v in (a, b, c))).cpu().numpy()
+    want = fma_f32(a, b, c)
+    assert np.array_equal(got.view(np.int32), want.view(np.int32))
+    assert not np.array_equal(want, (a * b + c).astype(np.float32))  # the data does tell one rounding from two
+
+
+@pytest.mark.parametrize("has_res,relu", [(True, True), (False, True), (True, False)])
+def test_the_bench_golden_on_the_gpu_equals_the_numpy_reference(has_res, relu):
+    torch = pytest.importorskip("torch")
+    from trtfuse.bench.kernels import golden_on_device
+
+    problem = ConvProblem.random(ConvShape(4, 64, 20, 20, 96, 3, 3, (1, 1), (1, 1, 1, 1)), has_res, relu)
+    assert np.array_equal(golden_on_device(torch, problem).cpu().numpy(), problem.golden())
