@@ -7,7 +7,11 @@
 #                                          BATCH=512 STREAMS=3: batch size and graphs in flight per GPU; QPS: per GPU;
 #                                          COUNT=8192: samples in the sample library (default 4096);
 #                                          PLANS=bench/results/e2e-NVIDIA_H200.json: its tuned plans for both steps, no autotune;
-#                                          ENERGY=1: the graph loop also reads the board's energy counter, bench e2e --energy)
+#                                          ENERGY=1: the graph loop also reads the board's energy counter, bench e2e --energy;
+#                                          GATE=100400: first time the Offline pipeline without LoadGen for 4 s (bench e2e on
+#                                          PLANS) and stop, exit 3, where this card runs it below GATE samples/s: cards of this
+#                                          kind settle at 1800-1905 MHz under the power cap, and samples/s follows (docs/PERF.md,
+#                                          the card row); each offline record names its card's clock in `cards`)
 set -uo pipefail
 GPUS=${1:-1}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -22,6 +26,14 @@ nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperatu
   -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1; tail -2 "$OUT/gpu_tests.txt"
 $T models resnet50 -o /tmp/r50.onnx > /dev/null && $T rewrite /tmp/r50.onnx -o /tmp/r50_all.onnx --fuse all > /dev/null || exit 1
 tune="--autotune"; [ -n "${PLANS:-}" ] && tune="--plans $PLANS"  # a results file's plans, tuned at BATCH or a divisor of it: minutes saved
+if [ -n "${GATE:-}" ]; then
+  [ -n "${PLANS:-}" ] || { echo "GATE needs PLANS (the gate times the run's own plans)" >&2; exit 1; }
+  $T bench e2e --batch "${BATCH:-256}" --streams "${STREAMS:-6}" $tune --no-torch --seconds 4 -o /tmp/gate.json > /tmp/gate.txt 2>&1 \
+    || { tail -3 /tmp/gate.txt; exit 1; }
+  rate=$(python3 -c "import json; print(int(json.load(open('/tmp/gate.json'))['offline_pipeline_samples_per_s']))")
+  echo "gate: the Offline pipeline without LoadGen ran $rate samples/s on this card (GATE $GATE)"
+  [ "$rate" -ge "$GATE" ] || { kill $SMI 2>/dev/null; exit 3; }
+fi
 energy=""; [ "${ENERGY:-0}" = 1 ] && energy="--energy"
 [ "${SKIP_E2E:-0}" = 1 ] || $T bench e2e --batch "${BATCH:-256}" --streams "${STREAMS:-6}" $tune $energy -o "$OUT/e2e.json" 2>&1 | tail -50
 for g in $GPUS; do
