@@ -511,17 +511,16 @@ def bench_chain(torch, n, key, args, bw_tbps, records, downsample: bool = False,
     # (res2's records keep the names their history lines have)
     tactic = f"chain/c{c2}" if stage == "res2" else f"chain/{k1}-{c1}-{c2}"
     compared_with = None
+    pair = f"{stage} conv3 + residual -> conv1 {c1}->{c2}"  # the pair's record name, y stored whole
     if y_stride != 1:
-        whole_name = f"{stage} conv3 + residual -> conv1 {c1}->{c2}, one kernel"
-        whole = mine.get(whole_name)
+        whole = mine.get(f"{pair}, one kernel")
         if whole is not None:
             unfused_ms = whole["ours_ms"]
         else:
             plain = DeviceChain(problem)
             unfused_ms = graph_time_ms(torch, lambda: plain.run(stream=cur()), args.reps)
         unfused, compared_with = tactic, "y whole"
-        layer, tactic, replaces = f"{stage} conv3 + residual -> conv1 {c1}->{c2}, y stored at stride {y_stride}, one kernel", \
-            tactic + f"/y{y_stride}", 1
+        layer, tactic, replaces = f"{pair}, y stored at stride {y_stride}, one kernel", tactic + f"/y{y_stride}", 1
     elif downsample:
         ds_name = f"{stage} downsample 1x1/1 {ds_k}->{c1}"
         ds_rec = mine.get(ds_name) or bench_layer(torch, ds_name, problem.downsample.shape, False, args, bw_tbps)
@@ -536,7 +535,7 @@ def bench_chain(torch, n, key, args, bw_tbps, records, downsample: bool = False,
                  for i, (name, shape) in enumerate(zip(names, problem.shapes))]
         unfused_ms = sum(r["ours_ms"] for r in parts)
         unfused = " + ".join(f"{r['tactic'].split('_')[0]}/s{r['splits']}" for r in parts)
-        layer, replaces = f"{stage} conv3 + residual -> conv1 {c1}->{c2}, one kernel", 2
+        layer, replaces = f"{pair}, one kernel", 2
     rec = {"layer": layer, "batch": n, "M": m, "N": conv1.k,
            "K": macs, "K_gemm": macs, "residual": True, "tactic": tactic, "family": "wgmma", "splits": 1,
            "form": "CHW32", "fused_block": True, "replaces": replaces, "heuristic": tactic, "heuristic_ms": ours_ms, "ours_ms": ours_ms,
@@ -664,14 +663,11 @@ def kernel_key_figures(records: list[dict]) -> dict:
         if name.startswith("res3 conv3") or name.startswith("stem") or " 3x3" in name:
             figures[name] = round(r["ours_ms"], 4)
     for r in records:
-        if r["batch"] == 256 and (r.get("fused_with_pool") or r.get("fused_block")):
+        if r["batch"] == 256 and (r.get("fused_with_pool") or r.get("fused_block") or r.get("reads_stored_map")):
             figures[r["layer"]] = round(r["ours_ms"], 4)
             replaced = r.get("replaces", 2 if r.get("fused_with_pool") else 3)  # kernels the fused one stands for
             against = r.get("compared_with") or f"{'two' if replaced == 2 else 'three'} kernels"
             figures[r["layer"] + f" ({against})"] = round(r["unfused_ms"], 4)
-        elif r["batch"] == 256 and r.get("reads_stored_map"):
-            figures[r["layer"]] = round(r["ours_ms"], 4)
-            figures[r["layer"] + f" ({r['compared_with']})"] = round(r["unfused_ms"], 4)
     for r in records:
         if r["batch"] == 256 and r.get("network_tail"):
             figures[r["layer"]] = round(r["ours_ms"], 4)

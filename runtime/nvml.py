@@ -107,9 +107,13 @@ class CardMonitor:
         try:
             while not self._stop.wait(self.interval):
                 for meter, out in zip(self.meters, self.readings):
-                    out.append((meter.sm_clock_mhz(), meter.power_w(), meter.clock_event_reasons()))
+                    out.append(self._read(meter))
         except RuntimeError as exc:
             self.error = str(exc)
+
+    @staticmethod
+    def _read(meter: Nvml) -> tuple[int, float, int]:
+        return meter.sm_clock_mhz(), meter.power_w(), meter.clock_event_reasons()
 
     def start(self) -> "CardMonitor":
         self._energy0 = [m.energy_mj() for m in self.meters]
@@ -124,9 +128,20 @@ class CardMonitor:
         out = []
         for d, meter, e0, readings in zip(self.ordinals, self.meters, self._energy0, self.readings):
             if not readings:  # a run shorter than one interval: one reading now
-                readings.append((meter.sm_clock_mhz(), meter.power_w(), meter.clock_event_reasons()))
+                readings.append(self._read(meter))
             card = {"gpu": d, **summarize_card(readings, (meter.energy_mj() - e0) / 1e3, seconds)}
             if self.error:
                 card["sampling_stopped_by"] = self.error
             out.append(card)
         return out
+
+
+def start_card_monitor(device_ordinals: list[int]) -> CardMonitor | None:
+    """A started CardMonitor over `device_ordinals`, or None without GPUs or where NVML is not readable (nvml_refusal
+    says why): the caller's run goes on without the readings."""
+    if not device_ordinals:
+        return None
+    try:
+        return CardMonitor(device_ordinals).start()
+    except RuntimeError:
+        return None

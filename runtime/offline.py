@@ -545,7 +545,9 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         except BaseException:
             close_workers(workers)
             raise
-    monitor = card_monitor(n_gpus)
+    from .nvml import start_card_monitor
+
+    monitor = start_card_monitor(list(range(n_gpus)))  # the record's `cards`: the clock each card's power cap left
     try:
         out.update(run_loadgen(workers, count, batch, pad_last_batch=n_gpus > 0 or static_batch is not None, mode=mode,
                                log_dir=log_dir, expected_qps=expected_qps, min_duration_s=min_duration_s, labels=labels,
@@ -560,20 +562,6 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         out.update(golden_agreement(accuracy_log_top1(Path(log_dir) / "mlperf_log_accuracy.json"),
                                     golden_top1(model_path, images)))
     return out
-
-
-def card_monitor(n_gpus: int):
-    """A started runtime.nvml.CardMonitor over GPUs 0 .. n_gpus - 1 (the SM clock the power cap leaves, the board's
-    power and joules over the LoadGen run: the record's `cards`), or None without GPUs or where NVML is not readable:
-    the run goes on without the readings."""
-    if n_gpus < 1:
-        return None
-    from .nvml import CardMonitor
-
-    try:
-        return CardMonitor(list(range(n_gpus))).start()
-    except RuntimeError:  # no NVML here (runtime/nvml.py: nvml_refusal says why)
-        return None
 
 
 FEED_CHUNK_BATCHES = 8  # batches converted at a time while the GPUs wait on the feed: 4096 samples, a fraction of a ms

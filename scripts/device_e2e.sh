@@ -29,7 +29,7 @@ tune="--autotune"; [ -n "${PLANS:-}" ] && tune="--plans $PLANS"  # a results fil
 if [ -n "${GATE:-}" ]; then
   [ -n "${PLANS:-}" ] || { echo "GATE needs PLANS (the gate times the run's own plans)" >&2; exit 1; }
   $T bench e2e --batch "${BATCH:-256}" --streams "${STREAMS:-6}" $tune --no-torch --seconds 4 -o /tmp/gate.json > /tmp/gate.txt 2>&1 \
-    || { tail -3 /tmp/gate.txt; exit 1; }
+    || { tail -3 /tmp/gate.txt; kill $SMI 2>/dev/null; exit 1; }
   rate=$(python3 -c "import json; print(int(json.load(open('/tmp/gate.json'))['offline_pipeline_samples_per_s']))")
   echo "gate: the Offline pipeline without LoadGen ran $rate samples/s on this card (GATE $GATE)"
   [ "$rate" -ge "$GATE" ] || { kill $SMI 2>/dev/null; exit 3; }

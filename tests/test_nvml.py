@@ -7,8 +7,7 @@ import pytest
 
 from trtfuse.plugins.cuda_driver import gpu_available
 from trtfuse.runtime.cli import card_rows
-from trtfuse.runtime.nvml import CardMonitor, nvml_refusal, summarize_card
-from trtfuse.runtime.offline import card_monitor
+from trtfuse.runtime.nvml import CardMonitor, nvml_refusal, start_card_monitor, summarize_card
 
 ok, why = gpu_available()
 
@@ -33,13 +32,13 @@ def test_the_summary_table_has_one_row_per_card():
 
 
 def test_no_gpus_no_monitor():
-    assert card_monitor(0) is None
+    assert start_card_monitor([]) is None
 
 
 @pytest.mark.skipif(ok, reason="this machine has a GPU: the refusal is for machines without one")
 def test_without_nvml_the_run_goes_on_unmonitored():
     assert nvml_refusal() is not None
-    assert card_monitor(1) is None
+    assert start_card_monitor([0]) is None
 
 
 @pytest.mark.gpu
