@@ -164,12 +164,13 @@ def per_batch_table(breakdown: list[dict], samples_per_s: float, batch: int) -> 
             "batch_ms_in_flight": 1e3 * batch / samples_per_s if samples_per_s else None}
 
 
-def time_offline_pipeline(plans_from, fused, streams: int, seconds: float, rate_hint: float, samples: int = 512,
+def time_offline_pipeline(plans_from, fused, streams: int, seconds: float, rate_hint: float | None, samples: int = 512,
                           options: dict | None = None) -> float:
     """samples/s of the Offline harness's GPU pipeline without LoadGen (runtime/offline.drive_workers) over
     `streams` runners in `trtfuse offline`'s form (int8 samples kept on the GPU, quantized_input) with
-    `plans_from`'s plans, for about `seconds` (sized from `rate_hint` samples/s). Between the graph loop and
-    LoadGen's figure: what the pipeline costs, and what LoadGen adds on top. options: CudaRunner's (unfused_options)."""
+    `plans_from`'s plans, for about `seconds` (sized from `rate_hint` samples/s; None: from a first short run).
+    Between the graph loop and LoadGen's figure: what the pipeline costs, and what LoadGen adds on top.
+    options: CudaRunner's (unfused_options)."""
     from ..runtime.gpu_runner import CudaRunner
     from ..runtime.offline import _cuda_worker, drive_workers
 
@@ -178,6 +179,8 @@ def time_offline_pipeline(plans_from, fused, streams: int, seconds: float, rate_
     worker = _cuda_worker(lambda: CudaRunner(fused, batch, plans_from=plans_from, quantized_input=True, **(options or {})), batch, images,
                           0, streams)
     try:
+        if rate_hint is None:  # a few batches after the warm-up: enough to size the timed run
+            rate_hint = drive_workers([worker], batch, samples, 0)
         return drive_workers([worker], batch, samples, rate_hint * seconds)
     finally:
         worker.close()
@@ -196,9 +199,64 @@ def add_arguments(p) -> None:
     p.add_argument("--no-fold-stem", action="store_true", help="run the stem on CHW4 instead of space-to-depth")
     flags.unfuse(p, "run this fusion of the GPU runner as the kernels it replaces (repeatable): the A/B of a fusion in "
                     "one command")
+    flags.model_option(p, "run this ResNet-50 as `trtfuse rewrite --fuse all` wrote it instead of building and rewriting "
+                          "one here", metavar="REWRITTEN_ONNX")
+    p.add_argument("--pipeline-only", action="store_true",
+                   help="time only the Offline pipeline without LoadGen (what `trtfuse offline` would run, less LoadGen): "
+                        "no graph loop, no per-step breakdown, no PyTorch; a card's figure in seconds")
     p.add_argument("--energy", action="store_true",
                    help="also read the board's energy counter (NVML) around each step run back to back and around the "
                         "forward in flight: millijoules per batch by kind of layer (bench/energy.py)")
+
+
+def load_rewritten(path: str):
+    """`--model`: a model as `trtfuse rewrite --fuse all` wrote it (checked before any GPU work)."""
+    from ..io import load_model
+
+    model = load_model(path)
+    if not any(node.op_type.startswith("FusedConv") for node in model.graph.node):
+        raise TrtfuseError(f"{path} has no fused convolutions: give the output of `trtfuse rewrite --fuse all`")
+    return model
+
+
+def _run_pipeline_only(args, given, options, rewritten) -> int:
+    """--pipeline-only: the Offline pipeline without LoadGen on --plans' plans (else this run's own: autotuned with
+    --autotune, the heuristic's otherwise), recorded with the command and the device."""
+    import datetime
+    import sys
+    from types import SimpleNamespace
+
+    from ..plugins import cuda_driver as cd
+    from ..runtime.gpu_runner import CudaRunner
+    from ..ui import print_json, print_table, progress
+
+    steps = progress(total=2, desc="e2e", unit="step")
+    fused = rewritten if rewritten is not None else build_fused_resnet50(args.batch)[1]
+    if given is not None:
+        plans_from = SimpleNamespace(plans=given.plans, stem_pool_tile=given.stem_pool_tile, batch=args.batch)
+    else:
+        plans_from = CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, autotune=args.autotune, use_graph=False,
+                                **options)
+    steps.update(1)
+    pipeline = time_offline_pipeline(plans_from, fused, args.streams, args.seconds, None, options=options)
+    steps.update(1)
+    steps.close()
+    device = cd.device_name()
+    result = {"device": device, "date": datetime.date.today().isoformat(), "command": "trtfuse " + " ".join(sys.argv[1:]),
+              "batch": args.batch, "streams": args.streams, "autotune": args.autotune, "plans_file": args.plans,
+              "plans_tuned_at_batch": given.batch if given else None, "model": args.model, "unfused": list(args.unfuse),
+              "offline_pipeline_samples_per_s": pipeline}
+    from . import record_result
+
+    path = record_result("e2e", device, result, getattr(args, "output", None),
+                         {"offline_pipeline_samples_per_s": pipeline, "pipeline_only": True,
+                          **({"unfused": result["unfused"]} if args.unfuse else {})})
+    if getattr(args, "json", False):
+        print_json(result)
+    else:
+        print_table(["measurement", "value"], [["samples/s (offline pipeline, no LoadGen)", f"{pipeline:,.0f}"],
+                                               ["results", path]])
+    return 0
 
 
 def run(args) -> int:
@@ -222,6 +280,9 @@ def run(args) -> int:
         if args.autotune:
             raise TrtfuseError("--plans runs a results file's tuned plans: not with --autotune")
         given = load_plans(args.plans, args.batch)  # checks the file too
+    if args.pipeline_only and args.energy:
+        raise TrtfuseError("--energy reads the graph loop and each step: not with --pipeline-only")
+    rewritten = load_rewritten(args.model) if args.model else None
     ok, why = cd.gpu_available()
     if not ok:
         raise TrtfuseError(f"trtfuse bench e2e needs an NVIDIA GPU: {why}")
@@ -231,9 +292,11 @@ def run(args) -> int:
         why = nvml_refusal(cd.current_device())
         if why:
             raise TrtfuseError(f"--energy reads NVML's energy counter, which is not readable here: {why}")
+    if args.pipeline_only:
+        return _run_pipeline_only(args, given, options, rewritten)
     steps = progress(total=7 if args.energy else 6, desc="e2e", unit="step")
     t0 = time.perf_counter()
-    _, fused = build_fused_resnet50(args.batch)
+    fused = rewritten if rewritten is not None else build_fused_resnet50(args.batch)[1]
     prep_s = time.perf_counter() - t0
     steps.update(1)
     runners = [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, autotune=args.autotune, plans_from=given,
@@ -277,7 +340,7 @@ def run(args) -> int:
               "torch_fp16_batch": torch_best.get("batch"), "torch_fp16_by_batch": torch_best.get("by_batch"),
               "speedup_vs_torch_fp16": ours / torch_fp16 if torch_fp16 else None,
               "forward_ms_sum_of_steps": sum(b["ms"] for b in breakdown),
-              "model_prep_seconds": prep_s, "breakdown": breakdown,
+              "model": args.model, "model_prep_seconds": prep_s, "breakdown": breakdown,
               "per_batch": per_batch_table(breakdown, ours, args.batch)}
     if energy:
         result["energy"] = energy

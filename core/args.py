@@ -22,7 +22,7 @@ COMMON_FLAGS = frozenset({
     "--streams", "--threads", "--autotune", "--reps", "--seconds", "--settle", "--replace", "--fuse", "--scales",
     "--percentile", "--seed", "--image-size", "--min-duration", "--log-dir", "--endpoint", "--model-name",
     "--max-in-flight", "--shared-memory", "--max-batch", "--preferred-batch", "--max-queue-delay-us", "--name",
-    "--plans", "--answers", "--unfuse",
+    "--plans", "--answers", "--unfuse", "--model",
 })
 
 # = models.resnet.ARCHITECTURES and graph_passes.fuse_residual.FUSE_MODES, written out so that building the parser
@@ -93,6 +93,11 @@ def arch(p, help: str | None = None):
 def model(p, help: str | None = None):
     """The input model, positional (`trtfuse rewrite MODEL ...`); each command checks it as it reads it."""
     return p.add_argument("model", help=help)
+
+
+def model_option(p, help: str, *, metavar: str | None = None):
+    """--model: the input model where it is an option (`offline`, `bench e2e`) rather than positional."""
+    return p.add_argument("--model", metavar=metavar, help=help)
 
 
 def output(p, help: str, *, required: bool = False, metavar: str | None = None):

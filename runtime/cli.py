@@ -56,8 +56,8 @@ def register(sub) -> None:
                        "the device, one worker per GPU with --streams CUDA graphs in flight, each ending with the "
                        "top-1 of its images on the GPU; a launcher thread feeds the graphs while a completion thread "
                        "answers LoadGen. LoadGen's logs go to --log-dir.")
-    o.add_argument("--model", help="ONNX model (for --backend cuda: a `rewrite --fuse all` model; "
-                   "for --backend trt: a serialized engine from `trtfuse build`); not with --endpoint")
+    flags.model_option(o, "ONNX model (for --backend cuda: a `rewrite --fuse all` model; "
+                          "for --backend trt: a serialized engine from `trtfuse build`); not with --endpoint")
     flags.endpoints(o)
     flags.backend(o, ("cuda", "onnxruntime", "trt"), default="cuda")
     flags.data(o, "synthetic", "images folder (with val_map.txt for accuracy), .npy/.npz, default photos, or synthetic",

@@ -22,3 +22,25 @@ def test_gpu_benchmarks_refuse_cleanly_without_a_gpu(argv, tmp_path, capsys):
 def test_bench_e2e_rejects_bad_values(capsys):
     assert main(["bench", "e2e", "--streams", "0"]) == 2
     assert "at least 1" in capsys.readouterr().err
+
+
+def test_bench_e2e_pipeline_only_refusals_are_one_line(tmp_path, capsys):
+    import onnx
+    from onnx import TensorProto, helper
+
+    assert main(["bench", "e2e", "--pipeline-only", "--energy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--pipeline-only" in err[0]
+    assert main(["bench", "e2e", "--pipeline-only", "--model", str(tmp_path / "missing.onnx")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing.onnx" in err[0]
+    plain = tmp_path / "relu.onnx"  # a valid model, but not one `trtfuse rewrite --fuse all` wrote
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(plain))
+    before = plain.read_bytes()
+    assert main(["bench", "e2e", "--pipeline-only", "--model", str(plain)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no fused convolutions" in err[0] and "Traceback" not in err[0]
+    assert plain.read_bytes() == before
