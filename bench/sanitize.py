@@ -154,7 +154,8 @@ def chain_cases() -> bool:
 
 def tail_cases() -> bool:
     """The network's tail kernels (plugins/network_ops.py) on small ragged shapes: the int8 and fp32 average pools, the
-    fp32 classifier (its vector loads and, on a misaligned x, its scalar ones), the top-1."""
+    fp32 classifier (its vector loads and, on a misaligned x, its scalar ones), the top-1, and the classifier computing
+    the top-1 in its own launch on either tile (its atomics and last-CTA decode)."""
     from ..plugins import cuda_driver as cd
     from ..plugins import network_ops
     from ..plugins import reference as ref
@@ -196,6 +197,19 @@ def tail_cases() -> bool:
         same &= np.array_equal(tb.download(m, np.int32), np.argmax(logits, axis=1))
         print(f"linear_f32 {m}x{classes}x{k} (x offset {offset} bytes) + top-1: {'ok' if same else 'MISMATCH'}")
         ok &= same
+        keys, done = network_ops.linear_top1_scratch(m)  # the classifier ranking its own logits, twice on one scratch
+        for tile in ("narrow", "wide"):
+            for _ in range(2):
+                yb.fill(0xFF)
+                tb.fill(0x7F)
+                network_ops.linear_f32(xb.ptr + offset, wb.ptr, bb.ptr, m, classes, k, yb.ptr, tile=tile, top1=tb.ptr,
+                                       top1_keys=keys.ptr, row_block_done=done.ptr)
+                sync()
+                same = np.array_equal(yb.download((m, classes), np.float32).view(np.uint32), logits.view(np.uint32))
+                same &= np.array_equal(tb.download(m, np.int32), np.argmax(logits, axis=1))
+                same &= not keys.download(m, np.uint64).any() and not done.download(done.nbytes // 4, np.uint32).any()
+                print(f"linear_f32 {m}x{classes}x{k} ({tile} tile) with its top-1 in the launch: {'ok' if same else 'MISMATCH'}")
+                ok &= same
     return ok
 
 

@@ -12,4 +12,4 @@ Subpackages (each a top-level folder of the repository):
 __version__ = "0.1.0"
 # The kernels' version: bumped whenever a kernel or tactic change moves a benchmark, with a row in docs/PERF.md's
 # history table (the kernels' changelog). Benchmarks record it in each history line.
-KERNELS_VERSION = "v44"
+KERNELS_VERSION = "v45"

@@ -1,6 +1,7 @@
 """Launchers for plugins/kernels/network_ops.cu: input quantize + CHW32/CHW4 reformat, int8 max-pool,
-int8 global average pool, the fp32 classifier GEMM, row-wise top-1, the sample gather of the Offline
-harness. Device pointers in, on a given stream (see plugins/conv.py for the convs)."""
+int8 global average pool, the fp32 classifier GEMM (its row-wise top-1 optionally fused in), row-wise top-1,
+the sample gather of the Offline harness. Device pointers in, on a given stream (see plugins/conv.py for the
+convs)."""
 
 from __future__ import annotations
 
@@ -80,13 +81,30 @@ def linear_tile(m: int, n: int, sm_count: int | None = None) -> str:
     return "wide" if -(-m // bm) * -(-n // bn) >= LINEAR_WIDE_MIN_FILL * sm_count else "narrow"
 
 
-def linear_f32(x: int, w: int, bias: int, m: int, n: int, k: int, y: int, stream=None, tile: str | None = None) -> None:
+def linear_top1_scratch(m: int) -> tuple[cd.DeviceBuffer, cd.DeviceBuffer]:
+    """(top1_keys, row_block_done) for linear_f32's fused top-1 of up to `m` rows on either tile: a uint64 key per row
+    and a counter per row block, zeroed here once. Every launch leaves them zeroed again, so they serve every later
+    launch (and CUDA graph replay) in stream order; two launches in flight at once need two."""
+    row_blocks = -(-m // min(bm for _, (bm, _), _ in LINEAR_TILES.values()))  # the most any tile makes
+    keys, row_block_done = cd.DeviceBuffer(8 * m), cd.DeviceBuffer(4 * row_blocks)
+    keys.fill(0)
+    row_block_done.fill(0)
+    return keys, row_block_done
+
+
+def linear_f32(x: int, w: int, bias: int, m: int, n: int, k: int, y: int, stream=None, tile: str | None = None,
+               top1: int | None = None, top1_keys: int | None = None, row_block_done: int | None = None) -> None:
     """fp32 y[M, N] = x[M, K] . w[N, K]^T + bias[N], each output one sequential fmaf chain over k
-    (reference.linear_f32 gives the same bits). tile: "narrow" or "wide" (LINEAR_TILES), else linear_tile's."""
+    (reference.linear_f32 gives the same bits). tile: "narrow" or "wide" (LINEAR_TILES), else linear_tile's.
+    top1: also int32 top1[M] = numpy.argmax(y, axis=1) (argmax_rows' answer) in the same launch, through the
+    scratch linear_top1_scratch(M) allocates (top1_keys, row_block_done: its two buffers' pointers)."""
     if min(m, n, k) < 1:
         raise ValueError(f"linear_f32 needs M, N, K >= 1, got {m}, {n}, {k}")
+    fused_top1 = (top1, top1_keys, row_block_done)
+    if any(p is None for p in fused_top1) and any(p is not None for p in fused_top1):
+        raise ValueError("linear_f32's top-1 needs top1, top1_keys and row_block_done together")
     entry, (bm, bn), threads = LINEAR_TILES[tile or linear_tile(m, n)]
-    args = [_p(x), _p(w), _p(bias), _i(m), _i(n), _i(k), _p(y)]
+    args = [_p(x), _p(w), _p(bias), _i(m), _i(n), _i(k), _p(y)] + [_p(p or 0) for p in (top1_keys, row_block_done, top1)]
     cd.launch(_fn(entry), ((n + bn - 1) // bn, (m + bm - 1) // bm, 1), (threads, 1, 1), 0, stream,
               [ctypes.addressof(a) for a in args])
 

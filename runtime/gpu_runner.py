@@ -36,9 +36,11 @@ ones (runtime/bottleneck_match.py, bottleneck.refusal) and the GPU's shared memo
 
 Static shapes; every buffer is allocated once; the whole forward is one CUDA graph (captured through
 the driver API), replayed per batch. Several runners (one per stream) give several graphs in flight.
-When the graph output is the classifier's fp32 logits [N, classes], the graph ends with their row-wise
-top-1 (numpy.argmax's answer) into an int32 [N] device buffer: `copy_top1` reads 1 KB per batch of
-256 instead of the 1 MB of logits (the Offline harness's responses); the logits stay readable.
+When the graph output is fp32 logits [N, classes], the forward also writes their row-wise top-1
+(numpy.argmax's answer) into an int32 [N] device buffer: `copy_top1` reads 1 KB per batch of 256
+instead of the 1 MB of logits (the Offline harness's responses); the logits stay readable. The
+classifier's own launch computes it when its logits are the output (no Softmax after it), else a
+separate step after the output does.
 The fp32 tail (pool + classifier) keeps the CPU golden executor's numerics; the int8 trunk is bit-equal
 to it (docs/ops.md).
 """
@@ -218,10 +220,10 @@ class CudaRunner(Top1Readout):
         # int8 in its layout (quantize_images() made it, with the very kernel the step would run, so the
         # results are the same bits): the Offline harness keeps its samples quantized on the device.
         self.quantized_input = quantized_input
+        self.top1: cd.DeviceBuffer | None = None  # the classifier's step may compute it (_dequantize_chain)
         self._compile()
         if quantized_input and self._input_quantizer is None:
             raise TrtfuseError("--backend cuda: quantized input needs the model's input to feed one QuantizeLinear")
-        self.top1: cd.DeviceBuffer | None = None
         self._add_top1()
         self._place_activations()
         self.stream = cd.Stream()
@@ -571,8 +573,16 @@ class CudaRunner(Top1Readout):
             self.consts[key + "__b"] = cd.DeviceBuffer.from_array(plan.bias)
             logits = self.tensors[plan.logits] = self._tensor((n, classes), 0, np.float32)
             wp, bp = self.consts[key + "__w"].ptr, self.consts[key + "__b"].ptr
-            self._step("classifier", lambda s: network_ops.linear_f32(pooled.buf.ptr, wp, bp, n, classes, c, logits.buf.ptr, stream=s),
-                       pooled, logits)
+            top1, label = {}, "classifier"
+            if plan.softmax is None and plan.logits == self.output_name:
+                # the output is these logits: the classifier's launch ranks them as it writes them, and _add_top1 adds
+                # no step of its own (no read-back of the logits)
+                self.top1 = cd.DeviceBuffer(4 * n)
+                keys, done = network_ops.linear_top1_scratch(n)
+                self.consts[key + "__top1_keys"], self.consts[key + "__row_block_done"] = keys, done
+                top1, label = dict(top1=self.top1.ptr, top1_keys=keys.ptr, row_block_done=done.ptr), "classifier + top-1"
+            self._step(label, lambda s: network_ops.linear_f32(pooled.buf.ptr, wp, bp, n, classes, c, logits.buf.ptr, stream=s,
+                                                               **top1), pooled, logits)
             if plan.softmax is not None:
                 probs = self.tensors[plan.softmax] = self._tensor((n, classes), 0, np.float32)
                 self._step("softmax", lambda s: network_ops.softmax_rows(logits.buf.ptr, n, classes, probs.buf.ptr, stream=s),
@@ -635,6 +645,8 @@ class CudaRunner(Top1Readout):
         return True
 
     def _add_top1(self) -> None:
+        if self.top1 is not None:
+            return  # the classifier's own launch computes it
         out = self.tensors[self.output_name]
         if out.vec or out.dtype != np.float32 or len(out.shape) != 2:
             return  # not logits: no top-1 (top1_ptr stays None)

@@ -117,8 +117,10 @@ def test_fuse_all_resnet_matches_cpu_golden(arch, size, options, monkeypatch):
     ref = cpu[-1]
     cos = np.sum(ref * logits, 1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(logits, axis=1))
     assert cos.min() > 0.9999 and (np.argmax(ref, 1) == np.argmax(logits, 1)).all()
-    # the graph's last step: the device top-1 of the same logits, as numpy would pick it
-    assert runner.steps[-1][0] == "top-1" and runner.top1_ptr is not None
+    # the device top-1 of the same logits, as numpy would pick it, from the classifier's own launch (the graph's last
+    # step): no separate top-1 step reads the logits back
+    labels = [label for label, _ in runner.steps]
+    assert labels[-1] == "classifier + top-1" and "top-1" not in labels and runner.top1_ptr is not None
     assert np.array_equal(runner.fetch_top1(), np.argmax(logits, 1))
 
 
@@ -210,6 +212,11 @@ def test_every_classifier_form_runs_and_matches_the_cpu_golden(options, softmax)
     want = run_model(fused, {fused.graph.input[0].name: images}, [fused.graph.output[0].name])[0]
     assert np.array_equal(np.argmax(got, 1), np.argmax(want, 1))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 if softmax else 1e-5)
+    # the top-1 of the output: the classifier's launch computes it from the logits it writes, but a softmax's output is
+    # ranked by a step of its own after it
+    labels = [label for label, _ in runner.steps]
+    assert labels[-1] == ("top-1" if softmax else "classifier + top-1") and labels.count("top-1") == int(softmax)
+    assert np.array_equal(runner.fetch_top1(), np.argmax(got, 1))
 
 
 @pytest.mark.slow

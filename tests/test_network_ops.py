@@ -131,6 +131,27 @@ def test_maxpool_and_avgpool_kernels():
         assert np.array_equal(fb.download((n, c), np.float32).view(np.int32), (mean * s_in[0]).view(np.int32)), (n, c, h, w)
 
 
+@needs_gpu
+def test_avgpool_sums_hold_at_the_extremes():
+    """Every byte 127 or -128 over a 112 x 112 map (passes of 256 pixels, 16-bit lane totals at their largest), and
+    channel halves of opposite extremes: the sums stay exact."""
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins import network_ops
+
+    n, c, h, w = 2, 64, 112, 112
+    x = np.empty((n, c, h, w), np.int8)
+    x[0], x[1] = 127, -128
+    x[:, 16:32] = -x[:, 16:32] - 1  # 127 <-> -128 in the second half of the first block
+    xb = cd.DeviceBuffer.from_array(pack_nchwv(x, 32))
+    s_in = cd.DeviceBuffer.from_array(np.array([0.05], np.float32))
+    fb = cd.DeviceBuffer(n * c * 4)
+    fb.fill(0x5A)
+    network_ops.global_avgpool_f32(xb.ptr, s_in.ptr, n, c, h, w, fb.ptr)
+    cd.check(cd._driver().cuCtxSynchronize())
+    mean = x.astype(np.int64).sum(axis=(2, 3)).astype(np.float32) / np.float32(h * w)
+    assert np.array_equal(fb.download((n, c), np.float32).view(np.int32), (mean * np.float32(0.05)).view(np.int32))
+
+
 @pytest.mark.parametrize("batch,splits", [(1, 1), (1, 8), (8, 4), (256, 1)])
 @needs_gpu
 def test_classifier_gemm_kernel(batch, splits):
@@ -326,3 +347,133 @@ def test_argmax_rows_refuses_what_it_cannot_read():
         network_ops.argmax_rows(0, 4, 10, 0, "int8")
     with pytest.raises(ValueError, match="M, N >= 1"):
         network_ops.argmax_rows(0, 4, 0, 0)
+
+
+def _argmax_key(v: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The classifier's fused top-1 key (linear::argmax_key in plugins/kernels/network_ops.cu), in numpy."""
+    bits = np.where(v == 0, np.float32(0), v).astype(np.float32).view(np.uint32)
+    ordered = np.where(np.isnan(v), np.uint32(0xFFFFFFFF), np.where(bits >> 31 == 1, ~bits, bits | np.uint32(0x80000000)))
+    return (ordered.astype(np.uint64) << np.uint64(32)) | (np.uint64(0xFFFFFFFF) - n.astype(np.uint64))
+
+
+@pytest.mark.parametrize("n", [1, 33, 1000])
+def test_argmax_key_maximum_is_numpy_argmax(n):
+    """The key's unsigned order is numpy.argmax's preference: the row's largest key names its argmax, on the rows
+    whose answer hangs on ties, NaN (a negative one too) and signed zeros; and no key is 0, the scratch's "no column
+    yet"."""
+    negative_nan = np.full((1, n), 2.0, np.float32)
+    negative_nan[0, n // 2] = np.uint32(0xFFC00000).view(np.float32)
+    x = np.concatenate([_argmax_rows_cases(n).astype(np.float32), negative_nan])
+    keys = _argmax_key(x, np.arange(n)[None, :])
+    assert (keys > 0).all()
+    assert np.array_equal(np.uint64(0xFFFFFFFF) - (keys.max(axis=1) & np.uint64(0xFFFFFFFF)), np.argmax(x, axis=1))
+
+
+# Column pairs the ties and signed-zero cases make equal: adjacent lanes; the larger index in the lower lane (15 is the
+# last column lane, 16 the first lane's next column); one thread's two columns (16 apart); other CTAs of either tile.
+_TIE_PAIRS = [(0, 1), (15, 16), (5, 21), (3, 67), (60, 200), (130, 999), (2, 6)]
+
+
+def _top1_cases(m: int, n: int, k: int, rng) -> dict:
+    """Classifier inputs (x, w, bias) whose logits' argmax hangs on numpy's rules, by name, with each row's intended
+    winner (None: a random row). ties: row r's column pair (r % (P + 1), none for the last) gets +100 from selector
+    feature p, through identical weight rows and biases, so the pair's logits are the same bits. nan: x = +inf or -inf
+    on feature 0 makes the columns of zero weight NaN (and a +inf before them), or +inf on feature 1 every logit -inf.
+    signed zeros (K = 64, no zero steps past K): tiny products of one sign, the row's, and -0 biases make pair p's
+    logits -0 and +0 (in either order), every other logit at most -1."""
+    pairs = [p for p in _TIE_PAIRS if p[1] < n]
+    cases = {"random": (rng.normal(size=(m, k)), rng.normal(size=(n, k)) * 0.05, rng.normal(size=n), [None] * m)}
+
+    if pairs and k > len(pairs):
+        x, w, bias = rng.normal(size=(m, k)) * 0.1, rng.normal(size=(n, k)) * 0.05, rng.normal(size=n)
+        x[:, : len(pairs)] = 0
+        w[:, : len(pairs)] = 0
+        want = []
+        for r in range(m):
+            p = r % (len(pairs) + 1)
+            want.append(pairs[p][0] if p < len(pairs) else None)
+            if p < len(pairs):
+                x[r, p] = 1
+        for p, (a, b) in enumerate(pairs):
+            w[a, p] = 100
+            w[b], bias[b] = w[a], bias[a]
+        cases["ties"] = (x, w, bias, want)
+
+    if k >= 2:
+        nan_cols = [c for c in (17, 3, 200, 999, 6) if c < n] or [0]
+        inf_col = 2 if 2 < min(nan_cols) else None
+        x, w, bias = rng.normal(size=(m, k)), rng.normal(size=(n, k)) * 0.05, rng.normal(size=n)
+        x[:, :2] = 0
+        w[:, :2] = -1
+        w[nan_cols, 0] = 0
+        if inf_col is not None:
+            w[inf_col, 0] = 1
+        x[0::4, 0], x[1::4, 0], x[3::4, 1] = np.inf, -np.inf, np.inf
+        want = [min(nan_cols) if r % 4 < 2 else 0 if r % 4 == 3 else None for r in range(m)]
+        cases["nan"] = (x, w, bias, want)
+
+    if pairs:
+        kz = 64
+        x, w, bias = np.zeros((m, kz)), np.full((n, kz), -0.0), np.full(n, -1.0)
+        x[:, :32] = np.where(np.arange(m) % 2, -1e-30, 1e-30)[:, None]
+        w[:, :32] = rng.choice([-1e-30, 1e-30], (n, 32))
+        w[:, 32 : 32 + len(pairs)] = -1  # a selected pair's feature: -1 for every other column
+        want = []
+        for r in range(m):
+            p = r % len(pairs)
+            x[r, 32 + p] = 1
+            want.append(pairs[p][0])
+        for p, (a, b) in enumerate(pairs):
+            w[a, :32], w[b, :32] = -1e-30, 1e-30  # -0 then +0 on rows of positive x, +0 then -0 on the others
+            w[[a, b], 32 + p] = -0.0  # on the rows selecting the pair, every product past k = 32 is -0: signs kept
+            bias[[a, b]] = -0.0
+        cases["signed zeros"] = (x, w, bias, want)
+    return {name: tuple(np.asarray(a, np.float32) for a in c[:3]) + (c[3],) for name, c in cases.items()}
+
+
+FUSED_TOP1_SHAPES = [(1, 1000, 64), (37, 1000, 100), (300, 1000, 64), (37, 7, 33), (300, 7, 64), (1, 1, 5), (130, 257, 40)]
+
+
+@pytest.mark.parametrize("tile", ["narrow", "wide"])
+@pytest.mark.parametrize("m,n,k", FUSED_TOP1_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in FUSED_TOP1_SHAPES])
+@needs_gpu
+def test_linear_f32_fused_top1_is_numpy_argmax(m, n, k, tile):
+    """The classifier's fused top-1 equals numpy.argmax of the reference logits (which the launch still writes, bit
+    for bit) on random rows and on rows of ties, NaN, infinities and signed zeros. Every case runs twice, in turn, on
+    one scratch (zeroed once): a key or row-block count left behind by a launch would show in the next's answer."""
+    from trtfuse.plugins import cuda_driver as cd
+    from trtfuse.plugins import network_ops
+
+    cases = _top1_cases(m, n, k, np.random.default_rng())
+    keys, done = network_ops.linear_top1_scratch(m)
+    for name in ["nan", "ties", "signed zeros", "random"] * 2:  # the largest keys first
+        if name not in cases:
+            continue
+        x, w, bias, intended = cases[name]
+        with np.errstate(invalid="ignore"):  # inf * 0
+            want_logits = ref.linear_f32(x, w, bias)
+        want = np.argmax(want_logits, axis=1)
+        assert all(i is None or i == j for i, j in zip(intended, want)), name  # the case makes the logits it means to
+        xb, wb, bb = (cd.DeviceBuffer.from_array(a) for a in (x, w, bias))
+        yb, tb = cd.DeviceBuffer(m * n * 4), cd.DeviceBuffer(m * 4)
+        yb.fill(0xFF)  # NaN pattern
+        tb.fill(0x7F)
+        network_ops.linear_f32(xb.ptr, wb.ptr, bb.ptr, m, n, x.shape[1], yb.ptr, tile=tile, top1=tb.ptr,
+                               top1_keys=keys.ptr, row_block_done=done.ptr)
+        cd.check(cd._driver().cuCtxSynchronize())
+        logits = yb.download((m, n), np.float32)
+        nan = np.isnan(want_logits)  # a NaN's sign and payload are the FPU's (numpy's inf * 0 is negative, the GPU's not)
+        assert np.array_equal(np.isnan(logits), nan), name
+        assert np.array_equal(logits[~nan].view(np.uint32), want_logits[~nan].view(np.uint32)), name
+        got = tb.download(m, np.int32)
+        assert np.array_equal(got, want), (name, np.nonzero(got != want))
+    assert not keys.download(m, np.uint64).any() and not done.download(done.nbytes // 4, np.uint32).any()
+
+
+def test_linear_f32_takes_the_top1_buffers_together():
+    from trtfuse.plugins import network_ops
+
+    with pytest.raises(ValueError, match="together"):
+        network_ops.linear_f32(0, 0, 0, 4, 10, 8, 0, top1=1 << 20)
+    with pytest.raises(ValueError, match="together"):
+        network_ops.linear_f32(0, 0, 0, 4, 10, 8, 0, top1_keys=1 << 20, row_block_done=1 << 21)

@@ -196,7 +196,24 @@ extern "C" __global__ void trtfuse_global_avgpool_chw32_f32(const int8_t* x, con
 // BN / TN apart so that the 8 column threads of a quarter warp read 8 consecutive rows, which fall in
 // distinct bank groups, while its rows are read by broadcast. K is staged BK at a time through two shared
 // buffers: the next tile's global loads are in flight while the current one is multiplied.
+//
+// Fused top-1 (top1 != nullptr): each row's numpy.argmax (as top1::argmax_rows computes it) of the y just
+// written, so no separate pass reads the logits back. A (value, column) pair becomes one 64-bit key whose
+// unsigned order is argmax's preference, which turns the reduction into plain max: within a thread, across
+// the 16 lanes that share its rows, then across the row block's CTAs by atomicMax on top1_keys[m]. The last
+// CTA of a row block to finish (counted in row_block_done[blockIdx.y]) decodes the winners and zeroes the
+// keys and its counter, so the scratch stays valid for the next launch once zeroed at allocation.
 namespace linear {
+// High word: the value's bits mapped so that unsigned order is float order (negatives reversed, positives
+// above them), -0 made +0 (argmax takes them as equal), every NaN the largest (a NaN is the maximum). Low
+// word: 0xFFFFFFFF - n, so that of equal values the first column wins. Never 0 (the low word is at least
+// 2^31), which leaves 0 free to mean "no column yet".
+__device__ __forceinline__ unsigned long long argmax_key(float v, int n) {
+  const unsigned bits = v == 0.f ? 0u : __float_as_uint(v);
+  const unsigned ordered = isnan(v) ? 0xFFFFFFFFu : (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+  return ((unsigned long long)ordered << 32) | (0xFFFFFFFFu - (unsigned)n);
+}
+
 // Four consecutive k of one row, zero past K (and the whole row zero when it is past M or N).
 __device__ __forceinline__ float4 load4(const float* row, bool row_ok, int k, int K, bool vec) {
   if (!row_ok) return make_float4(0.f, 0.f, 0.f, 0.f);
@@ -207,10 +224,12 @@ __device__ __forceinline__ float4 load4(const float* row, bool row_ok, int k, in
 
 // BM x BN outputs per CTA, TM x TN per thread, BK of k per stage.
 template <int BM, int BN, int TM, int TN, int BK>
-__device__ __forceinline__ void gemm_tile(const float* x, const float* w, const float* bias, int M, int N, int K, float* y) {
+__device__ __forceinline__ void gemm_tile(const float* x, const float* w, const float* bias, int M, int N, int K, float* y,
+                                          unsigned long long* top1_keys, unsigned int* row_block_done, int* top1) {
   constexpr int LD = BK + 4, COLS = BN / TN, ROWS = BM / TM, THREADS = COLS * ROWS;
   constexpr int VEC_PER_ROW = BK / 4, ROWS_PER_PASS = THREADS / VEC_PER_ROW;
   static_assert(BM % ROWS_PER_PASS == 0 && BN % ROWS_PER_PASS == 0 && 32 % BK == 0, "tile shape");
+  static_assert(COLS == 16, "the top-1 shuffles reduce over 16 lanes sharing rows");
   __shared__ __align__(16) float xs[2][BM][LD];
   __shared__ __align__(16) float ws[2][BN][LD];
   const int tid = threadIdx.x;
@@ -281,24 +300,54 @@ __device__ __forceinline__ void gemm_tile(const float* x, const float* w, const 
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
     const int m = m0 + tm + ROWS * i;
-    if (m >= M) continue;
+    unsigned long long best = 0ull;
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
       const int n = n0 + tn + COLS * j;
-      if (n < N) y[(long long)m * N + n] = __fadd_rn(acc[i][j], bias[n]);
+      if (m < M && n < N) {
+        const float v = __fadd_rn(acc[i][j], bias[n]);
+        y[(long long)m * N + n] = v;
+        best = max(best, argmax_key(v, n));
+      }
     }
+    if (top1 == nullptr) continue;
+    // a row's 16 column threads are one half warp (xor offsets below 16 stay in it); all lanes, rows past M too
+#pragma unroll
+    for (int offset = COLS / 2; offset > 0; offset /= 2) best = max(best, __shfl_xor_sync(0xffffffffu, best, offset));
+    if (tn == 0 && m < M) atomicMax(&top1_keys[m], best);
   }
+  if (top1 == nullptr) return;
+  // The last CTA of the row block to count itself decodes the row block's keys. As in cooperative groups' grid
+  // barrier: the barrier puts every thread's atomicMax before thread 0's fence (release) and count; the last
+  // CTA's thread 0 fences again (acquire) before the barrier that lets its threads read the keys.
+  __shared__ bool last_of_row_block;
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    last_of_row_block = atomicAdd(&row_block_done[blockIdx.y], 1u) == gridDim.x - 1;
+    if (last_of_row_block) __threadfence();
+  }
+  __syncthreads();
+  if (!last_of_row_block) return;
+  for (int r = tid; r < BM && m0 + r < M; r += THREADS) {
+    const unsigned long long key = atomicExch(&top1_keys[m0 + r], 0ull);
+    top1[m0 + r] = (int)(0xFFFFFFFFu - (unsigned)(key & 0xFFFFFFFFull));
+  }
+  if (tid == 0) row_block_done[blockIdx.y] = 0u;
 }
 }  // namespace linear
 
+// top1_keys [M] and row_block_done [row blocks]: zeroed once, left zeroed by every launch; all three null: no top-1.
 extern "C" __global__ void __launch_bounds__(128)
-trtfuse_linear_f32(const float* x, const float* w, const float* bias, int M, int N, int K, float* y) {
-  linear::gemm_tile<32, 64, 4, 4, 32>(x, w, bias, M, N, K, y);
+trtfuse_linear_f32(const float* x, const float* w, const float* bias, int M, int N, int K, float* y,
+                   unsigned long long* top1_keys, unsigned int* row_block_done, int* top1) {
+  linear::gemm_tile<32, 64, 4, 4, 32>(x, w, bias, M, N, K, y, top1_keys, row_block_done, top1);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-trtfuse_linear_f32_wide(const float* x, const float* w, const float* bias, int M, int N, int K, float* y) {
-  linear::gemm_tile<128, 128, 8, 8, 16>(x, w, bias, M, N, K, y);
+trtfuse_linear_f32_wide(const float* x, const float* w, const float* bias, int M, int N, int K, float* y,
+                        unsigned long long* top1_keys, unsigned int* row_block_done, int* top1) {
+  linear::gemm_tile<128, 128, 8, 8, 16>(x, w, bias, M, N, K, y, top1_keys, row_block_done, top1);
 }
 
 // Row-wise top-1 over logits [M][N] -> int32 [M], numpy.argmax's answer: the first index of the
