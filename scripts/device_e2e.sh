@@ -8,7 +8,9 @@
 #                                          COUNT=8192: samples in the sample library (default 4096);
 #                                          PLANS=bench/results/e2e-NVIDIA_H200.json: its tuned plans for both steps, no autotune;
 #                                          ENERGY=1: the graph loop also reads the board's energy counter, bench e2e --energy;
-#                                          MODEL=.devcarry/r50_all.onnx: a rewritten ResNet-50 carried along, no build here;
+#                                          MODEL=.devcarry/r50_all.onnx: a rewritten ResNet-50 carried along, no build here
+#                                          (made on any machine: trtfuse models resnet50 -o r50.onnx && trtfuse rewrite
+#                                          r50.onnx -o .devcarry/r50_all.onnx --fuse all; carry [".whl", ".devcarry"]);
 #                                          GATE=100400: first time the Offline pipeline without LoadGen for 4 s (bench e2e
 #                                          --pipeline-only on PLANS) and stop, exit 3, where this card runs it below GATE samples/s: cards of this
 #                                          kind settle at 1800-1905 MHz under the power cap, and samples/s follows (docs/PERF.md,
