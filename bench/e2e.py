@@ -175,7 +175,7 @@ def time_offline_pipeline(plans_from, fused, streams: int, seconds: float, rate_
     from ..runtime.offline import _cuda_worker, drive_workers
 
     batch = plans_from.batch
-    images = np.random.default_rng(1).normal(size=(samples, 3, 224, 224)).astype(np.float32)
+    images = np.random.default_rng(1).normal(size=(samples, *image_shape(fused))).astype(np.float32)
     worker = _cuda_worker(lambda: CudaRunner(fused, batch, plans_from=plans_from, quantized_input=True, **(options or {})), batch, images,
                           0, streams)
     try:
@@ -199,14 +199,19 @@ def add_arguments(p) -> None:
     p.add_argument("--no-fold-stem", action="store_true", help="run the stem on CHW4 instead of space-to-depth")
     flags.unfuse(p, "run this fusion of the GPU runner as the kernels it replaces (repeatable): the A/B of a fusion in "
                     "one command")
-    flags.model_option(p, "run this ResNet-50 as `trtfuse rewrite --fuse all` wrote it instead of building and rewriting "
-                          "one here", metavar="REWRITTEN_ONNX")
+    flags.model_option(p, "time this model as `trtfuse rewrite --fuse all` wrote it instead of a ResNet-50 built and "
+                          "rewritten here (with --no-torch or --pipeline-only)", metavar="REWRITTEN_ONNX")
     p.add_argument("--pipeline-only", action="store_true",
                    help="time only the Offline pipeline without LoadGen (what `trtfuse offline` would run, less LoadGen): "
                         "no graph loop, no per-step breakdown, no PyTorch; a card's figure in seconds")
     p.add_argument("--energy", action="store_true",
                    help="also read the board's energy counter (NVML) around each step run back to back and around the "
                         "forward in flight: millijoules per batch by kind of layer (bench/energy.py)")
+
+
+def image_shape(model) -> tuple[int, ...]:
+    """(C, H, W) of the model's image input."""
+    return tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:])
 
 
 def load_rewritten(path: str):
@@ -216,6 +221,9 @@ def load_rewritten(path: str):
     model = load_model(path)
     if not any(node.op_type.startswith("FusedConv") for node in model.graph.node):
         raise TrtfuseError(f"{path} has no fused convolutions: give the output of `trtfuse rewrite --fuse all`")
+    shape = image_shape(model)
+    if len(shape) != 3 or min(shape) < 1:
+        raise TrtfuseError(f"{path}: its input must be images [N, C, H, W] with C, H, W fixed, not {list(shape)}")
     return model
 
 
@@ -282,6 +290,8 @@ def run(args) -> int:
         given = load_plans(args.plans, args.batch)  # checks the file too
     if args.pipeline_only and args.energy:
         raise TrtfuseError("--energy reads the graph loop and each step: not with --pipeline-only")
+    if args.model and not (args.pipeline_only or args.no_torch):
+        raise TrtfuseError("--model times a given model, PyTorch's baseline is torchvision's ResNet-50: add --no-torch")
     rewritten = load_rewritten(args.model) if args.model else None
     ok, why = cd.gpu_available()
     if not ok:
@@ -303,7 +313,7 @@ def run(args) -> int:
                           **options)]
     runners += [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, plans_from=runners[0], **options)
                 for _ in range(args.streams - 1)]
-    images = np.random.default_rng(0).normal(size=(args.batch, 3, 224, 224)).astype(np.float32)
+    images = np.random.default_rng(0).normal(size=(args.batch, *image_shape(fused))).astype(np.float32)
     for r in runners:
         r.load_input(images)
     steps.update(1)

@@ -29,7 +29,7 @@ nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperatu
   -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1; tail -2 "$OUT/gpu_tests.txt"
 tune="--autotune"; [ -n "${PLANS:-}" ] && tune="--plans $PLANS"  # a results file's plans, tuned at BATCH or a divisor of it: minutes saved
 # MODEL: a `trtfuse rewrite --fuse all` ResNet-50 brought along (carry it: a card turned away then costs no build);
-# otherwise one is built here, once, for the gate and every step after it
+# otherwise one is built here, once, for the gate and the offline runs (bench e2e builds its own, for PyTorch's baseline)
 model=${MODEL:-/tmp/r50_all.onnx}
 if [ -z "${MODEL:-}" ]; then
   $T models resnet50 -o /tmp/r50.onnx > /dev/null && $T rewrite /tmp/r50.onnx -o "$model" --fuse all > /dev/null \
@@ -44,7 +44,7 @@ if [ -n "${GATE:-}" ]; then
   [ "$rate" -ge "$GATE" ] || { kill $SMI 2>/dev/null; exit 3; }
 fi
 energy=""; [ "${ENERGY:-0}" = 1 ] && energy="--energy"
-[ "${SKIP_E2E:-0}" = 1 ] || $T bench e2e --model "$model" --batch "${BATCH:-256}" --streams "${STREAMS:-6}" $tune $energy -o "$OUT/e2e.json" 2>&1 | tail -50
+[ "${SKIP_E2E:-0}" = 1 ] || $T bench e2e --batch "${BATCH:-256}" --streams "${STREAMS:-6}" $tune $energy -o "$OUT/e2e.json" 2>&1 | tail -50
 for g in $GPUS; do
   extra=""; [ "$g" = "1" ] && extra="--compare-torch"
   [ "$g" != "1" ] && extra="--scaling"  # the 1-GPU run of the same call first: scaling_vs_1gpu in the record

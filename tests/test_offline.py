@@ -690,3 +690,29 @@ def test_a_gpu_out_of_memory_is_one_line_naming_the_sizes(monkeypatch):
         offline_mod._cuda_worker(runner_too_large, 4096, np.zeros((256, 3, 8, 8), np.float32), 0, 6)
     assert str(err.value) == ("GPU 0: 6 runner(s) at batch 4096 and 256 samples do not fit in its memory (the GPU is out "
                               "of memory (CUDA_ERROR_OUT_OF_MEMORY)): lower --batch, --streams or --count")
+
+
+@pytest.mark.gpu
+def test_bench_e2e_pipeline_only_times_a_given_model(tmp_path):
+    """`bench e2e --pipeline-only --model`: the Offline pipeline without LoadGen on a rewritten model of another size
+    than ResNet-50's 224 x 224, recorded with its command; no graph loop, no breakdown."""
+    from trtfuse.plugins.cuda_driver import gpu_available
+
+    ok, why = gpu_available()
+    if not ok:
+        pytest.skip(f"needs a CUDA GPU: {why}")
+    from trtfuse.graph_passes.pipeline import rewrite
+    from trtfuse.io import save_model
+    from trtfuse.models import build
+
+    model, _ = rewrite(build("resnet18", image_size=32, batch=None), "all",
+                       calib_images=np.random.default_rng(0).normal(size=(4, 3, 32, 32)).astype(np.float32))
+    save_model(model, tmp_path / "all.onnx")
+    out = tmp_path / "r.json"
+    assert main(["bench", "e2e", "--pipeline-only", "--model", str(tmp_path / "all.onnx"), "--batch", "16", "--streams", "2",
+                 "--seconds", "0.5", "-o", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["offline_pipeline_samples_per_s"] > 0 and result["model"] == str(tmp_path / "all.onnx")
+    assert "breakdown" not in result and "--pipeline-only" in result["command"]
+    history = [json.loads(line) for line in (tmp_path / "e2e-history.jsonl").read_text().splitlines()]
+    assert history[-1]["pipeline_only"] is True
