@@ -227,7 +227,7 @@ def load_rewritten(path: str):
     return model
 
 
-def _run_pipeline_only(args, given, options, rewritten) -> int:
+def _run_pipeline_only(args, given, options, fused) -> int:
     """--pipeline-only: the Offline pipeline without LoadGen on --plans' plans (else this run's own: autotuned with
     --autotune, the heuristic's otherwise), recorded with the command and the device."""
     import datetime
@@ -238,14 +238,12 @@ def _run_pipeline_only(args, given, options, rewritten) -> int:
     from ..runtime.gpu_runner import CudaRunner
     from ..ui import print_json, print_table, progress
 
-    steps = progress(total=2, desc="e2e", unit="step")
-    fused = rewritten if rewritten is not None else build_fused_resnet50(args.batch)[1]
+    steps = progress(total=1, desc="e2e", unit="step")
     if given is not None:
         plans_from = SimpleNamespace(plans=given.plans, stem_pool_tile=given.stem_pool_tile, batch=args.batch)
     else:
         plans_from = CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, autotune=args.autotune, use_graph=False,
                                 **options)
-    steps.update(1)
     pipeline = time_offline_pipeline(plans_from, fused, args.streams, args.seconds, None, options=options)
     steps.update(1)
     steps.close()
@@ -302,13 +300,12 @@ def run(args) -> int:
         why = nvml_refusal(cd.current_device())
         if why:
             raise TrtfuseError(f"--energy reads NVML's energy counter, which is not readable here: {why}")
-    if args.pipeline_only:
-        return _run_pipeline_only(args, given, options, rewritten)
-    steps = progress(total=7 if args.energy else 6, desc="e2e", unit="step")
     t0 = time.perf_counter()
     fused = rewritten if rewritten is not None else build_fused_resnet50(args.batch)[1]
     prep_s = time.perf_counter() - t0
-    steps.update(1)
+    if args.pipeline_only:
+        return _run_pipeline_only(args, given, options, fused)
+    steps = progress(total=6 if args.energy else 5, desc="e2e", unit="step")
     runners = [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, autotune=args.autotune, plans_from=given,
                           **options)]
     runners += [CudaRunner(fused, args.batch, fold_stem=not args.no_fold_stem, plans_from=runners[0], **options)

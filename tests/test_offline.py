@@ -110,6 +110,18 @@ def test_summary_parser_reads_loadgen_lines(tmp_path):
     assert parse_summary(p) == {"Scenario": "Offline", "Samples per second": 31234.5, "Result is": "VALID"}
 
 
+def _save_tiny_rewritten(path):
+    """A ResNet-18 at 32 x 32 rewritten `--fuse all`, saved at `path`; returns the model."""
+    from trtfuse.graph_passes.pipeline import rewrite
+    from trtfuse.io import save_model
+    from trtfuse.models import build
+
+    model, _ = rewrite(build("resnet18", image_size=32, batch=None), "all",
+                       calib_images=np.random.default_rng(0).normal(size=(4, 3, 32, 32)).astype(np.float32))
+    save_model(model, path)
+    return model
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("streams", [1, 3])
 def test_offline_cuda_backend_on_a_gpu(tmp_path, streams):
@@ -120,15 +132,10 @@ def test_offline_cuda_backend_on_a_gpu(tmp_path, streams):
     ok, why = gpu_available()
     if not ok:
         pytest.skip(f"needs a CUDA GPU: {why}")
-    from trtfuse.graph_passes.pipeline import rewrite
-    from trtfuse.io import save_model
-    from trtfuse.models import build
     from trtfuse.runtime.gpu_runner import CudaRunner
     from trtfuse.runtime.offline import load_samples
 
-    model, _ = rewrite(build("resnet18", image_size=32, batch=None), "all",
-                       calib_images=np.random.default_rng(0).normal(size=(4, 3, 32, 32)).astype(np.float32))
-    save_model(model, tmp_path / "all.onnx")
+    model = _save_tiny_rewritten(tmp_path / "all.onnx")
     out = tmp_path / "r.json"
     assert main(["offline", "--model", str(tmp_path / "all.onnx"), "--backend", "cuda", "--count", "100", "--batch",
                  "16", "--streams", str(streams), "--mode", "accuracy", "--check-golden", "--log-dir", str(tmp_path / "logs"),
@@ -701,13 +708,7 @@ def test_bench_e2e_pipeline_only_times_a_given_model(tmp_path):
     ok, why = gpu_available()
     if not ok:
         pytest.skip(f"needs a CUDA GPU: {why}")
-    from trtfuse.graph_passes.pipeline import rewrite
-    from trtfuse.io import save_model
-    from trtfuse.models import build
-
-    model, _ = rewrite(build("resnet18", image_size=32, batch=None), "all",
-                       calib_images=np.random.default_rng(0).normal(size=(4, 3, 32, 32)).astype(np.float32))
-    save_model(model, tmp_path / "all.onnx")
+    _save_tiny_rewritten(tmp_path / "all.onnx")
     out = tmp_path / "r.json"
     assert main(["bench", "e2e", "--pipeline-only", "--model", str(tmp_path / "all.onnx"), "--batch", "16", "--streams", "2",
                  "--seconds", "0.5", "-o", str(out)]) == 0
