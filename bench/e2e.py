@@ -231,7 +231,6 @@ def _run_pipeline_only(args, given, options, fused) -> int:
     """--pipeline-only: the Offline pipeline without LoadGen on --plans' plans (else this run's own: autotuned with
     --autotune, the heuristic's otherwise), recorded with the command and the device."""
     import datetime
-    import sys
     from types import SimpleNamespace
 
     from ..plugins import cuda_driver as cd
@@ -248,7 +247,7 @@ def _run_pipeline_only(args, given, options, fused) -> int:
     steps.update(1)
     steps.close()
     device = cd.device_name()
-    result = {"device": device, "date": datetime.date.today().isoformat(), "command": "trtfuse " + " ".join(sys.argv[1:]),
+    result = {"device": device, "date": datetime.date.today().isoformat(), "command": args.command_line,
               "batch": args.batch, "streams": args.streams, "autotune": args.autotune, "plans_file": args.plans,
               "plans_tuned_at_batch": given.batch if given else None, "model": args.model, "unfused": list(args.unfuse),
               "offline_pipeline_samples_per_s": pipeline}
@@ -268,9 +267,7 @@ def _run_pipeline_only(args, given, options, fused) -> int:
 def run(args) -> int:
     """`trtfuse bench e2e`: INT8 ResNet-50 (`--fuse all`) on our kernels against PyTorch fp16, same run."""
     import datetime
-    import sys
 
-    from ..io import atomic_write_json
     from ..plugins import cuda_driver as cd
     from ..runtime.gpu_runner import CudaRunner, unfused_options
     from ..runtime.memory_plan import describe
@@ -336,7 +333,7 @@ def run(args) -> int:
     steps.update(1)
     steps.close()
     device, date = cd.device_name(), datetime.date.today().isoformat()
-    result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),
+    result = {"device": device, "date": date, "command": args.command_line,
               "batch": args.batch, "streams": args.streams, "autotune": args.autotune, "plans_file": args.plans,
               "plans_tuned_at_batch": given.batch if given else None,
               "fold_stem": not args.no_fold_stem, "unfused": list(args.unfuse), "plans": runners[0].plan_names(),

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import sys
 import tempfile
 
 import numpy as np
@@ -73,7 +72,7 @@ def run(args) -> int:
         result = measure(args.batch, args.slots, args.seconds, args.count, logs, args.answers)
     host = f"cpu: {platform.processor() or platform.machine()} x {os.cpu_count()} cores, Python {platform.python_version()}"
     date = datetime.date.today().isoformat()
-    record = {"device": host, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]), "batch": args.batch,
+    record = {"device": host, "date": date, "command": args.command_line, "batch": args.batch,
               "slots": args.slots, "answers": result["answers"], "samples_per_s": result["samples_per_s"],
               "samples_completed": result["samples_completed"], "wall_seconds": result["wall_seconds"],
               "result": result["loadgen_summary"].get("Result is")}

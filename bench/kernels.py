@@ -633,7 +633,7 @@ def run(args) -> int:
                 records += [{**rec, "device": device} for rec in bench_tail(torch, b, args, bw)
                             if not args.filter or args.filter in rec["layer"]]
     date = datetime.date.today().isoformat()
-    result = {"device": device, "date": date, "command": "trtfuse " + " ".join(sys.argv[1:]),
+    result = {"device": device, "date": date, "command": args.command_line,
               "copy_bandwidth_tbps": bw, "int8_peak_tops": INT8_PEAK_TOPS, "records": records}
     from . import record_result
 

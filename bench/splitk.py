@@ -22,9 +22,7 @@ from __future__ import annotations
 import datetime
 import math
 import re
-import shlex
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 
@@ -427,11 +425,6 @@ def _parse_splits(text: str) -> tuple[int, ...]:
     return values
 
 
-def _command_line() -> str:
-    # the way the console script or `python -m trtfuse.cli` was started is not part of the command
-    return shlex.join(["trtfuse"] + sys.argv[1:])
-
-
 def _measure(args) -> dict:
     from trtfuse.ui import progress
 
@@ -449,7 +442,7 @@ def _measure(args) -> dict:
         "benchmark": "splitk",
         "device": device_name,
         "date": datetime.date.today().isoformat(),
-        "command": _command_line(),
+        "command": args.command_line,
         "torch": torch.__version__,
         "dtype": args.dtype,
         "tf32": args.tf32,
@@ -477,7 +470,7 @@ def _load_for_refit(args) -> dict:
         raise TrtfuseError(f"{args.refit} is not a `trtfuse bench splitk` results file")
     params = params_for_device(old["device"], args.params)
     keep = ("device", "date", "command", "torch", "dtype", "tf32", "calls_per_graph", "records")
-    return {"benchmark": "splitk", **{k: old.get(k) for k in keep}, "refit_command": _command_line(), "refit_from": str(args.refit), "cost_model": params.to_dict()}
+    return {"benchmark": "splitk", **{k: old.get(k) for k in keep}, "refit_command": args.command_line, "refit_from": str(args.refit), "cost_model": params.to_dict()}
 
 
 def run(args) -> int:

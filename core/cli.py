@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 
 from . import __version__
@@ -100,6 +101,9 @@ def _main(argv: list[str] | None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, a usage error (already printed in one line)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    # What a record calls its command: this call's arguments, whether they came from the shell or from a caller
+    # of main() (the way the console script or `python -m trtfuse.cli` was started is not part of it).
+    args.command_line = shlex.join(["trtfuse", *(sys.argv[1:] if argv is None else argv)])
     if not getattr(args, "func", None):
         parser.print_help()
         print("trtfuse: error: give a subcommand (see the list above)", file=sys.stderr)

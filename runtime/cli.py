@@ -123,8 +123,9 @@ def card_rows(cards: list[dict] | None) -> list:
     rows = []
     for c in cards or []:
         held = ", ".join(f"{name} {100 * share:.0f} %" for name, share in c["clock_held_by"].items()) or "nothing"
-        rows.append([f"card {c['gpu']}", f"SM {c['sm_mhz_median']:.0f} MHz (median), {c['watts_mean']:.0f} W, "
-                                         f"clock held by {held}"])
+        watts = (f"{c['watts_mean']:.0f} W" if c["watts_mean"] is not None
+                 else f"{c['watts_median']:.0f} W (median reading; too short for the energy counter)")
+        rows.append([f"card {c['gpu']}", f"SM {c['sm_mhz_median']:.0f} MHz (median), {watts}, clock held by {held}"])
     return rows
 
 
@@ -214,7 +215,7 @@ def offline(args) -> int:
     from trtfuse.plugins import cuda_driver as cd
 
     result["date"] = datetime.date.today().isoformat()
-    result["command"] = "trtfuse " + " ".join(__import__("sys").argv[1:])
+    result["command"] = args.command_line
     result["device"] = (cd.device_name() if args.backend in ("cuda", "trt") and not args.endpoint
                         else "triton " + ", ".join(result["endpoints"]) if args.endpoint else "cpu")
     if args.output:

@@ -79,13 +79,16 @@ def nvml_refusal(device_ordinal: int = 0) -> str | None:
 def summarize_card(readings: list[tuple[int, float, int]], joules: float, seconds: float) -> dict:
     """One GPU's readings over a run, each (SM MHz, watts, clock event reasons), and its energy counter's joules over
     `seconds`: the median SM clock, the mean power from the counter (the readings' median power beside it), and the
-    share of readings in which each reason held the clock down."""
+    share of readings in which each reason held the clock down. A run shorter than the counter's update period
+    (about 0.1 s) sees it unchanged: then joules and the mean power are None rather than a false zero."""
     if not readings or seconds <= 0:
         raise ValueError("summarize_card needs at least one reading and a positive duration")
     reasons = {name: sum(1 for r in readings if r[2] & bit) / len(readings) for bit, name in CLOCK_EVENT_REASONS.items()}
+    if joules <= 0:
+        joules = None
     return {"sm_mhz_median": statistics.median(r[0] for r in readings),
             "sm_mhz_min": min(r[0] for r in readings), "sm_mhz_max": max(r[0] for r in readings),
-            "watts_mean": joules / seconds, "watts_median": statistics.median(r[1] for r in readings),
+            "watts_mean": None if joules is None else joules / seconds, "watts_median": statistics.median(r[1] for r in readings),
             "joules": joules, "seconds": seconds, "readings": len(readings),
             "clock_held_by": {name: share for name, share in reasons.items() if share > 0}}
 

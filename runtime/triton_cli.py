@@ -257,7 +257,6 @@ def export_triton(args) -> int:
 
 def server(args) -> int:
     import datetime
-    import sys
     from pathlib import Path
 
     from trtfuse.errors import TrtfuseError
@@ -303,7 +302,7 @@ def server(args) -> int:
         result = run_at(args.target_qps)
     bar.close()
     result.update(latency_bound_ms=args.latency_bound_ms, date=datetime.date.today().isoformat(),
-                  command="trtfuse " + " ".join(sys.argv[1:]), device="triton " + ", ".join(result["endpoints"]))
+                  command=args.command_line, device="triton " + ", ".join(result["endpoints"]))
     if args.output:
         atomic_write_json(args.output, result)
     if args.json:

@@ -23,6 +23,14 @@ def test_a_cards_readings_give_its_median_clock_mean_power_and_what_held_the_clo
         summarize_card([], 1.0, 1.0)
 
 
+def test_a_run_too_short_for_the_energy_counter_has_no_energy_figure():
+    # the counter advances about every 0.1 s: a 70 ms accuracy run reads the same value at both ends
+    card = summarize_card([(1980, 183.2, 0x0)], joules=0.0, seconds=0.07)
+    assert card["joules"] is None and card["watts_mean"] is None and card["watts_median"] == 183.2
+    assert card_rows([{"gpu": 0, **card}]) == [
+        ["card 0", "SM 1980 MHz (median), 183 W (median reading; too short for the energy counter), clock held by nothing"]]
+
+
 def test_the_summary_table_has_one_row_per_card():
     cards = [{"gpu": 0, "sm_mhz_median": 1860.0, "watts_mean": 691.2, "clock_held_by": {"sw_power_cap": 0.98}},
              {"gpu": 1, "sm_mhz_median": 1980.0, "watts_mean": 120.0, "clock_held_by": {}}]
