@@ -21,7 +21,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
 T="python3 -m trtfuse.cli"
 # sm_90: the wgmma tactics compete in --autotune by default (plugins/tactics.py: wgmma_enabled)
-nvidia-smi --query-gpu=index,name,clocks.max.sm --format=csv,noheader
+nvidia-smi --query-gpu=index,name,clocks.max.sm,uuid --format=csv,noheader
 # clocks, power and throttle reasons every 250 ms for the whole call: tells a slower long run from a hot GPU
 nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
   --format=csv -lms 250 > "$OUT/smi.csv" 2>&1 & SMI=$!
@@ -40,6 +40,7 @@ if [ -n "${GATE:-}" ]; then
   $T bench e2e --model "$model" --pipeline-only --batch "${BATCH:-256}" --streams "${STREAMS:-6}" $tune --seconds 4 \
     -o /tmp/gate.json > /tmp/gate.txt 2>&1 || { tail -3 /tmp/gate.txt; kill $SMI 2>/dev/null; exit 1; }
   rate=$(python3 -c "import json; print(int(json.load(open('/tmp/gate.json'))['offline_pipeline_samples_per_s']))")
+  cp /tmp/gate.json "$OUT/gate.json"
   echo "gate: the Offline pipeline without LoadGen ran $rate samples/s on this card (GATE $GATE)"
   [ "$rate" -ge "$GATE" ] || { kill $SMI 2>/dev/null; exit 3; }
 fi
