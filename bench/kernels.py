@@ -140,7 +140,7 @@ def bench_layer(torch, name, shape, has_res, args, bw_tbps):
     from ..plugins.elementwise import add_relu_requant
     from ..plugins import stem
     from ..plugins.layout import pack_nchwv, pack_weight, round_up
-    from ..plugins.tactics import candidate_tactics, choose
+    from ..plugins.tactics import candidate_tactics
     from .conv_problem import POISON, ConvProblem, passes_lsb_rule
 
     problem = ConvProblem.random(shape, has_res)
