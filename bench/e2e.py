@@ -209,9 +209,12 @@ def add_arguments(p) -> None:
                         "forward in flight: millijoules per batch by kind of layer (bench/energy.py)")
 
 
-def image_shape(model) -> tuple[int, ...]:
-    """(C, H, W) of the model's image input."""
-    return tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:])
+def image_shape(model) -> tuple:
+    """(C, H, W) of the model's image input (graph_passes.scales.model_input_spec's dims after the batch; None where
+    a dimension is not fixed)."""
+    from ..graph_passes.scales import model_input_spec
+
+    return tuple(model_input_spec(model)[1][1:])
 
 
 def load_rewritten(path: str):
@@ -222,7 +225,7 @@ def load_rewritten(path: str):
     if not any(node.op_type.startswith("FusedConv") for node in model.graph.node):
         raise TrtfuseError(f"{path} has no fused convolutions: give the output of `trtfuse rewrite --fuse all`")
     shape = image_shape(model)
-    if len(shape) != 3 or min(shape) < 1:
+    if len(shape) != 3 or any(d is None or d < 1 for d in shape):
         raise TrtfuseError(f"{path}: its input must be images [N, C, H, W] with C, H, W fixed, not {list(shape)}")
     return model
 

@@ -558,7 +558,7 @@ def run_offline(model_path: str, backend: str, data: str, count: int, batch: int
         out["cards"] = cards
         # the board's joules an answered sample, every GPU of the run together (none where a counter did not move)
         if out.get("samples_completed") and all(c["joules"] is not None for c in cards):
-            out["mj_per_sample"] = 1e3 * sum(c["joules"] for c in out["cards"]) / out["samples_completed"]
+            out["mj_per_sample"] = 1e3 * sum(c["joules"] for c in cards) / out["samples_completed"]
     if check_golden:
         out.update(golden_agreement(accuracy_log_top1(Path(log_dir) / "mlperf_log_accuracy.json"),
                                     golden_top1(model_path, images)))

@@ -6,7 +6,8 @@ ONNX PTQ (scripts/quantize_modelopt.py; nvidia-modelopt 0.47.0). Each with its f
 scripts/strip_onnx_weights.py (names, shapes and dtypes kept; small integer tensors and Q/DQ scales and
 zero points kept). `load_fixture` refills the dropped data with seeded random values of He-like scale,
 so the tests run the exporters' real graph structure (Identity-shared constants, Cast chains, Q/DQ
-placement, classifier forms) on the CPU.
+placement, classifier forms) on the CPU. `save_tiny_rewritten`: trtfuse's own small model as `rewrite --fuse all`
+writes it, for the commands that take one.
 """
 
 from __future__ import annotations
@@ -54,4 +55,16 @@ def load_fixture(name: str, seed: int = 0) -> onnx.ModelProto:
             peak = np.abs(value).reshape(value.shape[0], -1).max(axis=1)
             value = (value * (127 * scale / peak).reshape(-1, 1, 1, 1)).astype(dtype)
         init.CopyFrom(numpy_helper.from_array(value, init.name))
+    return model
+
+
+def save_tiny_rewritten(path) -> onnx.ModelProto:
+    """A ResNet-18 at 32 x 32 rewritten `--fuse all` (4 calibration images), saved at `path`; returns the model."""
+    from trtfuse.graph_passes.pipeline import rewrite
+    from trtfuse.io import save_model
+    from trtfuse.models import build
+
+    model, _ = rewrite(build("resnet18", image_size=32, batch=None), "all",
+                       calib_images=np.random.default_rng(0).normal(size=(4, 3, 32, 32)).astype(np.float32))
+    save_model(model, path)
     return model

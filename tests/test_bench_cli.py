@@ -49,16 +49,10 @@ def test_bench_e2e_pipeline_only_refusals_are_one_line(tmp_path, capsys):
 def test_bench_e2e_takes_a_rewritten_model_up_to_the_gpu(tmp_path, capsys):
     """A `rewrite --fuse all` model passes --model's checks; the one line is then the missing GPU's. With the graph loop's
     PyTorch comparison (torchvision's ResNet-50) a given model is refused."""
-    import numpy as np
+    from onnx_fixtures import save_tiny_rewritten
 
-    from trtfuse.graph_passes.pipeline import rewrite
-    from trtfuse.io import save_model
-    from trtfuse.models import build
-
-    model, _ = rewrite(build("resnet18", image_size=32, batch=None), "all",
-                       calib_images=np.random.default_rng(0).normal(size=(2, 3, 32, 32)).astype(np.float32))
     path = tmp_path / "all.onnx"
-    save_model(model, path)
+    save_tiny_rewritten(path)
     assert main(["bench", "e2e", "--model", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--no-torch" in err[0]

@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("mlperf_loadgen", reason="needs mlcommons-loadgen (pip install 'trtfuse[offline]')")
 
+from onnx_fixtures import save_tiny_rewritten  # noqa: E402
 from trtfuse.cli import main  # noqa: E402
 
 
@@ -113,18 +114,6 @@ def test_summary_parser_reads_loadgen_lines(tmp_path):
     assert parse_summary(p) == {"Scenario": "Offline", "Samples per second": 31234.5, "Result is": "VALID"}
 
 
-def _save_tiny_rewritten(path):
-    """A ResNet-18 at 32 x 32 rewritten `--fuse all`, saved at `path`; returns the model."""
-    from trtfuse.graph_passes.pipeline import rewrite
-    from trtfuse.io import save_model
-    from trtfuse.models import build
-
-    model, _ = rewrite(build("resnet18", image_size=32, batch=None), "all",
-                       calib_images=np.random.default_rng(0).normal(size=(4, 3, 32, 32)).astype(np.float32))
-    save_model(model, path)
-    return model
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("streams", [1, 3])
 def test_offline_cuda_backend_on_a_gpu(tmp_path, streams):
@@ -138,7 +127,7 @@ def test_offline_cuda_backend_on_a_gpu(tmp_path, streams):
     from trtfuse.runtime.gpu_runner import CudaRunner
     from trtfuse.runtime.offline import load_samples
 
-    model = _save_tiny_rewritten(tmp_path / "all.onnx")
+    model = save_tiny_rewritten(tmp_path / "all.onnx")
     out = tmp_path / "r.json"
     assert main(["offline", "--model", str(tmp_path / "all.onnx"), "--backend", "cuda", "--count", "100", "--batch",
                  "16", "--streams", str(streams), "--mode", "accuracy", "--check-golden", "--log-dir", str(tmp_path / "logs"),
@@ -715,7 +704,7 @@ def test_bench_e2e_pipeline_only_times_a_given_model(tmp_path):
     ok, why = gpu_available()
     if not ok:
         pytest.skip(f"needs a CUDA GPU: {why}")
-    _save_tiny_rewritten(tmp_path / "all.onnx")
+    save_tiny_rewritten(tmp_path / "all.onnx")
     out = tmp_path / "r.json"
     assert main(["bench", "e2e", "--pipeline-only", "--model", str(tmp_path / "all.onnx"), "--batch", "16", "--streams", "2",
                  "--seconds", "0.5", "-o", str(out)]) == 0
